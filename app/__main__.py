@@ -1,0 +1,7 @@
+"""Entry point for ``python -m app``."""
+
+import sys
+
+from app.cli import main
+
+sys.exit(main())

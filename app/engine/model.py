@@ -1,0 +1,126 @@
+"""Value types shared by the engine: the admission request as the engine sees it and the decision.
+
+These are frozen so a decision can be cached, logged and compared without defensive copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Operations the API server sends to validating webhooks.
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+
+# The RBAC verbs that may have authorized an admission operation. PATCH reaches admission as
+# UPDATE and a collection delete as one DELETE per object, so each operation maps to two verbs.
+VERBS_FOR_OPERATION: Mapping[str, tuple[str, ...]] = {
+    "CREATE": ("create",),
+    "UPDATE": ("update", "patch"),
+    "DELETE": ("delete", "deletecollection"),
+    "CONNECT": ("create", "get"),
+}
+
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    """The authenticated identity behind a request."""
+
+    username: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """An API resource as RBAC names it: group, plural resource and optional subresource."""
+
+    group: str
+    resource: str
+    subresource: str = ""
+
+    def __str__(self) -> str:
+        name = f"{self.resource}.{self.group}" if self.group else self.resource
+        return f"{name}/{self.subresource}" if self.subresource else name
+
+    @classmethod
+    def parse(cls, text: str) -> Resource:
+        """Parse ``res[.group][/sub]`` as ``kubectl auth can-i`` spells resources."""
+        base, _, sub = text.partition("/")
+        resource, _, group = base.partition(".")
+        if not resource:
+            raise ValueError(f"invalid resource {text!r}: expected res[.group][/subresource]")
+        return cls(group=group, resource=resource, subresource=sub)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One admission request, reduced to what the engine decides on."""
+
+    uid: str
+    operation: str
+    user: UserInfo
+    resource: Resource
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    object: Mapping[str, Any] | None = None
+    old_object: Mapping[str, Any] | None = None
+    dry_run: bool = False
+
+    @property
+    def verbs(self) -> tuple[str, ...]:
+        return VERBS_FOR_OPERATION.get(self.operation, ())
+
+    def describe(self) -> str:
+        """``configmaps "c2" in namespace "t1"`` — the object as a denial message names it."""
+        text = str(self.resource)
+        if self.name:
+            text += f' "{self.name}"'
+        if self.namespace:
+            text += f' in namespace "{self.namespace}"'
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one review.
+
+    ``reason`` is a short machine-readable cause (used in logs and metrics); ``message`` is what
+    the tenant reads. ``explanation`` lists which roles and entries decided, for ``app check``.
+    """
+
+    allowed: bool
+    code: int = 200
+    reason: str = "Allowed"
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+    explanation: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def allow(cls, reason: str, *explanation: str, warnings: tuple[str, ...] = ()) -> Decision:
+        return cls(True, 200, reason, "", warnings, explanation)
+
+    @classmethod
+    def deny(cls, reason: str, message: str, *explanation: str, code: int = 403) -> Decision:
+        return cls(False, code, reason, message, (), explanation)
+
+
+def labels_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+    """The labels of an object, tolerating absent or null metadata."""
+    if not obj:
+        return {}
+    metadata = obj.get("metadata") or {}
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+    """The annotations of an object, tolerating absent or null metadata."""
+    if not obj:
+        return {}
+    metadata = obj.get("metadata") or {}
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}

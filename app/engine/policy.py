@@ -1,0 +1,252 @@
+"""The label-permission annotation: schema, parsing and compiled, matchable entries.
+
+A Role or ClusterRole carries a JSON annotation such as::
+
+    {"configmaps": {"team": ["a"]}, "mwan3*": ["app-intent", "k8s-service"]}
+
+Top-level keys are resource patterns (``res[.group][/sub]`` with ``*``/``?`` globs); values are
+either ``{label key: [value globs]}`` or, shorthand, a list of value globs for the configured
+default label key. Everything is compiled once, when the role is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from app.engine.model import Resource
+
+DEFAULT_ANNOTATION_KEY = "labelrbac.io/permissions"
+
+_LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_VALUE_GLOB = r"^[-A-Za-z0-9_.*?]{0,63}$"
+_RESOURCE_PATTERN = r"^[-a-zA-Z0-9*?]+(\.[-a-zA-Z0-9.*?]+)?(/[-a-zA-Z0-9*?]+)?$"
+
+_VALUES = {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": _VALUE_GLOB}}
+
+SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "minProperties": 1,
+    "propertyNames": {"pattern": _RESOURCE_PATTERN},
+    "additionalProperties": {
+        "oneOf": [
+            _VALUES,
+            {
+                "type": "object",
+                "minProperties": 1,
+                "propertyNames": {"pattern": _LABEL_KEY, "maxLength": 317},
+                "additionalProperties": _VALUES,
+            },
+        ]
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+class AnnotationError(ValueError):
+    """A permission annotation that cannot be used: bad JSON, schema violation, ambiguity."""
+
+
+@dataclass(frozen=True, slots=True)
+class Glob:
+    """A ``*``/``?`` wildcard pattern; literals compare by equality (the common, fast case)."""
+
+    text: str
+    regex: re.Pattern[str] | None = field(default=None, compare=False)
+
+    @classmethod
+    def compile(cls, text: str) -> Glob:
+        if "*" not in text and "?" not in text:
+            return cls(text)
+        pattern = "".join(
+            ".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in text
+        )
+        return cls(text, re.compile(pattern, re.DOTALL))
+
+    @property
+    def is_literal(self) -> bool:
+        return self.regex is None
+
+    def matches(self, value: str) -> bool:
+        if self.regex is None:
+            return value == self.text
+        return self.regex.fullmatch(value) is not None
+
+    def covers(self, other: Glob) -> bool:
+        """True when every value ``other`` matches is matched by this glob too.
+
+        Exact for literals and for ``*``; for two non-trivial globs only identity is accepted,
+        which may refuse a subset it cannot prove (the safe direction).
+        """
+        if self.text == "*" or self.text == other.text:
+            return True
+        return other.is_literal and self.matches(other.text)
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One label key and the value globs it may take (OR)."""
+
+    key: str
+    values: tuple[Glob, ...]
+
+    def allows(self, value: str) -> bool:
+        return any(glob.matches(value) for glob in self.values)
+
+    def describe(self) -> str:
+        return f"{self.key} in [{', '.join(g.text for g in self.values)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """Why one label set fails one entry."""
+
+    key: str
+    value: str | None  # None: the label is missing
+
+    def describe(self, existing: bool = False) -> str:
+        if self.value is None:
+            return f"{'the existing object has no' if existing else 'missing'} label {self.key}"
+        if existing:
+            return f'the existing object\'s label {self.key}="{self.value}" is not permitted'
+        return f'label {self.key}="{self.value}" is not permitted'
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One top-level annotation key: which resources it covers and what labels it requires."""
+
+    pattern: str
+    resource: Glob
+    group: Glob | None
+    subresource: Glob | None
+    requirements: tuple[Requirement, ...]
+
+    def rank(self, res: Resource) -> int:
+        """How specifically this entry names ``res``; 0 when it does not apply.
+
+        Entries naming the subresource beat entries for the parent resource; literal resource
+        names beat globs; an explicit group beats "any group".
+        """
+        if not self.resource.matches(res.resource):
+            return 0
+        if self.group is not None and not self.group.matches(res.group):
+            return 0
+        if self.subresource is not None:
+            if not res.subresource or not self.subresource.matches(res.subresource):
+                return 0
+            score = 8
+        else:
+            score = 4 if res.subresource else 8
+        if self.resource.is_literal:
+            score += 2
+        if self.group is not None:
+            score += 1
+        return score
+
+    def violation(self, labels: Mapping[str, str], allow_unlabeled: bool) -> Violation | None:
+        for req in self.requirements:
+            value = labels.get(req.key)
+            if value is None:
+                if allow_unlabeled:
+                    continue
+                return Violation(req.key, None)
+            if not req.allows(value):
+                return Violation(req.key, value)
+        return None
+
+    def describe(self) -> str:
+        return " and ".join(r.describe() for r in self.requirements)
+
+    def requirement(self, key: str) -> Requirement | None:
+        for req in self.requirements:
+            if req.key == key:
+                return req
+        return None
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """A compiled annotation. ``entries_for`` is memoised per resource (the set is tiny)."""
+
+    annotation_key: str
+    entries: tuple[Entry, ...]
+    _memo: dict[Resource, tuple[Entry, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def entries_for(self, res: Resource) -> tuple[Entry, ...]:
+        """The entries that decide for ``res``: all of the most specific rank (they AND)."""
+        found = self._memo.get(res)
+        if found is None:
+            ranked = [(entry.rank(res), entry) for entry in self.entries]
+            best = max((r for r, _ in ranked), default=0)
+            found = tuple(e for r, e in ranked if best and r == best)
+            self._memo[res] = found
+        return found
+
+
+def _compile_entry(pattern: str, value: Any, default_label_key: str | None) -> Entry:
+    base, slash, sub = pattern.partition("/")
+    resource, dot, group = base.partition(".")
+    if isinstance(value, list):
+        if not default_label_key:
+            raise AnnotationError(
+                f"entry {pattern!r} uses the list shorthand, but no default label key is "
+                "configured (--default-label-key); write {\"<label key>\": [...]} instead"
+            )
+        value = {default_label_key: value}
+    requirements = tuple(
+        Requirement(key, tuple(Glob.compile(v) for v in globs)) for key, globs in value.items()
+    )
+    return Entry(
+        pattern=pattern,
+        resource=Glob.compile(resource),
+        group=Glob.compile(group) if dot else None,
+        subresource=Glob.compile(sub) if slash else None,
+        requirements=requirements,
+    )
+
+
+def parse_permissions(
+    raw: str, *, annotation_key: str = DEFAULT_ANNOTATION_KEY, default_label_key: str | None = None
+) -> Permissions:
+    """Parse and validate one annotation value. Raises ``AnnotationError`` with a readable cause."""
+    try:
+        document = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise AnnotationError(f"not valid JSON: {exc}") from None
+    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        raise AnnotationError(f"schema violation at {where}: {error.message}")
+    entries = tuple(
+        _compile_entry(pattern, value, default_label_key) for pattern, value in document.items()
+    )
+    return Permissions(annotation_key, entries)
+
+
+def permissions_of(
+    annotations: Mapping[str, str], keys: Sequence[str], default_label_key: str | None
+) -> Permissions | None:
+    """The compiled permissions a role's annotations carry, or None when it carries none."""
+    present = [k for k in keys if k in annotations]
+    if not present:
+        return None
+    if len(present) > 1:
+        raise AnnotationError(
+            f"the role carries more than one permission annotation ({', '.join(present)}); "
+            "keep exactly one"
+        )
+    key = present[0]
+    try:
+        return parse_permissions(
+            annotations[key], annotation_key=key, default_label_key=default_label_key
+        )
+    except AnnotationError as exc:
+        raise AnnotationError(f"invalid {key} annotation: {exc}") from None

@@ -1,0 +1,263 @@
+"""RBAC as the engine needs it: compiled rules, roles, bindings and the indexed ``Snapshot``.
+
+Rule matching follows the Kubernetes RBAC authorizer (verbs, apiGroups, resources with ``*``,
+``res/sub`` and ``*/sub``, resourceNames). Objects are compiled once, when loaded or when a watch
+event arrives; a ``Snapshot`` is immutable, so the request path reads it without locks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine.model import SERVICE_ACCOUNT_PREFIX, Resource, UserInfo, annotations_of
+from app.engine.policy import AnnotationError, Permissions, permissions_of
+
+RBAC_GROUP = "rbac.authorization.k8s.io"
+USER = "User"
+GROUP = "Group"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One PolicyRule. Empty ``names`` means any name."""
+
+    verbs: frozenset[str]
+    groups: frozenset[str]
+    resources: frozenset[str]
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def compile(cls, rule: Mapping[str, Any]) -> Rule:
+        return cls(
+            verbs=frozenset(rule.get("verbs") or ()),
+            groups=frozenset(rule.get("apiGroups") or ()),
+            resources=frozenset(rule.get("resources") or ()),
+            names=frozenset(rule.get("resourceNames") or ()),
+        )
+
+    def allows_verb(self, verb: str) -> bool:
+        return "*" in self.verbs or verb in self.verbs
+
+    def covers_resource(self, res: Resource) -> bool:
+        if "*" not in self.groups and res.group not in self.groups:
+            return False
+        if "*" in self.resources:
+            return True
+        if not res.subresource:
+            return res.resource in self.resources
+        return (
+            f"{res.resource}/{res.subresource}" in self.resources
+            or f"*/{res.subresource}" in self.resources
+        )
+
+    def covers_name(self, verb: str, res: Resource, name: str) -> bool:
+        if not self.names:
+            return True
+        # The RBAC authorizer never sees a name for create of a top-level resource nor for
+        # deletecollection, so a rule with resourceNames cannot have authorized those.
+        if not name or verb == "deletecollection" or (verb == "create" and not res.subresource):
+            return False
+        return name in self.names
+
+    def matches(self, verb: str, res: Resource, name: str) -> bool:
+        return (
+            self.allows_verb(verb)
+            and self.covers_resource(res)
+            and self.covers_name(verb, res, name)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RoleRef:
+    """A Role (``namespace`` set) or ClusterRole (``namespace`` empty)."""
+
+    namespace: str
+    name: str
+
+    @property
+    def kind(self) -> str:
+        return "Role" if self.namespace else "ClusterRole"
+
+    def __str__(self) -> str:
+        return f"role {self.namespace}/{self.name}" if self.namespace else f"clusterrole {self.name}"
+
+
+@dataclass(frozen=True)
+class CompiledRole:
+    """A Role/ClusterRole with its rules and permission annotation compiled.
+
+    ``error`` is set when the annotation is unusable: such a role grants nothing through this
+    webhook for the resources it grants in RBAC (an invalid annotation never widens access).
+    """
+
+    ref: RoleRef
+    rules: tuple[Rule, ...]
+    permissions: Permissions | None = None
+    error: str | None = None
+    version: str = field(default="", compare=False)
+
+    def grants(self, verbs: Sequence[str], res: Resource, name: str) -> bool:
+        return any(rule.matches(v, res, name) for rule in self.rules for v in verbs)
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A RoleBinding (``namespace`` set) or ClusterRoleBinding, with subjects as index keys."""
+
+    namespace: str
+    name: str
+    role: RoleRef
+    subjects: tuple[tuple[str, str], ...]
+
+    def __str__(self) -> str:
+        if self.namespace:
+            return f"rolebinding {self.namespace}/{self.name}"
+        return f"clusterrolebinding {self.name}"
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """Turns raw RBAC objects into compiled ones, with the configured annotation keys."""
+
+    annotation_keys: tuple[str, ...]
+    default_label_key: str | None = None
+
+    def permissions(self, obj: Mapping[str, Any]) -> Permissions | None:
+        """The object's permissions; raises ``AnnotationError`` when the annotation is invalid."""
+        return permissions_of(annotations_of(obj), self.annotation_keys, self.default_label_key)
+
+    def role(self, obj: Mapping[str, Any], kind: str | None = None) -> CompiledRole:
+        """Compile a Role or ClusterRole. List items carry no ``kind``: pass it then."""
+        meta = obj.get("metadata") or {}
+        cluster_role = (kind or obj.get("kind")) == "ClusterRole"
+        ref = RoleRef("" if cluster_role else meta.get("namespace") or "", meta.get("name") or "")
+        rules = tuple(Rule.compile(r) for r in obj.get("rules") or () if r.get("resources"))
+        try:
+            permissions, error = self.permissions(obj), None
+        except AnnotationError as exc:
+            permissions, error = None, str(exc)
+        return CompiledRole(ref, rules, permissions, error, meta.get("resourceVersion") or "")
+
+    @staticmethod
+    def binding(obj: Mapping[str, Any], kind: str | None = None) -> Binding | None:
+        """A compiled binding, or None when it cannot grant anything (unknown roleRef kind)."""
+        meta = obj.get("metadata") or {}
+        cluster_binding = (kind or obj.get("kind")) == "ClusterRoleBinding"
+        namespace = "" if cluster_binding else meta.get("namespace") or ""
+        role_ref = obj.get("roleRef") or {}
+        if role_ref.get("kind") == "ClusterRole":
+            ref = RoleRef("", role_ref.get("name") or "")
+        elif role_ref.get("kind") == "Role" and namespace:
+            ref = RoleRef(namespace, role_ref.get("name") or "")
+        else:
+            return None
+        return Binding(namespace, meta.get("name") or "", ref, subject_keys(obj, namespace))
+
+
+def subject_keys(binding: Mapping[str, Any], namespace: str) -> tuple[tuple[str, str], ...]:
+    """Index keys for a binding's subjects. ServiceAccounts become their user names."""
+    keys: list[tuple[str, str]] = []
+    for subject in binding.get("subjects") or ():
+        kind, name = subject.get("kind"), subject.get("name") or ""
+        if kind == "ServiceAccount":
+            # Like the RBAC authorizer, an omitted namespace means the binding's namespace.
+            sa_namespace = subject.get("namespace") or namespace
+            keys.append((USER, f"{SERVICE_ACCOUNT_PREFIX}{sa_namespace}:{name}"))
+        elif kind in (USER, GROUP) and name:
+            keys.append((kind, name))
+    return tuple(keys)
+
+
+def user_keys(user: UserInfo) -> tuple[tuple[str, str], ...]:
+    return ((USER, user.username), *((GROUP, g) for g in user.groups))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the engine reads, indexed for the request path. Never mutated once built."""
+
+    roles: Mapping[RoleRef, CompiledRole]
+    bindings: Mapping[tuple[str, str, str], tuple[Binding, ...]]
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    nodes: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        roles: Iterable[CompiledRole],
+        bindings: Iterable[Binding],
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        nodes: Mapping[str, str] | None = None,
+    ) -> Snapshot:
+        """Index compiled objects. ``namespaces`` maps name→annotations, ``nodes`` name→uid."""
+        index: dict[tuple[str, str, str], list[Binding]] = defaultdict(list)
+        for binding in bindings:
+            for kind, name in set(binding.subjects):
+                index[(binding.namespace, kind, name)].append(binding)
+        return cls(
+            roles={role.ref: role for role in roles},
+            bindings={key: tuple(found) for key, found in index.items()},
+            namespaces=dict(namespaces or {}),
+            nodes=dict(nodes or {}),
+        )
+
+    def bindings_for(self, user: UserInfo, namespace: str) -> Iterator[Binding]:
+        """RoleBindings in ``namespace`` and all ClusterRoleBindings naming the user or a group."""
+        seen: set[tuple[str, str]] = set()
+        scopes = (namespace, "") if namespace else ("",)
+        for scope in scopes:
+            for kind, name in user_keys(user):
+                for binding in self.bindings.get((scope, kind, name), ()):
+                    if (binding.namespace, binding.name) not in seen:
+                        seen.add((binding.namespace, binding.name))
+                        yield binding
+
+    def roles_for(self, user: UserInfo, namespace: str) -> Iterator[tuple[Binding, CompiledRole]]:
+        """The roles bound to the user in ``namespace`` (bindings to missing roles grant nothing)."""
+        for binding in self.bindings_for(user, namespace):
+            role = self.roles.get(binding.role)
+            if role is not None:
+                yield binding, role
+
+    def granting_roles(
+        self, user: UserInfo, namespace: str, verbs: Sequence[str], res: Resource, name: str
+    ) -> list[CompiledRole]:
+        """Distinct roles that authorize the request in RBAC, in binding order."""
+        found: dict[RoleRef, CompiledRole] = {}
+        for _, role in self.roles_for(user, namespace):
+            if role.ref not in found and role.grants(verbs, res, name):
+                found[role.ref] = role
+        return list(found.values())
+
+
+RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+SNAPSHOT_KINDS = (*RBAC_KINDS, "Namespace", "Node")
+
+
+def snapshot_from_objects(
+    objects: Iterable[tuple[str, Mapping[str, Any]]], compiler: Compiler
+) -> Snapshot:
+    """Compile and index ``(kind, object)`` pairs; kinds outside ``SNAPSHOT_KINDS`` are ignored."""
+    roles: list[CompiledRole] = []
+    bindings: list[Binding] = []
+    namespaces: dict[str, Mapping[str, str]] = {}
+    nodes: dict[str, str] = {}
+    for kind, obj in objects:
+        meta = obj.get("metadata") or {}
+        if kind in ("Role", "ClusterRole"):
+            roles.append(compiler.role(obj, kind))
+        elif kind in ("RoleBinding", "ClusterRoleBinding"):
+            binding = compiler.binding(obj, kind)
+            if binding is not None:
+                bindings.append(binding)
+        elif kind == "Namespace":
+            namespaces[meta.get("name") or ""] = dict(annotations_of(obj))
+        elif kind == "Node":
+            nodes[meta.get("name") or ""] = meta.get("uid") or ""
+    return Snapshot.build(roles, bindings, namespaces, nodes)
+
+
+EMPTY = Snapshot.build((), ())

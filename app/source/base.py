@@ -1,0 +1,45 @@
+"""The RBAC source interface the HTTP layer depends on.
+
+A source hands out immutable ``Snapshot`` objects; the request path only ever reads the latest
+one. Sources that need background work (watches) start it in ``start()``, which the server calls
+after gunicorn has forked the worker, never at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.engine.model import Request
+from app.engine.rbac import Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    """Readiness as /readyz and the metrics report it."""
+
+    ready: bool
+    detail: str = ""
+    # Seconds since the state was last known to be current; None while healthy or not applicable.
+    stale_seconds: float | None = None
+
+
+class RbacSource(Protocol):
+    def start(self) -> None:
+        """Begin loading (idempotent)."""
+
+    def stop(self) -> None:
+        """Stop background work."""
+
+    def snapshot(self) -> Snapshot | None:
+        """The current state, or None before the first successful load."""
+
+    def status(self) -> SourceStatus:
+        """Whether the source is synced and how stale it is."""
+
+    def fetch_parent(self, request: Request) -> Mapping[str, Any]:
+        """The parent object of a subresource/CONNECT request.
+
+        Raises ``app.engine.decide.ParentUnavailable`` when it cannot be read.
+        """

@@ -1,0 +1,181 @@
+"""The AdmissionReview wire format (admission.k8s.io/v1 and v1beta1): parse and build, purely.
+
+Two error channels: an envelope that is not an AdmissionReview raises ``ReviewError`` (the HTTP
+layer answers 400); a policy denial is an ordinary response with ``allowed: false``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+from app.engine.model import Decision, Request, Resource, UserInfo
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+
+class GroupVersionResource(TypedDict):
+    group: str
+    version: str
+    resource: str
+
+
+class GroupVersionKind(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class UserInfoWire(TypedDict, total=False):
+    username: str
+    uid: str
+    groups: list[str]
+    extra: dict[str, list[str]]
+
+
+class AdmissionRequest(TypedDict):
+    uid: str
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    operation: str
+    userInfo: UserInfoWire
+    subResource: NotRequired[str]
+    name: NotRequired[str]
+    namespace: NotRequired[str]
+    object: NotRequired[dict[str, Any] | None]
+    oldObject: NotRequired[dict[str, Any] | None]
+    dryRun: NotRequired[bool]
+    options: NotRequired[dict[str, Any] | None]
+
+
+class StatusWire(TypedDict, total=False):
+    metadata: dict[str, Any]
+    status: str
+    code: int
+    reason: str
+    message: str
+
+
+class AdmissionResponse(TypedDict):
+    uid: str
+    allowed: bool
+    status: NotRequired[StatusWire]
+    warnings: NotRequired[list[str]]
+
+
+class AdmissionReviewResponse(TypedDict):
+    apiVersion: str
+    kind: str
+    response: AdmissionResponse
+
+
+class ReviewError(ValueError):
+    """The body is not a usable AdmissionReview."""
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    api_version: str
+    request: Request
+
+
+def _field(mapping: Mapping[str, Any], key: str, kind: type, where: str, default: Any = None) -> Any:
+    value = mapping.get(key, default)
+    if value is None:
+        value = default
+    if not isinstance(value, kind):
+        raise ReviewError(f"{where}.{key} must be a {kind.__name__}")
+    return value
+
+
+def _object(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    value = mapping.get(key)
+    if value is not None and not isinstance(value, Mapping):
+        raise ReviewError(f"request.{key} must be an object or null")
+    return value
+
+
+def parse_review(document: Any) -> Review:
+    """Validate the envelope and reduce it to an engine ``Request``. Raises ``ReviewError``."""
+    if not isinstance(document, Mapping):
+        raise ReviewError("body must be a JSON object")
+    if document.get("kind") != "AdmissionReview":
+        raise ReviewError("kind must be AdmissionReview")
+    api_version = document.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        raise ReviewError(f"apiVersion must be one of {', '.join(API_VERSIONS)}")
+    request = document.get("request")
+    if not isinstance(request, Mapping):
+        raise ReviewError("request must be an object")
+
+    uid = _field(request, "uid", str, "request")
+    if not uid:
+        raise ReviewError("request.uid must not be empty")
+    operation = _field(request, "operation", str, "request")
+    resource = _field(request, "resource", Mapping, "request")
+    kind = _field(request, "kind", Mapping, "request", {})
+    user = _field(request, "userInfo", Mapping, "request")
+    groups = _field(user, "groups", list, "request.userInfo", [])
+    if not all(isinstance(g, str) for g in groups):
+        raise ReviewError("request.userInfo.groups must be a list of strings")
+
+    return Review(
+        api_version=api_version,
+        request=Request(
+            uid=uid,
+            operation=operation,
+            user=UserInfo(
+                username=_field(user, "username", str, "request.userInfo", ""),
+                groups=tuple(groups),
+                uid=_field(user, "uid", str, "request.userInfo", ""),
+            ),
+            resource=Resource(
+                group=_field(resource, "group", str, "request.resource", ""),
+                resource=_field(resource, "resource", str, "request.resource"),
+                subresource=_field(request, "subResource", str, "request", ""),
+            ),
+            kind=_field(kind, "kind", str, "request.kind", ""),
+            namespace=_field(request, "namespace", str, "request", ""),
+            name=_field(request, "name", str, "request", ""),
+            object=_object(request, "object"),
+            old_object=_object(request, "oldObject"),
+            dry_run=_field(request, "dryRun", bool, "request", False),
+        ),
+    )
+
+
+def review_uid(document: Any) -> str:
+    """The request uid if one can be found, for answering a review that failed later."""
+    try:
+        uid = document["request"]["uid"]
+    except (KeyError, TypeError):
+        return ""
+    return uid if isinstance(uid, str) else ""
+
+
+def build_response(api_version: str, uid: str, decision: Decision) -> AdmissionReviewResponse:
+    """The AdmissionReview the API server expects back, echoing ``apiVersion`` and ``uid``."""
+    response: AdmissionResponse = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {
+            "metadata": {},
+            "status": "Failure",
+            "code": decision.code,
+            "reason": _status_reason(decision.code),
+            "message": decision.message,
+        }
+    if decision.warnings:
+        response["warnings"] = list(decision.warnings)
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def _status_reason(code: int) -> str:
+    """metav1.StatusReason for a code, as the API server would spell it."""
+    return {
+        400: "BadRequest",
+        403: "Forbidden",
+        422: "Invalid",
+        500: "InternalError",
+        503: "ServiceUnavailable",
+    }.get(code, "Forbidden")

@@ -1,0 +1,100 @@
+"""Helpers shared by the test suites: the recorded fixtures and small object builders."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import Compiler, Snapshot, snapshot_from_objects
+
+ROOT = Path(__file__).resolve().parent.parent
+# The recorded kube-apiserver traffic lives beside the repository (../shared/fixtures).
+FIXTURES = Path(
+    os.environ.get(
+        "LABEL_RBAC_FIXTURES", ROOT.parent / "shared" / "fixtures" / "kube-apiserver-v1.24"
+    )
+)
+REVIEWS = FIXTURES / "admission-reviews"
+API = FIXTURES / "api"
+
+
+def load_review(name: str) -> dict[str, Any]:
+    """One recorded AdmissionReview by file stem, e.g. ``a003-create-mwan3policies``."""
+    return json.loads((REVIEWS / f"{name}.json").read_text())
+
+
+def meta(name: str, namespace: str = "", **extra: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": name, **extra}
+    if namespace:
+        data["namespace"] = namespace
+    return data
+
+
+def role(
+    name: str,
+    namespace: str = "",
+    rules: list[dict[str, Any]] | None = None,
+    permissions: Any = None,
+    annotation_key: str = DEFAULT_ANNOTATION_KEY,
+) -> tuple[str, dict[str, Any]]:
+    """A Role (namespace given) or ClusterRole, with an optional permission annotation."""
+    annotations = {}
+    if permissions is not None:
+        annotations[annotation_key] = (
+            permissions if isinstance(permissions, str) else json.dumps(permissions)
+        )
+    kind = "Role" if namespace else "ClusterRole"
+    obj = {
+        "kind": kind,
+        "metadata": meta(name, namespace, annotations=annotations),
+        "rules": rules or [],
+    }
+    return kind, obj
+
+
+def rule(verbs: str, resources: str, groups: str = "", names: str = "") -> dict[str, Any]:
+    """A PolicyRule from space-separated lists (``rule("create update", "configmaps")``)."""
+    data: dict[str, Any] = {
+        "verbs": verbs.split(),
+        "resources": resources.split(),
+        "apiGroups": groups.split() or [""],
+    }
+    if names:
+        data["resourceNames"] = names.split()
+    return data
+
+
+def binding(
+    name: str, role_name: str, *subjects: str, namespace: str = "", role_kind: str | None = None
+) -> tuple[str, dict[str, Any]]:
+    """A RoleBinding (namespace given) or ClusterRoleBinding.
+
+    Subjects are ``User:alice``, ``Group:tenants`` or ``ServiceAccount:ns:name``.
+    """
+    parsed = []
+    for text in subjects:
+        kind, _, rest = text.partition(":")
+        if kind == "ServiceAccount":
+            ns, _, sa = rest.partition(":")
+            parsed.append({"kind": kind, "name": sa, "namespace": ns})
+        else:
+            parsed.append({"kind": kind, "name": rest, "apiGroup": "rbac.authorization.k8s.io"})
+    kind = "RoleBinding" if namespace else "ClusterRoleBinding"
+    ref_kind = role_kind or ("Role" if namespace else "ClusterRole")
+    return kind, {
+        "kind": kind,
+        "metadata": meta(name, namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind, "name": role_name},
+        "subjects": parsed,
+    }
+
+
+def snapshot(
+    *objects: tuple[str, dict[str, Any]],
+    default_label_key: str | None = None,
+    annotation_keys: tuple[str, ...] = (DEFAULT_ANNOTATION_KEY,),
+) -> Snapshot:
+    return snapshot_from_objects(objects, Compiler(annotation_keys, default_label_key))
