@@ -80,7 +80,9 @@ class Review:
     request: Request
 
 
-def _field(mapping: Mapping[str, Any], key: str, kind: type, where: str, default: Any = None) -> Any:
+def _field(
+    mapping: Mapping[str, Any], key: str, kind: type, where: str, default: Any = None
+) -> Any:
     value = mapping.get(key, default)
     if value is None:
         value = default

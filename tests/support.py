@@ -98,3 +98,54 @@ def snapshot(
     annotation_keys: tuple[str, ...] = (DEFAULT_ANNOTATION_KEY,),
 ) -> Snapshot:
     return snapshot_from_objects(objects, Compiler(annotation_keys, default_label_key))
+
+
+def make_review(
+    user: str,
+    operation: str,
+    resource: str,
+    *,
+    groups: tuple[str, ...] = (),
+    namespace: str = "",
+    name: str = "obj",
+    labels: dict[str, str] | None = None,
+    old_labels: dict[str, str] | None = None,
+    kind: str = "",
+    api_version: str = "admission.k8s.io/v1",
+    uid: str = "0f0e0d0c-0000-4000-8000-000000000001",
+    extra_object: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An AdmissionReview as the API server would send it (``resource`` is ``res[.group][/sub]``).
+
+    ``labels`` builds ``object`` (omitted for DELETE); ``old_labels`` builds ``oldObject``.
+    """
+    base, _, sub = resource.partition("/")
+    res, _, group = base.partition(".")
+
+    def obj(obj_labels: dict[str, str]) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": name, "labels": obj_labels}
+        if namespace:
+            metadata["namespace"] = namespace
+        return {
+            "apiVersion": "v1",
+            "kind": kind or "Object",
+            "metadata": metadata,
+            **(extra_object or {}),
+        }
+
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": group, "version": "v1", "kind": kind or "Object"},
+        "resource": {"group": group, "version": "v1", "resource": res},
+        "operation": operation,
+        "userInfo": {"username": user, "groups": [*groups, "system:authenticated"]},
+        "name": name,
+        "object": None if labels is None else obj(labels),
+        "oldObject": None if old_labels is None else obj(old_labels),
+        "dryRun": False,
+    }
+    if sub:
+        request["subResource"] = sub
+    if namespace:
+        request["namespace"] = namespace
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}

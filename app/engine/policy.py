@@ -63,9 +63,7 @@ class Glob:
     def compile(cls, text: str) -> Glob:
         if "*" not in text and "?" not in text:
             return cls(text)
-        pattern = "".join(
-            ".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in text
-        )
+        pattern = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in text)
         return cls(text, re.compile(pattern, re.DOTALL))
 
     @property
@@ -198,7 +196,7 @@ def _compile_entry(pattern: str, value: Any, default_label_key: str | None) -> E
         if not default_label_key:
             raise AnnotationError(
                 f"entry {pattern!r} uses the list shorthand, but no default label key is "
-                "configured (--default-label-key); write {\"<label key>\": [...]} instead"
+                'configured (--default-label-key); write {"<label key>": [...]} instead'
             )
         value = {default_label_key: value}
     requirements = tuple(

@@ -82,7 +82,9 @@ class RoleRef:
         return "Role" if self.namespace else "ClusterRole"
 
     def __str__(self) -> str:
-        return f"role {self.namespace}/{self.name}" if self.namespace else f"clusterrole {self.name}"
+        return (
+            f"role {self.namespace}/{self.name}" if self.namespace else f"clusterrole {self.name}"
+        )
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,7 @@ class Snapshot:
                         yield binding
 
     def roles_for(self, user: UserInfo, namespace: str) -> Iterator[tuple[Binding, CompiledRole]]:
-        """The roles bound to the user in ``namespace`` (bindings to missing roles grant nothing)."""
+        """Roles bound to the user in ``namespace`` (bindings to missing roles grant nothing)."""
         for binding in self.bindings_for(user, namespace):
             role = self.roles.get(binding.role)
             if role is not None:

@@ -1,0 +1,263 @@
+"""Command line: ``serve``, ``check``, ``gen-certs`` and ``lint``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.engine.decide import Context, evaluate
+from app.engine.model import Decision, Request, Resource, UserInfo
+from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError
+from app.engine.rbac import RoleRef
+from app.settings import Settings
+from app.source.static import ManifestError, StaticSource, read_manifests
+from app.wire import ReviewError, parse_review
+
+OPERATION_FOR_VERB = {
+    "create": "CREATE",
+    "update": "UPDATE",
+    "patch": "UPDATE",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+    "connect": "CONNECT",
+}
+
+
+def _policy_flags() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("policy")
+    group.add_argument(
+        "--annotation-key",
+        action="append",
+        dest="annotation_keys",
+        metavar="KEY",
+        help=f"annotation with label permissions (repeatable; default {DEFAULT_ANNOTATION_KEY})",
+    )
+    group.add_argument(
+        "--default-label-key",
+        metavar="KEY",
+        help="label key for the list shorthand, e.g. sdewan-bucket-type",
+    )
+    group.add_argument(
+        "--allow-unlabeled",
+        action="store_true",
+        help="let objects that lack a restricted label pass (migration aid)",
+    )
+    return parent
+
+
+def _settings(args: argparse.Namespace, **extra: object) -> Settings:
+    return Settings(
+        annotation_keys=tuple(args.annotation_keys or (DEFAULT_ANNOTATION_KEY,)),
+        default_label_key=args.default_label_key,
+        allow_unlabeled=args.allow_unlabeled,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m app", description="label-rbac: label-based permissions for Kubernetes"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    policy = _policy_flags()
+
+    serve = sub.add_parser("serve", parents=[policy], help="run the webhook (gunicorn, TLS)")
+    serve.add_argument("--bind", default="0.0.0.0:8443", metavar="HOST:PORT")
+    serve.add_argument("--workers", type=int, default=2)
+    serve.add_argument("--threads", type=int, default=4)
+    serve.add_argument("--tls-cert", type=Path)
+    serve.add_argument("--tls-key", type=Path)
+    serve.add_argument(
+        "--dev-tls",
+        nargs="?",
+        const=Path("dev-certs"),
+        type=Path,
+        metavar="DIR",
+        help="generate a self-signed CA and serving cert into DIR (default ./dev-certs)",
+    )
+    source = serve.add_mutually_exclusive_group()
+    source.add_argument("--rbac-dir", type=Path, help="load RBAC objects from manifests here")
+    source.add_argument(
+        "--kubeconfig", type=Path, help="watch a cluster (default: $KUBECONFIG, or in-cluster)"
+    )
+    serve.add_argument(
+        "--max-staleness",
+        type=float,
+        metavar="SECONDS",
+        help="deny everything once the cluster state is older than this (default: off)",
+    )
+    serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes)
+    serve.add_argument("--log-level", default="info")
+
+    check = sub.add_parser(
+        "check", parents=[policy], help="explain one decision, like kubectl auth can-i"
+    )
+    check.add_argument("--rbac-dir", type=Path, required=True)
+    check.add_argument("--review", type=Path, help="an AdmissionReview JSON file to decide")
+    check.add_argument("--user")
+    check.add_argument("--group", action="append", default=[])
+    check.add_argument("--verb", choices=sorted(OPERATION_FOR_VERB))
+    check.add_argument("--resource", help="res[.group][/subresource], e.g. deployments.apps")
+    check.add_argument("--namespace", default="")
+    check.add_argument("--name", default="")
+    check.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+
+    certs = sub.add_parser("gen-certs", help="write a CA and serving certificate")
+    certs.add_argument("--out", type=Path, required=True)
+    certs.add_argument("--dns", action="append", required=True, metavar="NAME")
+    certs.add_argument("--days", type=int, default=365)
+
+    lint = sub.add_parser("lint", parents=[policy], help="validate permission annotations")
+    lint.add_argument("files", nargs="+", type=Path)
+    return parser
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from app.certs import generate
+    from app.serve import serve
+
+    tls_cert, tls_key = args.tls_cert, args.tls_key
+    if args.dev_tls is not None:
+        paths = generate(args.dev_tls, ["localhost", "127.0.0.1"])
+        tls_cert, tls_key = paths.cert, paths.key
+        print(f"dev TLS: CA {paths.ca}, cert {paths.cert}, key {paths.key}", flush=True)
+    if tls_cert is None or tls_key is None:
+        print(
+            "serve: TLS is required: pass --tls-cert and --tls-key, or --dev-tls", file=sys.stderr
+        )
+        return 2
+    kubeconfig = args.kubeconfig
+    if args.rbac_dir is None and kubeconfig is None and os.environ.get("KUBECONFIG"):
+        kubeconfig = Path(os.environ["KUBECONFIG"])
+    in_cluster = args.rbac_dir is None and kubeconfig is None
+    if in_cluster and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        print(
+            "serve: no RBAC source: pass --rbac-dir DIR or --kubeconfig FILE (or run in a pod)",
+            file=sys.stderr,
+        )
+        return 2
+    settings = _settings(
+        args,
+        bind=args.bind,
+        workers=args.workers,
+        threads=args.threads,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        rbac_dir=args.rbac_dir,
+        kubeconfig=kubeconfig,
+        in_cluster=in_cluster,
+        max_staleness=args.max_staleness,
+        max_body_bytes=args.max_body_bytes,
+        log_level=args.log_level,
+    )
+    serve(settings)
+    return 0
+
+
+def _request_from_flags(args: argparse.Namespace) -> Request:
+    missing = [f"--{n}" for n in ("user", "verb", "resource") if not getattr(args, n)]
+    if missing:
+        raise ValueError(f"without --review, {', '.join(missing)} are required")
+    labels = {}
+    for item in args.label:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label {item!r}: expected KEY=VALUE")
+        labels[key] = value
+    operation = OPERATION_FOR_VERB[args.verb]
+    obj = {"metadata": {"name": args.name, "labels": labels}}
+    return Request(
+        uid="cli",
+        operation=operation,
+        user=UserInfo(args.user, tuple(args.group)),
+        resource=Resource.parse(args.resource),
+        kind="",
+        namespace=args.namespace,
+        name=args.name,
+        object=None if operation == "DELETE" else obj,
+        old_object=obj if operation in ("UPDATE", "DELETE") else None,
+    )
+
+
+def _print_decision(decision: Decision) -> None:
+    if decision.allowed:
+        print(f"allowed ({decision.reason})")
+    else:
+        print(f"denied ({decision.code} {decision.reason}): {decision.message}")
+    for line in decision.explanation:
+        print(f"  - {line}")
+    for warning in decision.warnings:
+        print(f"  warning: {warning}")
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    try:
+        if args.review:
+            request = parse_review(json.loads(args.review.read_text())).request
+        else:
+            request = _request_from_flags(args)
+        source = StaticSource(args.rbac_dir, settings.compiler)
+        source.start()
+    except (OSError, ValueError, ReviewError, ManifestError) as exc:
+        print(f"check: {exc}", file=sys.stderr)
+        return 2
+    snapshot = source.snapshot()
+    if snapshot is None:
+        print(f"check: could not load {args.rbac_dir}", file=sys.stderr)
+        return 2
+    decision = evaluate(request, Context(snapshot, settings.engine_options, source.fetch_parent))
+    _print_decision(decision)
+    return 0 if decision.allowed else 1
+
+
+def _cmd_gen_certs(args: argparse.Namespace) -> int:
+    from app.certs import generate
+
+    paths = generate(args.out, args.dns, args.days)
+    print(f"wrote {paths.ca}, {paths.cert}, {paths.key}")
+    return 0
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    compiler = _settings(args).compiler
+    try:
+        objects = read_manifests(*args.files)
+    except (OSError, ManifestError) as exc:
+        print(f"lint: {exc}", file=sys.stderr)
+        return 2
+    failures = checked = 0
+    for kind, obj in objects:
+        if kind not in ("Role", "ClusterRole"):
+            continue
+        meta = obj.get("metadata") or {}
+        ref = RoleRef(meta.get("namespace") or "" if kind == "Role" else "", meta.get("name", ""))
+        checked += 1
+        try:
+            permissions = compiler.permissions(obj)
+        except AnnotationError as exc:
+            failures += 1
+            print(f"invalid: {ref}: {exc}")
+            continue
+        entries = len(permissions.entries) if permissions else 0
+        print(f"ok: {ref} ({entries} permission entr{'y' if entries == 1 else 'ies'})")
+    if not checked:
+        print("lint: no Role or ClusterRole found", file=sys.stderr)
+        return 2
+    return 1 if failures else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {
+        "serve": _cmd_serve,
+        "check": _cmd_check,
+        "gen-certs": _cmd_gen_certs,
+        "lint": _cmd_lint,
+    }[args.command]
+    return handler(args)

@@ -1,0 +1,48 @@
+"""Server settings: one frozen dataclass, built from the command line and the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.engine.decide import Options
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import Compiler
+
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024  # etcd's default request limit is 1.5 MiB per object;
+# an UPDATE review carries object and oldObject, plus envelope.
+
+
+@dataclass(frozen=True)
+class Settings:
+    annotation_keys: tuple[str, ...] = (DEFAULT_ANNOTATION_KEY,)
+    default_label_key: str | None = None
+    allow_unlabeled: bool = False
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Where RBAC comes from: a directory of manifests, or a cluster (kubeconfig / in-cluster).
+    rbac_dir: Path | None = None
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
+    # Fail closed once the cluster state is older than this many seconds (None: never).
+    max_staleness: float | None = None
+    # Serving.
+    bind: str = "0.0.0.0:8443"
+    workers: int = 2
+    threads: int = 4
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    log_level: str = "info"
+
+    @property
+    def compiler(self) -> Compiler:
+        return Compiler(self.annotation_keys, self.default_label_key)
+
+    @property
+    def engine_options(self) -> Options:
+        return Options(compiler=self.compiler, allow_unlabeled=self.allow_unlabeled)
+
+
+def env_default(name: str, default: str | None = None) -> str | None:
+    """``LABEL_RBAC_<NAME>`` from the environment, for flags that may come from a Deployment."""
+    return os.environ.get(f"LABEL_RBAC_{name}", default)
