@@ -1,0 +1,171 @@
+"""The command line: check, gen-certs and lint (in-process through ``main``, plus one real run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from app.cli import main
+from tests.conftest import EXAMPLES
+from tests.support import REVIEWS, ROOT, load_review
+
+CHECK = ["check", "--rbac-dir", str(EXAMPLES)]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "expected"),
+    [
+        pytest.param(
+            ["--user", "alice", "--verb", "create", "--resource", "configmaps",
+             "--namespace", "t1", "--label", "team=a"],
+            0, "allowed (LabelsPermitted)", id="alice-own-bucket",
+        ),
+        pytest.param(
+            ["--user", "bob", "--verb", "create", "--resource", "configmaps",
+             "--namespace", "t1", "--name", "c2", "--label", "team=a"],
+            1, 'label team="a" is not permitted (role t1/team-b allows team in [b])',
+            id="bob-foreign-bucket",
+        ),
+        pytest.param(
+            ["--user", "erin", "--group", "platform", "--verb", "patch",
+             "--resource", "deployments.apps", "--namespace", "t2", "--label", "tier=shared-db"],
+            0, "permitted by clusterrole platform-ops", id="group-clusterrole-glob",
+        ),
+        pytest.param(
+            ["--user", "system:serviceaccount:t1:ci-deployer", "--verb", "update",
+             "--resource", "deployments.apps", "--namespace", "t1", "--name", "api",
+             "--label", "team=a"],
+            0, "allowed (NoGrantingRole)", id="resource-names-do-not-match-other-names",
+        ),
+        pytest.param(
+            ["--user", "bob", "--verb", "delete", "--resource", "secrets",
+             "--namespace", "t1", "--name", "db"],
+            1, "the existing object has no label team", id="unlabeled-object-denied",
+        ),
+        pytest.param(
+            ["--user", "bob", "--verb", "delete", "--resource", "secrets",
+             "--namespace", "t1", "--name", "db", "--allow-unlabeled"],
+            0, "warning: object has no label team", id="allow-unlabeled-warns",
+        ),
+    ],
+)  # fmt: skip
+def test_check_explains(
+    args: list[str], code: int, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*CHECK, *args]) == code
+    assert expected in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["--user", "bob"], id="missing-verb-and-resource"),
+        pytest.param(
+            ["--user", "b", "--verb", "create", "--resource", "pods", "--label", "oops"],
+            id="bad-label",
+        ),
+    ],
+)
+def test_check_usage_errors_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*CHECK, *args]) == 2
+    assert "check:" in capsys.readouterr().err
+
+
+def akraino_rbac(tmp_path: Path) -> Path:
+    """The recorded Akraino scenario: Role default/create-intent bound to alice and tenants."""
+    rbac = tmp_path / "rbac"
+    rbac.mkdir()
+    for name in ("a001-create-roles", "a002-create-rolebindings"):
+        obj = load_review(name)["request"]["object"]
+        (rbac / f"{name}.json").write_text(json.dumps(obj))
+    return rbac
+
+
+@pytest.mark.parametrize(
+    ("review", "code"),
+    [
+        pytest.param("a003-create-mwan3policies", 0, id="app-intent-allowed"),
+        pytest.param("a004-create-mwan3policies", 1, id="k8s-service-denied"),
+    ],
+)
+def test_check_review_file_with_akraino_flags(
+    tmp_path: Path, review: str, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "check", "--rbac-dir", str(akraino_rbac(tmp_path)),
+        "--review", str(REVIEWS / f"{review}.json"),
+        "--annotation-key", "sdewan-bucket-type-permission",
+        "--default-label-key", "sdewan-bucket-type",
+    ]  # fmt: skip
+    assert main(args) == code
+    out = capsys.readouterr().out
+    if code:
+        assert "role default/create-intent allows sdewan-bucket-type in [app-intent]" in out
+
+
+def test_shorthand_without_default_key_grants_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "check", "--rbac-dir", str(akraino_rbac(tmp_path)),
+        "--review", str(REVIEWS / "a003-create-mwan3policies.json"),
+        "--annotation-key", "sdewan-bucket-type-permission",
+    ]  # fmt: skip
+    assert main(args) == 1
+    assert "no default label key is configured" in capsys.readouterr().out
+
+
+def test_gen_certs_writes_a_verifiable_chain(tmp_path: Path) -> None:
+    out = tmp_path / "certs"
+    dns = ["label-rbac.label-rbac.svc", "127.0.0.1"]
+    assert main(["gen-certs", "--out", str(out), "--dns", dns[0], "--dns", dns[1]]) == 0
+    ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    cert = x509.load_pem_x509_certificate((out / "tls.crt").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == [dns[0]]
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == [dns[1]]
+    assert (out / "tls.key").stat().st_mode & 0o077 == 0
+
+
+def test_lint_accepts_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lint", *map(str, sorted(EXAMPLES.glob("*.yaml")))]) == 0
+    assert "ok: role t1/team-a (4 permission entries)" in capsys.readouterr().out
+
+
+def test_lint_reports_invalid_annotation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
+        "metadata:\n  name: broken\n  namespace: t1\n"
+        "  annotations:\n    labelrbac.io/permissions: '{\"configmaps\": {\"team\": []}}'\n"
+        "rules: []\n"
+    )
+    assert main(["lint", str(manifest)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("invalid: role t1/broken: invalid labelrbac.io/permissions annotation")
+
+
+def test_lint_without_roles_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "ns.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n")
+    assert main(["lint", str(manifest)]) == 2
+
+
+def test_module_entry_point() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "app", *CHECK, "--user", "bob", "--verb", "create",
+         "--resource", "configmaps", "--namespace", "t1", "--label", "team=b"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("allowed")

@@ -1,0 +1,119 @@
+"""Run the real server process (``python -m app serve``) and talk HTTPS to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    base_url: str
+    ca: Path
+    process: subprocess.Popen[str]
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca))
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, timeout: float = 10
+    ) -> tuple[int, Any]:
+        req = urllib.request.Request(
+            self.base_url + path,
+            data=body,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, context=self.context(), timeout=timeout) as resp:
+                return resp.status, _decode(resp.read())
+        except urllib.error.HTTPError as err:
+            return err.code, _decode(err.read())
+
+    def review(self, review: dict[str, Any]) -> dict[str, Any]:
+        status, body = self.request("POST", "/validate", json.dumps(review).encode())
+        assert status == 200, body
+        return body
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited with {self.process.returncode}")
+            try:
+                status, last = self.request("GET", "/readyz", timeout=2)
+                if status == 200:
+                    return
+            except (OSError, ssl.SSLError) as exc:
+                last = exc
+            time.sleep(0.1)
+        raise AssertionError(f"server not ready after {timeout}s: {last}")
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")
+
+
+@contextmanager
+def serve(
+    tmp: Path, *args: str, env: dict[str, str] | None = None, ready: bool = True
+) -> Iterator[Server]:
+    """Start ``python -m app serve --dev-tls`` on a free loopback port; stop it afterwards."""
+    port = free_port()
+    certs = tmp / "certs"
+    command = [
+        sys.executable, "-m", "app", "serve",
+        "--dev-tls", str(certs), "--bind", f"127.0.0.1:{port}", *args,
+    ]  # fmt: skip
+    log = (tmp / "server.log").open("w")
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+    server = Server(f"https://127.0.0.1:{port}", certs / "ca.crt", process)
+    try:
+        deadline = time.monotonic() + 30
+        while not server.ca.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if ready:
+            server.wait_ready()
+        yield server
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        log.close()
