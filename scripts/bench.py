@@ -1,0 +1,205 @@
+"""Benchmarks: decision throughput of the engine and of the HTTP server, as ratios to baselines.
+
+Run with ``.venv/bin/python scripts/bench.py`` (add ``--http`` for the gunicorn/wrk figures).
+Every figure is reported next to a baseline measured in the same run, because absolute numbers
+on a shared machine mean little:
+
+- engine: ``evaluate`` against ``json.loads`` of the same review (the work no webhook can skip),
+  and the indexed ``Snapshot`` against a linear scan of every binding (what a webhook without
+  indexes does, e.g. one that lists RoleBindings per request);
+- node rules: a non-node request with and without the node check in the pipeline;
+- HTTP: ``POST /validate`` against ``GET /healthz`` on the same gunicorn server, driven by wrk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.engine.decide import PRE_CHECKS, Context, Options, evaluate  # noqa: E402
+from app.engine.model import Request, UserInfo  # noqa: E402
+from app.engine.rbac import Binding, Compiler, Snapshot, snapshot_from_objects  # noqa: E402
+from app.source.static import read_manifests  # noqa: E402
+from app.wire import build_response, parse_review  # noqa: E402
+from tests.support import API, make_review  # noqa: E402
+
+
+class LinearSnapshot(Snapshot):
+    """Baseline: finds bindings by scanning all of them, as an unindexed webhook would."""
+
+    def bindings_for(self, user: UserInfo, namespace: str) -> Iterator[Binding]:
+        keys = {("User", user.username), *(("Group", g) for g in user.groups)}
+        seen: set[tuple[str, str]] = set()
+        for found in self.bindings.values():
+            for binding in found:
+                if binding.namespace not in (namespace, ""):
+                    continue
+                if (binding.namespace, binding.name) in seen:
+                    continue
+                if keys.intersection(binding.subjects):
+                    seen.add((binding.namespace, binding.name))
+                    yield binding
+
+
+def cluster_objects(tenant_namespaces: int) -> list[tuple[str, dict[str, Any]]]:
+    """The bootstrap RBAC of a real cluster plus ``tenant_namespaces`` namespaces of two teams."""
+    objects: list[tuple[str, Any]] = []
+    for name in ("roles", "clusterroles", "rolebindings", "clusterrolebindings", "namespaces"):
+        objects += read_manifests(API / f"list-{name}.json")
+    objects += read_manifests(ROOT / "manifests" / "examples")
+    for i in range(tenant_namespaces):
+        ns = f"tenant-{i}"
+        objects.append(("Namespace", {"metadata": {"name": ns}}))
+        for team in ("a", "b"):
+            objects.append(("Role", {
+                "metadata": {"name": f"team-{team}", "namespace": ns, "annotations": {
+                    "labelrbac.io/permissions": json.dumps({"configmaps": {"team": [team]}})}},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets"],
+                           "verbs": ["*"]}],
+            }))
+            objects.append(("RoleBinding", {
+                "metadata": {"name": f"team-{team}", "namespace": ns},
+                "roleRef": {"kind": "Role", "name": f"team-{team}"},
+                "subjects": [{"kind": "User", "name": f"user-{i}-{team}-{u}"} for u in range(5)],
+            }))  # fmt: skip
+    return objects
+
+
+def reviews(tenant_namespaces: int) -> dict[str, dict[str, Any]]:
+    ns = f"tenant-{tenant_namespaces // 2}"
+    user_a = f"user-{tenant_namespaces // 2}-a-0"
+    return {
+        "tenant-allowed": make_review(
+            user_a, "CREATE", "configmaps", namespace=ns, labels={"team": "a"}, groups=("t",)
+        ),
+        "tenant-denied": make_review(
+            user_a, "CREATE", "configmaps", namespace=ns, labels={"team": "b"}, groups=("t",)
+        ),
+        "tenant-update": make_review(
+            user_a, "UPDATE", "configmaps", namespace=ns,
+            labels={"team": "a", "v": "2"}, old_labels={"team": "a"}, groups=("t",),
+        ),
+        "admin": make_review(
+            "admin", "CREATE", "configmaps", namespace=ns, labels={}, groups=("system:masters",)
+        ),
+    }  # fmt: skip
+
+
+def rate(fn: Callable[[], object], seconds: float) -> float:
+    """Calls per second of ``fn`` over about ``seconds`` (best of three rounds)."""
+    best = 0.0
+    for _ in range(3):
+        calls, start = 0, time.perf_counter()
+        deadline = start + seconds / 3
+        while True:
+            for _ in range(200):
+                fn()
+            calls += 200
+            now = time.perf_counter()
+            if now >= deadline:
+                break
+        best = max(best, calls / (now - start))
+    return best
+
+
+def engine_bench(tenant_namespaces: int, seconds: float) -> None:
+    compiler = Compiler(("labelrbac.io/permissions",))
+    objects = cluster_objects(tenant_namespaces)
+    started = time.perf_counter()
+    indexed = snapshot_from_objects(objects, compiler)
+    build_ms = (time.perf_counter() - started) * 1000
+    linear = LinearSnapshot(indexed.roles, indexed.bindings, indexed.namespaces, indexed.nodes)
+    options = Options(compiler=compiler)
+    ctx, linear_ctx = Context(indexed, options), Context(linear, options)
+    no_node = tuple(c for c in PRE_CHECKS if c.__name__ != "check_node")
+    n_bindings = sum(len(v) for v in indexed.bindings.values())
+    print(f"snapshot: {len(objects)} objects, {len(indexed.roles)} roles, "
+          f"{n_bindings} binding index entries, built in {build_ms:.0f} ms")  # fmt: skip
+    header = (
+        f"{'request':16} {'decisions/s':>12} {'json.loads/s':>13} {'decide/parse':>13} "
+        f"{'linear/s':>10} {'index speedup':>14} {'node-check cost':>16} {'full review/s':>14}"
+    )
+    print(header)
+    for name, review in reviews(tenant_namespaces).items():
+        body = json.dumps(review)
+        request: Request = parse_review(review).request
+        decision = evaluate(request, ctx)
+        assert decision == evaluate(request, linear_ctx), name
+        decide = rate(lambda r=request: evaluate(r, ctx), seconds)
+        parse = rate(lambda b=body: json.loads(b), seconds)
+        scan = rate(lambda r=request: evaluate(r, linear_ctx), seconds)
+        without_node = rate(lambda r=request: evaluate(r, ctx, no_node), seconds)
+
+        def full(b: str = body) -> bytes:
+            rev = parse_review(json.loads(b))
+            out = build_response(rev.api_version, rev.request.uid, evaluate(rev.request, ctx))
+            return json.dumps(out).encode()
+
+        whole = rate(full, seconds)
+        print(
+            f"{name:16} {decide:12,.0f} {parse:13,.0f} {decide / parse:13.2f} "
+            f"{scan:10,.0f} {decide / scan:13.0f}x {without_node / decide - 1:15.1%} "
+            f"{whole:14,.0f}"
+        )
+
+
+def http_bench(duration: int) -> None:
+    if shutil.which("wrk") is None:
+        print("http: wrk not found (apt-get install wrk); skipped")
+        return
+    from tests.process import serve
+
+    review = make_review("alice", "CREATE", "configmaps", namespace="t1", labels={"team": "a"})
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "post.lua"
+        script.write_text(
+            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+            f"wrk.body = {json.dumps(json.dumps(review))}\n"
+        )
+        workers = str(os.cpu_count() or 2)
+        with serve(Path(tmp), "--rbac-dir", "manifests/examples", "--workers", workers,
+                   "--threads", "4", "--log-level", "warning") as server:  # fmt: skip
+            results = {}
+            for label, path, extra in (
+                ("GET /healthz", "/healthz", []),
+                ("POST /validate", "/validate", ["-s", str(script)]),
+            ):
+                out = subprocess.run(
+                    ["wrk", "-t2", "-c16", f"-d{duration}s", "--latency", *extra,
+                     server.base_url + path],
+                    capture_output=True, text=True, check=True,
+                ).stdout  # fmt: skip
+                rps = float(next(ln for ln in out.splitlines() if "Requests/sec" in ln).split()[1])
+                p99 = next(ln for ln in out.splitlines() if ln.strip().startswith("99%")).split()[1]
+                results[label] = rps
+                print(f"{label:16} {rps:10,.0f} req/s   p99 {p99}")
+            ratio = results["POST /validate"] / results["GET /healthz"]
+            print(f"validate/healthz throughput ratio: {ratio:.2f} ({workers} workers, TLS)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--namespaces", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=1.5, help="per measurement")
+    parser.add_argument("--http", action="store_true", help="also load the server with wrk")
+    parser.add_argument("--http-duration", type=int, default=10)
+    args = parser.parse_args()
+    engine_bench(args.namespaces, args.seconds)
+    if args.http:
+        http_bench(args.http_duration)
+
+
+if __name__ == "__main__":
+    main()
