@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.engine.decide import PRE_CHECKS, Context, Options, evaluate  # noqa: E402
 from app.engine.model import Request, UserInfo  # noqa: E402
-from app.engine.rbac import Binding, Compiler, Snapshot, snapshot_from_objects  # noqa: E402
+from app.engine.rbac import Binding, CompiledRole, Compiler, Snapshot, snapshot_from_objects  # noqa: E402
 from app.source.static import read_manifests  # noqa: E402
 from app.wire import build_response, parse_review  # noqa: E402
 from tests.support import API, make_review  # noqa: E402
@@ -39,18 +39,16 @@ from tests.support import API, make_review  # noqa: E402
 class LinearSnapshot(Snapshot):
     """Baseline: finds bindings by scanning all of them, as an unindexed webhook would."""
 
-    def bindings_for(self, user: UserInfo, namespace: str) -> Iterator[Binding]:
+    def roles_for(self, user: UserInfo, namespace: str) -> Iterator[tuple[Binding, CompiledRole]]:
         keys = {("User", user.username), *(("Group", g) for g in user.groups)}
-        seen: set[tuple[str, str]] = set()
+        seen: set[int] = set()
         for found in self.bindings.values():
-            for binding in found:
-                if binding.namespace not in (namespace, ""):
-                    continue
-                if (binding.namespace, binding.name) in seen:
+            for binding, role in found:
+                if binding.namespace not in (namespace, "") or id(binding) in seen:
                     continue
                 if keys.intersection(binding.subjects):
-                    seen.add((binding.namespace, binding.name))
-                    yield binding
+                    seen.add(id(binding))
+                    yield binding, role
 
 
 def cluster_objects(tenant_namespaces: int) -> list[tuple[str, dict[str, Any]]]:

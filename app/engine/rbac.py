@@ -177,12 +177,21 @@ def user_keys(user: UserInfo) -> tuple[tuple[str, str], ...]:
     return ((USER, user.username), *((GROUP, g) for g in user.groups))
 
 
+# (namespace, or "" for cluster-wide; subject kind; subject name) → the bindings naming that
+# subject in that scope, each with its role resolved when the snapshot is built.
+BindingIndex = Mapping[tuple[str, str, str], tuple[tuple[Binding, CompiledRole], ...]]
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything the engine reads, indexed for the request path. Never mutated once built."""
+    """Everything the engine reads, indexed for the request path. Never mutated once built.
+
+    Bindings are resolved to their roles at build time, so finding a user's roles is a handful
+    of dictionary lookups; a binding whose role does not exist grants nothing and is left out.
+    """
 
     roles: Mapping[RoleRef, CompiledRole]
-    bindings: Mapping[tuple[str, str, str], tuple[Binding, ...]]
+    bindings: BindingIndex
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     nodes: Mapping[str, str] = field(default_factory=dict)
 
@@ -195,44 +204,44 @@ class Snapshot:
         nodes: Mapping[str, str] | None = None,
     ) -> Snapshot:
         """Index compiled objects. ``namespaces`` maps name→annotations, ``nodes`` name→uid."""
-        index: dict[tuple[str, str, str], list[Binding]] = defaultdict(list)
+        by_ref = {role.ref: role for role in roles}
+        index: dict[tuple[str, str, str], list[tuple[Binding, CompiledRole]]] = defaultdict(list)
         for binding in bindings:
-            for kind, name in set(binding.subjects):
-                index[(binding.namespace, kind, name)].append(binding)
+            role = by_ref.get(binding.role)
+            if role is None:
+                continue
+            for kind, name in dict.fromkeys(binding.subjects):
+                index[(binding.namespace, kind, name)].append((binding, role))
         return cls(
-            roles={role.ref: role for role in roles},
+            roles=by_ref,
             bindings={key: tuple(found) for key, found in index.items()},
             namespaces=dict(namespaces or {}),
             nodes=dict(nodes or {}),
         )
 
-    def bindings_for(self, user: UserInfo, namespace: str) -> Iterator[Binding]:
-        """RoleBindings in ``namespace`` and all ClusterRoleBindings naming the user or a group."""
-        seen: set[tuple[str, str]] = set()
-        scopes = (namespace, "") if namespace else ("",)
-        for scope in scopes:
-            for kind, name in user_keys(user):
-                for binding in self.bindings.get((scope, kind, name), ()):
-                    if (binding.namespace, binding.name) not in seen:
-                        seen.add((binding.namespace, binding.name))
-                        yield binding
-
     def roles_for(self, user: UserInfo, namespace: str) -> Iterator[tuple[Binding, CompiledRole]]:
-        """Roles bound to the user in ``namespace`` (bindings to missing roles grant nothing)."""
-        for binding in self.bindings_for(user, namespace):
-            role = self.roles.get(binding.role)
-            if role is not None:
-                yield binding, role
+        """RoleBindings in ``namespace`` and all ClusterRoleBindings naming the user or a group,
+        with their roles."""
+        seen: set[int] = set()
+        index = self.bindings
+        keys = user_keys(user)
+        for scope in (namespace, "") if namespace else ("",):
+            for kind, name in keys:
+                for pair in index.get((scope, kind, name), ()):
+                    # Identity is enough: each binding exists once per snapshot.
+                    if id(pair[0]) not in seen:
+                        seen.add(id(pair[0]))
+                        yield pair
 
     def granting_roles(
         self, user: UserInfo, namespace: str, verbs: Sequence[str], res: Resource, name: str
     ) -> list[CompiledRole]:
         """Distinct roles that authorize the request in RBAC, in binding order."""
-        found: dict[RoleRef, CompiledRole] = {}
+        found: list[CompiledRole] = []
         for _, role in self.roles_for(user, namespace):
-            if role.ref not in found and role.grants(verbs, res, name):
-                found[role.ref] = role
-        return list(found.values())
+            if role.grants(verbs, res, name) and all(r is not role for r in found):
+                found.append(role)
+        return found
 
 
 RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
