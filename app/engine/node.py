@@ -1,0 +1,483 @@
+"""Node-scoped rules: what a kubelet may write, decided as the NodeRestriction plugin does.
+
+A kubelet authenticates as ``system:node:<name>`` in the group ``system:nodes``. Those requests are
+limited to the node's own Node object and to mirror pods bound to it (design "Scoped Kubelet API
+Access"), with the "Extended NodeRestrictions for Pods" on top: mirror-pod labels must be allowed
+by the pod's namespace, pods/status may not relabel a pod, and a mirror pod's only owner is its
+node. Two mirror-pod API validation rules apply to every user, so they run before the node test.
+
+Running this as a webhook covers clusters where the in-tree plugin is off, and is a second line
+where it is on. Everything here is pure: the stored pod behind an eviction comes from
+``Context.lookup``, Node uids and namespace annotations from the ``Snapshot``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from app.engine.model import Decision, Request, annotations_of, labels_of
+
+if TYPE_CHECKING:
+    # Types only: decide.py imports this module to register ``check_node``.
+    from app.engine.decide import Context
+
+NODE_USER_PREFIX = "system:node:"
+NODES_GROUP = "system:nodes"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+ALLOWED_LABEL_KEYS_ANNOTATION = "node.kubernetes.io/mirror.allowed-label-keys"
+
+REASON = "NodeRestriction"
+INVALID_MIRROR_POD = "MirrorPodInvalid"
+UNAVAILABLE = "ParentUnavailable"
+
+# Labels the kubelet sets on its own Node. Any other label in the kubernetes.io or k8s.io domains
+# is reserved for the cluster: letting a node set it would let it steer workloads to itself.
+KUBELET_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    }
+)
+KUBELET_LABEL_DOMAINS = ("kubelet.kubernetes.io", "node.kubernetes.io")
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io")
+# Labels in this domain exist precisely so that a node cannot claim them (for isolating nodes).
+NODE_RESTRICTION_DOMAIN = "node-restriction.kubernetes.io"
+
+# Volume sources that carry a reference to a Secret, and the field holding it.
+SECRET_VOLUME_FIELDS: Mapping[str, str] = {
+    "secret": "secretName",
+    "azureFile": "secretName",
+    "cephfs": "secretRef",
+    "cinder": "secretRef",
+    "flexVolume": "secretRef",
+    "iscsi": "secretRef",
+    "rbd": "secretRef",
+    "scaleIO": "secretRef",
+    "storageos": "secretRef",
+    "csi": "nodePublishSecretRef",
+}
+
+# API objects a node may not make a mirror pod reference, in the order they are reported. The
+# node authorizer grants a node read access to whatever its pods reference, so a mirror pod that
+# referenced them would be a way around it.
+SERVICE_ACCOUNT = "a service account"
+SECRETS = "secrets"
+CONFIGMAPS = "configmaps"
+CLUSTER_TRUST_BUNDLES = "clustertrustbundles"
+PVCS = "persistentvolumeclaims"
+EPHEMERAL_VOLUMES = "ephemeral volumes"
+CSI_VOLUMES = "csi volumes"
+RESOURCE_CLAIMS = "resourceclaims"
+REFERENCE_ORDER = (
+    SERVICE_ACCOUNT,
+    SECRETS,
+    CONFIGMAPS,
+    CLUSTER_TRUST_BUNDLES,
+    PVCS,
+    EPHEMERAL_VOLUMES,
+    CSI_VOLUMES,
+    RESOURCE_CLAIMS,
+)
+
+
+def check_node(request: Request, ctx: Context) -> Decision | None:
+    """Refuse what a node may not do, and mirror-pod annotation misuse by anyone; else None."""
+    res = request.resource
+    if not res.group and res.resource == "pods" and request.kind == "Pod":
+        invalid = check_mirror_annotation(request)
+        if invalid is not None:
+            return invalid
+
+    # Most requests do not come from a kubelet: one prefix test and they are done.
+    username = request.user.username
+    if not username.startswith(NODE_USER_PREFIX) or NODES_GROUP not in request.user.groups:
+        return None
+    # NodeRestriction sees CREATE, UPDATE and DELETE only (CONNECT such as exec is left to
+    # authorization), and only core-group pods and nodes are in this rule set.
+    if request.operation == "CONNECT" or res.group:
+        return None
+    node = username[len(NODE_USER_PREFIX) :]
+    if not node:
+        return _deny(f'could not determine node from user "{username}"')
+    if res.resource == "pods":
+        return _admit_pod(node, request, ctx)
+    if res.resource == "nodes":
+        return _admit_node(node, request, ctx)
+    return None
+
+
+def check_mirror_annotation(request: Request) -> Decision | None:
+    """API validation of the mirror-pod annotation, for every user.
+
+    A mirror pod must be bound to a node, and an existing pod can neither gain, lose nor change
+    the annotation: otherwise a pod could be turned into a mirror pod (or back) after creation,
+    escaping the checks made when it was created.
+    """
+    new = annotations_of(request.object)
+    if request.operation == "CREATE":
+        if (
+            request.object is not None
+            and MIRROR_ANNOTATION in new
+            and not _bound_to(request.object)
+        ):
+            return _invalid(request, "must set spec.nodeName if mirror pod annotation is set")
+    elif request.operation == "UPDATE" and request.object is not None:
+        old = annotations_of(request.old_object)
+        if MIRROR_ANNOTATION in old:
+            if MIRROR_ANNOTATION not in new or new[MIRROR_ANNOTATION] != old[MIRROR_ANNOTATION]:
+                return _invalid(request, "may not remove or update mirror pod annotation")
+        elif MIRROR_ANNOTATION in new and request.old_object is not None:
+            return _invalid(request, "may not add mirror pod annotation")
+    return None
+
+
+def _invalid(request: Request, problem: str) -> Decision:
+    # Worded as the API server's own validation error for the field.
+    return Decision.deny(
+        INVALID_MIRROR_POD,
+        f"{request.describe()}: metadata.annotations[{MIRROR_ANNOTATION}]: {problem}",
+    )
+
+
+# --- nodes ---------------------------------------------------------------------------------------
+
+
+def _admit_node(node: str, request: Request, ctx: Context) -> Decision | None:
+    """A node may write only its own Node (and nodes/status), not its taints or reserved labels."""
+    requested = request.name or _name(request.object)
+    if requested != node:
+        return _deny(f'node "{node}" is not allowed to modify node "{requested}"')
+
+    if request.operation == "CREATE":
+        if request.object is None:
+            return _deny(f'node "{node}": the request carries no Node object')
+        if _spec(request.object).get("configSource") is not None:
+            return _deny(
+                f'node "{node}" is not allowed to create a Node with a non-nil configSource'
+            )
+        forbidden = forbidden_node_labels(modified_label_keys(labels_of(request.object), {}))
+        if forbidden:
+            return _deny(
+                f'node "{node}" is not allowed to set the following labels: {", ".join(forbidden)}'
+            )
+
+    elif request.operation == "UPDATE":
+        if request.object is None or request.old_object is None:
+            return _deny(f'node "{node}": the request carries no Node object to compare with')
+        spec, old_spec = _spec(request.object), _spec(request.old_object)
+        # Only a new non-nil value counts: an old kubelet may drop the field on a status update.
+        config_source = spec.get("configSource")
+        if config_source is not None and config_source != old_spec.get("configSource"):
+            return _deny(
+                f'node "{node}" is not allowed to update configSource to a new non-nil configSource'
+            )
+        # Removing a taint would let a node attract workloads that are meant to stay away.
+        if (spec.get("taints") or []) != (old_spec.get("taints") or []):
+            return _deny(f'node "{node}" is not allowed to modify taints')
+        modified = modified_label_keys(labels_of(request.object), labels_of(request.old_object))
+        forbidden = forbidden_node_labels(modified)
+        if forbidden:
+            return _deny(f'node "{node}" is not allowed to modify labels: {", ".join(forbidden)}')
+    return None
+
+
+def modified_label_keys(new: Mapping[str, str], old: Mapping[str, str]) -> set[str]:
+    """Keys added, removed or given another value between ``old`` and ``new``."""
+    return {k for k in new.keys() | old.keys() if k not in new or k not in old or new[k] != old[k]}
+
+
+def forbidden_node_labels(keys: Iterable[str]) -> list[str]:
+    """The sorted keys a node may not add, change or remove on its own Node."""
+    return sorted(k for k in keys if is_protected_node_label(k))
+
+
+def is_protected_node_label(key: str) -> bool:
+    """Whether ``key`` is reserved: node-restriction, or kubernetes.io/k8s.io but not kubelet's."""
+    domain = _label_domain(key)
+    if not domain:
+        return False
+    if _in_domain(domain, NODE_RESTRICTION_DOMAIN):
+        return True
+    if not any(_in_domain(domain, parent) for parent in RESERVED_LABEL_DOMAINS):
+        return False
+    if key in KUBELET_LABELS:
+        return False
+    return not any(_in_domain(domain, parent) for parent in KUBELET_LABEL_DOMAINS)
+
+
+def _label_domain(key: str) -> str:
+    prefix, slash, _ = key.partition("/")
+    return prefix if slash else ""
+
+
+def _in_domain(domain: str, parent: str) -> bool:
+    return domain == parent or domain.endswith("." + parent)
+
+
+# --- pods ----------------------------------------------------------------------------------------
+
+
+def _admit_pod(node: str, request: Request, ctx: Context) -> Decision | None:
+    sub = request.resource.subresource
+    operation = request.operation
+    if not sub:
+        if operation == "CREATE":
+            return _admit_mirror_pod_create(node, request, ctx)
+        if operation == "DELETE":
+            # The API server sends the stored pod as oldObject; look it up only if it is absent.
+            return _bound_pod_only(node, request, ctx, "delete", request.old_object)
+        return _deny(
+            f'unexpected operation "{operation}", node "{node}" can only create and delete '
+            "mirror pods"
+        )
+    if sub == "status":
+        return _admit_pod_status(node, request)
+    if sub == "eviction":
+        return _admit_pod_eviction(node, request, ctx)
+    # A kubelet has no business with binding, ephemeralcontainers, resize and the like.
+    return _deny(f"unexpected pod subresource \"{sub}\", only 'status' and 'eviction' are allowed")
+
+
+def _admit_mirror_pod_create(node: str, request: Request, ctx: Context) -> Decision | None:
+    pod = request.object or {}
+    if MIRROR_ANNOTATION not in annotations_of(pod):
+        return _deny(
+            f'pod does not have "{MIRROR_ANNOTATION}" annotation, node "{node}" can only create '
+            "mirror pods"
+        )
+    if _bound_to(pod) != node:
+        return _deny(f'node "{node}" can only create pods with spec.nodeName set to itself')
+    denial = _check_owner_references(node, pod, ctx)
+    if denial is not None:
+        return denial
+    references = pod_api_references(pod)
+    for kind in REFERENCE_ORDER:
+        if kind in references:
+            return _deny(f'node "{node}" can not create pods that reference {kind}')
+    return _check_mirror_pod_labels(node, request, ctx)
+
+
+def _check_owner_references(node: str, pod: Mapping[str, Any], ctx: Context) -> Decision | None:
+    """At most one owner, and it is this node as controller: no other controller can adopt it."""
+    owners = _metadata(pod).get("ownerReferences") or []
+    if len(owners) > 1:
+        return _deny(
+            f'node "{node}" can only create pods with a single owner reference set to itself'
+        )
+    if not owners:
+        return None
+    owner = owners[0] if isinstance(owners[0], Mapping) else {}
+    if owner.get("apiVersion") != "v1" or owner.get("kind") != "Node" or owner.get("name") != node:
+        return _deny(f'node "{node}" can only create pods with an owner reference set to itself')
+    if owner.get("controller") is not True:
+        return _deny(
+            f'node "{node}" can only create pods with a controller owner reference set to itself'
+        )
+    # blockOwnerDeletion would make deleting the Node wait on the pod: not the node's call.
+    if owner.get("blockOwnerDeletion") is True:
+        return _deny(f'node "{node}" must not set blockOwnerDeletion on an owner reference')
+    # The uid proves the reference is to this Node and not a deleted namesake. Without a known
+    # Node (no cluster access) the name check above is all that can be done.
+    known = ctx.snapshot.nodes.get(node)
+    if known and owner.get("uid") != known:
+        return _deny(
+            f'node "{node}" UID mismatch: the owner reference has uid "{owner.get("uid") or ""}", '
+            f'the Node has uid "{known}"'
+        )
+    return None
+
+
+def _check_mirror_pod_labels(node: str, request: Request, ctx: Context) -> Decision | None:
+    """Mirror-pod labels must be allowed by the namespace, so a node cannot join a selector.
+
+    Otherwise a node could label a mirror pod into a Service (and intercept its traffic) or into
+    a controller's selector (and have legitimate replicas deleted).
+    """
+    labels = labels_of(request.object)
+    if not labels:
+        return None
+    namespace = request.namespace or _metadata(request.object).get("namespace") or ""
+    keys = ", ".join(sorted(labels))
+    annotations = ctx.snapshot.namespaces.get(namespace)
+    if annotations is None:
+        return _deny(
+            f'node "{node}" can not create mirror pods with labels ({keys}) in namespace '
+            f'"{namespace}": the namespace is not known, so its "{ALLOWED_LABEL_KEYS_ANNOTATION}" '
+            "annotation cannot be read"
+        )
+    if ALLOWED_LABEL_KEYS_ANNOTATION not in annotations:
+        return _deny(
+            f'node "{node}" can not create mirror pods with labels ({keys}) in namespace '
+            f'"{namespace}": the namespace has no "{ALLOWED_LABEL_KEYS_ANNOTATION}" annotation'
+        )
+    allowed = allowed_label_keys(annotations[ALLOWED_LABEL_KEYS_ANNOTATION])
+    refused = sorted(set(labels) - allowed)
+    if refused:
+        return _deny(
+            f'node "{node}" can not create mirror pods with labels {", ".join(refused)} in '
+            f'namespace "{namespace}": its "{ALLOWED_LABEL_KEYS_ANNOTATION}" annotation allows '
+            f"only {', '.join(sorted(allowed)) or 'no keys'}"
+        )
+    return None
+
+
+def allowed_label_keys(value: str) -> frozenset[str]:
+    """The keys listed in an allowed-label-keys annotation (comma-separated, spaces ignored)."""
+    return frozenset(key for part in value.split(",") if (key := part.strip()))
+
+
+def pod_api_references(pod: Mapping[str, Any]) -> set[str]:
+    """Which kinds of API object (``REFERENCE_ORDER`` names) a pod's spec references."""
+    spec = _spec(pod)
+    found: set[str] = set()
+    if spec.get("serviceAccountName") or spec.get("serviceAccount"):
+        found.add(SERVICE_ACCOUNT)
+    if spec.get("imagePullSecrets"):
+        found.add(SECRETS)
+    if spec.get("resourceClaims"):
+        found.add(RESOURCE_CLAIMS)
+    for container in _containers(spec):
+        for env in _mappings(container.get("env")):
+            value_from = env.get("valueFrom")
+            if isinstance(value_from, Mapping):
+                if value_from.get("secretKeyRef"):
+                    found.add(SECRETS)
+                if value_from.get("configMapKeyRef"):
+                    found.add(CONFIGMAPS)
+        for env_from in _mappings(container.get("envFrom")):
+            if env_from.get("secretRef"):
+                found.add(SECRETS)
+            if env_from.get("configMapRef"):
+                found.add(CONFIGMAPS)
+    for volume in _mappings(spec.get("volumes")):
+        found.update(_volume_references(volume))
+    return found
+
+
+def _volume_references(volume: Mapping[str, Any]) -> set[str]:
+    found: set[str] = set()
+    for plugin, field in SECRET_VOLUME_FIELDS.items():
+        source = volume.get(plugin)
+        # A secret volume names its Secret by definition; the others only when the field is set.
+        if isinstance(source, Mapping) and (plugin == "secret" or source.get(field)):
+            found.add(SECRETS)
+    if volume.get("configMap") is not None:
+        found.add(CONFIGMAPS)
+    if volume.get("persistentVolumeClaim") is not None:
+        found.add(PVCS)
+    if volume.get("ephemeral") is not None:
+        found.add(EPHEMERAL_VOLUMES)
+    if volume.get("csi") is not None:
+        found.add(CSI_VOLUMES)
+    projected = volume.get("projected")
+    sources = projected.get("sources") if isinstance(projected, Mapping) else None
+    for source in _mappings(sources):
+        if source.get("secret") is not None:
+            found.add(SECRETS)
+        if source.get("configMap") is not None:
+            found.add(CONFIGMAPS)
+        if source.get("clusterTrustBundle") is not None:
+            found.add(CLUSTER_TRUST_BUNDLES)
+        # A token projection mints a token for the pod's service account.
+        if source.get("serviceAccountToken") is not None:
+            found.add(SERVICE_ACCOUNT)
+    return found
+
+
+def _admit_pod_status(node: str, request: Request) -> Decision | None:
+    """Status of pods bound to the node only, and no relabelling or re-owning through status."""
+    if request.operation != "UPDATE":
+        return _deny(f'unexpected operation "{request.operation}"')
+    if request.old_object is None or request.object is None:
+        return _deny(f'node "{node}": the request carries no pod to compare with')
+    if _bound_to(request.old_object) != node:
+        return _deny(
+            f'node "{node}" can only update pod status for pods with spec.nodeName set to itself'
+        )
+    if dict(labels_of(request.old_object)) != dict(labels_of(request.object)):
+        return _deny(f'node "{node}" cannot update labels through pod status')
+    old_owners = _metadata(request.old_object).get("ownerReferences") or []
+    if old_owners != (_metadata(request.object).get("ownerReferences") or []):
+        return _deny(f'node "{node}" cannot update owner references through pod status')
+    return None
+
+
+def _admit_pod_eviction(node: str, request: Request, ctx: Context) -> Decision | None:
+    if request.operation != "CREATE":
+        return _deny(f'unexpected operation "{request.operation}"')
+    # The request names the pod; the Eviction body is only a fallback, as upstream does.
+    name = request.name or _name(request.object)
+    if not name:
+        return _deny("could not determine pod from request data")
+    target = request if request.name else replace(request, name=name)
+    return _bound_pod_only(node, target, ctx, "evict", None)
+
+
+def _bound_pod_only(
+    node: str, request: Request, ctx: Context, verb: str, pod: Mapping[str, Any] | None
+) -> Decision | None:
+    """Refuse unless the pod (given, or read through ``ctx.lookup``) is bound to ``node``."""
+    rule = f'node "{node}" can only {verb} pods with spec.nodeName set to itself'
+    if pod is None:
+        # Imported here because decide.py imports this module to register the check.
+        from app.engine.decide import ParentUnavailable
+
+        try:
+            pod = ctx.lookup(request)
+        except ParentUnavailable as exc:
+            return Decision.deny(
+                UNAVAILABLE,
+                f'{rule}, and pod "{request.name}" in namespace "{request.namespace}" could not '
+                f"be read to check it: {exc}",
+            )
+    if _bound_to(pod) != node:
+        return _deny(rule)
+    return None
+
+
+# --- object access -------------------------------------------------------------------------------
+
+
+def _deny(message: str) -> Decision:
+    return Decision.deny(REASON, message)
+
+
+def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    metadata = obj.get("metadata") if obj else None
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _spec(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    spec = obj.get("spec") if obj else None
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _name(obj: Mapping[str, Any] | None) -> str:
+    return _metadata(obj).get("name") or ""
+
+
+def _bound_to(pod: Mapping[str, Any] | None) -> str:
+    return _spec(pod).get("nodeName") or ""
+
+
+def _mappings(value: Any) -> Iterable[Mapping[str, Any]]:
+    """The mapping items of a list field, tolerating null and malformed entries."""
+    if not isinstance(value, list):
+        return ()
+    return (item for item in value if isinstance(item, Mapping))
+
+
+def _containers(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    for field in ("containers", "initContainers", "ephemeralContainers"):
+        yield from _mappings(spec.get(field))
