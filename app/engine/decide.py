@@ -10,7 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.escalation import check_escalation
 from app.engine.model import OPERATIONS, Decision, Request, labels_of
+from app.engine.node import check_node
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, Entry
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, Snapshot
 
@@ -24,7 +26,7 @@ ParentLookup = Callable[[Request], Mapping[str, Any]]
 
 def no_parent_lookup(request: Request) -> Mapping[str, Any]:
     raise ParentUnavailable(
-        f"the labels of {request.resource.resource} \"{request.name}\" are not in this request "
+        f'the labels of {request.resource.resource} "{request.name}" are not in this request '
         "and this webhook runs without cluster access (static --rbac-dir), so it cannot read them"
     )
 
@@ -103,6 +105,10 @@ def _allowances(restricted: list[tuple[CompiledRole, tuple[Entry, ...]]]) -> str
     )
 
 
+def _broken(invalid: list[CompiledRole]) -> str:
+    return "; ".join(f"{role.ref} grants nothing here: {role.error}" for role in invalid)
+
+
 def check_labels(request: Request, ctx: Context) -> Decision:
     """The label rule: allow iff some granting role is unrestricted or its entry is satisfied."""
     granting = ctx.snapshot.granting_roles(
@@ -122,9 +128,8 @@ def check_labels(request: Request, ctx: Context) -> Decision:
             return Decision.allow("Unrestricted", f"{role.ref} grants this without label limits")
         restricted.append((role, entries))
 
-    broken = "; ".join(f"{role.ref} grants nothing here: {role.error}" for role in invalid)
     if not restricted:
-        return Decision.deny("InvalidAnnotation", f"{_who(request)}: {broken}")
+        return Decision.deny("InvalidAnnotation", f"{_who(request)}: {_broken(invalid)}")
 
     try:
         states = label_states(request, ctx.lookup)
@@ -139,7 +144,7 @@ def check_labels(request: Request, ctx: Context) -> Decision:
     warnings: list[str] = []
     for existing, labels in states:
         passing = [
-            role
+            (role, entries)
             for role, entries in restricted
             if all(e.violation(labels, allow_unlabeled) is None for e in entries)
         ]
@@ -148,18 +153,21 @@ def check_labels(request: Request, ctx: Context) -> Decision:
             violation = next(
                 v for e in entries if (v := e.violation(labels, allow_unlabeled)) is not None
             )
-            detail = _allowances(restricted) + (f"; {broken}" if broken else "")
+            detail = _allowances(restricted) + (f"; {_broken(invalid)}" if invalid else "")
             return Decision.deny(
                 "LabelNotPermitted",
                 f"{_who(request)}: {violation.describe(existing)} ({detail})",
                 *(f"{r.ref}: {' and '.join(e.describe() for e in es)}" for r, es in restricted),
             )
-        role = passing[0]
+        # Prefer a role the labels satisfy outright: only when every passing role relied on a
+        # tolerated missing label was the object "allowed only because" of --allow-unlabeled.
+        strict = next(
+            (p for p in passing if all(e.violation(labels, False) is None for e in p[1])), None
+        )
+        role, entries = strict or passing[0]
         explanation.append(f"{'existing' if existing else 'new'} labels permitted by {role.ref}")
-        if allow_unlabeled:
-            missing = sorted(
-                {r.key for _, es in restricted for e in es for r in e.requirements} - set(labels)
-            )
+        if strict is None:
+            missing = sorted({r.key for e in entries for r in e.requirements} - set(labels))
             if missing:
                 warnings.append(
                     f"object has no label {', '.join(missing)}; allowed only because "
@@ -198,10 +206,17 @@ def check_operation(request: Request, ctx: Context) -> Decision | None:
 
 
 # Checks run in this order before the label rule; each may only deny.
-PRE_CHECKS: tuple[Check, ...] = (check_operation, check_role_annotation)
+PRE_CHECKS: tuple[Check, ...] = (
+    check_node,
+    check_operation,
+    check_role_annotation,
+    check_escalation,
+)
 
 
-def evaluate(request: Request, ctx: Context, pre_checks: tuple[Check, ...] = PRE_CHECKS) -> Decision:
+def evaluate(
+    request: Request, ctx: Context, pre_checks: tuple[Check, ...] = PRE_CHECKS
+) -> Decision:
     """Decide one request: the first objecting check wins, then the label rule decides."""
     for check in pre_checks:
         decision = check(request, ctx)

@@ -1,0 +1,409 @@
+"""The escalation check: a role or binding may not hand out more label access than its author has.
+
+RBAC refuses a Role granting what its author does not hold, and a binding to such a role, unless
+the author holds the ``escalate`` (roles) or ``bind`` (bindings) verb. RBAC knows nothing of label
+permissions, though: without this check a namespace admin limited to ``team=a`` could write a
+Role granting configmaps without an annotation (or with ``team=b``) and bind herself to it, or
+bind herself to an existing unrestricted Role. This check applies RBAC's rule to labels:
+
+* the new object's grants are broken down, as RBAC does, into single grants: one verb on one
+  ``group``/``resource[/sub]`` spelling (``*`` kept as written), for one name if the rule has
+  ``resourceNames``;
+* for each grant the author holds in RBAC, at least one of the author's roles granting it must be
+  unrestricted for it, or restrict every label key that role restricts, to value globs its own
+  globs cover (``Glob.covers``);
+* a grant the author does not hold at all is left to RBAC, whose escalation check refuses it.
+
+Wildcard grants (``*`` groups or resources) span resources no single annotation entry decides
+for, so they are compared through over-approximations of both sides: when coverage cannot be
+proven the grant is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.engine.model import VERBS_FOR_OPERATION, Decision, Request, Resource
+from app.engine.policy import Entry, Glob, Permissions, Requirement
+from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
+
+if TYPE_CHECKING:  # decide.py imports this module; importing it back at runtime would cycle
+    from app.engine.decide import Context
+
+ROLE_KINDS: Mapping[str, str] = {"roles": "Role", "clusterroles": "ClusterRole"}
+BINDING_KINDS: Mapping[str, str] = {
+    "rolebindings": "RoleBinding",
+    "clusterrolebindings": "ClusterRoleBinding",
+}
+
+# The label rule only ever judges admission requests, so only verbs an admission operation maps
+# to can be restricted by labels: a role granting get/list/watch (or escalate, bind, impersonate)
+# hands out nothing the webhook would have limited, and RBAC alone guards those. "get" is the
+# exception for CONNECT, which only ever targets subresources (pods/exec, services/proxy...).
+_CONNECT_VERBS = frozenset(VERBS_FOR_OPERATION["CONNECT"])
+_WRITE_VERBS = frozenset(
+    verb
+    for operation, verbs in VERBS_FOR_OPERATION.items()
+    if operation != "CONNECT"
+    for verb in verbs
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One broken-down permission: a verb on one group/resource spelling, maybe for one name.
+
+    ``group`` and ``resource`` keep RBAC's ``*``; a bare ``*`` resource also spans every
+    subresource, ``*/status`` the ``status`` subresource of every resource.
+    """
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+    name: str = ""
+
+    @classmethod
+    def of(cls, verb: str, group: str, spelling: str, name: str = "") -> Grant:
+        resource, _, subresource = spelling.partition("/")
+        return cls(verb, group, resource, subresource, name)
+
+    @property
+    def target(self) -> Resource:
+        """The grant as a Resource, ``*`` kept literal: RBAC matching then demands a ``*`` rule."""
+        return Resource(self.group, self.resource, self.subresource)
+
+    @property
+    def concrete(self) -> bool:
+        """True when the grant names exactly one resource, so annotations decide it exactly."""
+        return self.group != "*" and self.resource != "*"
+
+    @property
+    def any_subresource(self) -> bool:
+        return self.resource == "*" and not self.subresource
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the label rule could ever restrict what this grant authorizes."""
+        if self.verb == "*" or self.verb in _WRITE_VERBS:
+            return True
+        return self.verb in _CONNECT_VERBS and (self.any_subresource or bool(self.subresource))
+
+    def __str__(self) -> str:
+        text = str(self.target)
+        return f'{text} "{self.name}"' if self.name else text
+
+
+def grants_of(rules: Sequence[Rule]) -> Iterator[Grant]:
+    """The distinct label-relevant grants of ``rules``, in a stable order (messages are tested)."""
+    seen: set[Grant] = set()
+    for rule in rules:
+        for verb in sorted(rule.verbs):
+            for group in sorted(rule.groups):
+                for spelling in sorted(rule.resources):
+                    for name in sorted(rule.names) or [""]:
+                        grant = Grant.of(verb, group, spelling, name)
+                        if grant.labelled and grant not in seen:
+                            seen.add(grant)
+                            yield grant
+
+
+def rule_covers(rule: Rule, grant: Grant) -> bool:
+    """RBAC's notion of one rule covering another: ``*`` is only covered by ``*``."""
+    names_ok = not rule.names or (bool(grant.name) and grant.name in rule.names)
+    return names_ok and rule.allows_verb(grant.verb) and rule.covers_resource(grant.target)
+
+
+# -- Comparing annotation entries over the resources a wildcard grant spans -----------------------
+# Over-approximating where an author's entry applies makes their limit stricter, and
+# over-approximating where a new entry applies makes more of it subject to comparison: both
+# only ever refuse more. Under-approximations are used where "applies everywhere" is claimed.
+
+
+def _may_apply(entry: Entry, grant: Grant) -> bool:
+    """Whether ``entry`` may decide for some resource the grant spans."""
+    if entry.group is not None and grant.group != "*" and not entry.group.matches(grant.group):
+        return False
+    if grant.resource != "*" and not entry.resource.matches(grant.resource):
+        return False
+    if grant.any_subresource:
+        return True
+    if grant.subresource:
+        return entry.subresource is None or entry.subresource.matches(grant.subresource)
+    return entry.subresource is None
+
+
+def _always_applies(entry: Entry, grant: Grant) -> bool:
+    """Whether ``entry`` applies to every resource the grant spans (none is left unrestricted)."""
+    group_ok = (
+        entry.group is None
+        or entry.group.text == "*"
+        or (grant.group != "*" and entry.group.matches(grant.group))
+    )
+    resource_ok = entry.resource.text == "*" or (
+        grant.resource != "*" and entry.resource.matches(grant.resource)
+    )
+    subresource_ok = entry.subresource is None or (
+        bool(grant.subresource) and entry.subresource.matches(grant.subresource)
+    )
+    return group_ok and resource_ok and subresource_ok
+
+
+def _glob_covers(wide: Glob | None, narrow: Glob | None) -> bool:
+    """``None`` is an absent pattern part, matching anything (group) or with-or-without (sub)."""
+    if wide is None:
+        return True
+    return narrow is not None and wide.covers(narrow)
+
+
+def _pattern_covers(wide: Entry, narrow: Entry) -> bool:
+    """Whether every resource ``narrow`` applies to is one ``wide`` applies to as well."""
+    return (
+        wide.resource.covers(narrow.resource)
+        and _glob_covers(wide.group, narrow.group)
+        and _glob_covers(wide.subresource, narrow.subresource)
+    )
+
+
+def _globs_may_meet(a: Glob | None, b: Glob | None) -> bool:
+    if a is None or b is None:
+        return True
+    if a.is_literal:
+        return b.matches(a.text)
+    if b.is_literal:
+        return a.matches(b.text)
+    return True  # two wildcard globs: their intersection is not computed, assume it is not empty
+
+
+def _may_overlap(a: Entry, b: Entry) -> bool:
+    """Whether some resource may be one both entries apply to."""
+    return (
+        _globs_may_meet(a.resource, b.resource)
+        and _globs_may_meet(a.group, b.group)
+        and _globs_may_meet(a.subresource, b.subresource)
+    )
+
+
+def _excess(new: Sequence[Entry], limit: Sequence[Requirement]) -> str | None:
+    """How the new entries (ANDed) exceed ``limit`` (ANDed), or None when they stay within it.
+
+    Within means: every key the limit restricts is restricted by some new requirement whose
+    value globs are each covered by one of the limit's globs for that key.
+    """
+    if not limit:
+        return None
+    if not new:
+        return "without a label restriction"
+    for required in limit:
+        candidates = [r for entry in new for r in entry.requirements if r.key == required.key]
+        if not candidates:
+            return f"without a restriction on label {required.key}"
+        uncovered = [
+            [glob for glob in candidate.values if not any(h.covers(glob) for h in required.values)]
+            for candidate in candidates
+        ]
+        if all(uncovered):
+            return f'with {required.key}="{uncovered[0][0].text}"'
+    return None
+
+
+def _describe(entries: Sequence[Entry]) -> str:
+    return " and ".join(dict.fromkeys(r.describe() for e in entries for r in e.requirements))
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """Why one of the author's roles does not cover a grant."""
+
+    role: CompiledRole
+    excess: str  # how the new grant goes beyond it, e.g. 'with team="b"'
+    limit: str  # what the author's role allows, e.g. 'team in [a]'
+
+
+def compare(grant: Grant, new: Permissions | None, own: CompiledRole) -> Shortfall | None:
+    """None when the author's role ``own`` (which grants ``grant`` in RBAC) covers it in labels."""
+    if own.permissions is None:
+        return None
+    if grant.concrete:
+        target = grant.target
+        theirs = own.permissions.entries_for(target)
+        if not theirs:
+            return None
+        regions = [(new.entries_for(target) if new else (), theirs)]
+    else:
+        # Split the spanned resources by which new entry may decide for them (plus those no new
+        # entry decides for) and compare each against every entry of the author's that may
+        # apply there: a per-region upper bound of the new access against a lower bound of theirs.
+        theirs = tuple(e for e in own.permissions.entries if _may_apply(e, grant))
+        if not theirs:
+            return None
+        mine = [e for e in new.entries if _may_apply(e, grant)] if new else []
+        regions = [((e,), tuple(t for t in theirs if _may_overlap(e, t))) for e in mine]
+        if not any(_always_applies(e, grant) for e in mine):
+            uncovered = tuple(t for t in theirs if not any(_pattern_covers(e, t) for e in mine))
+            regions.append(((), uncovered))
+    for new_entries, limit_entries in regions:
+        limit = [r for e in limit_entries for r in e.requirements]
+        excess = _excess(new_entries, limit)
+        if excess is not None:
+            return Shortfall(own, excess, _describe(limit_entries))
+    return None
+
+
+# -- The check ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a role or binding write hands out, where the author's own access is read, the bypass."""
+
+    rules: tuple[Rule, ...]
+    permissions: Permissions | None
+    scope: str  # namespace of the author's own access; "" is cluster scope
+    bypass_verb: str
+    bypass_resource: str
+    bypass_name: str
+    via: str = ""  # for bindings, the role that grants
+
+    def hint(self) -> str:
+        name = f' "{self.bypass_name}"' if self.via else ""
+        return (
+            f'escalation check; holding the "{self.bypass_verb}" verb on '
+            f"{self.bypass_resource}{name} bypasses it"
+        )
+
+
+def _role_target(request: Request, obj: Mapping[str, Any], compiler: Compiler) -> Target | None:
+    kind = ROLE_KINDS[request.resource.resource]
+    new = compiler.role(obj, kind)
+    if new.error is not None:
+        return None  # refused by check_role_annotation; an invalid annotation grants nothing
+    if request.operation == "UPDATE" and request.old_object is not None:
+        old = compiler.role(request.old_object, kind)
+        # Unchanged grants hand out nothing new. RBAC exempts updates touching only the
+        # garbage-collection fields (finalizers, ownerReferences); label edits grant nothing
+        # either, so any update leaving rules and annotation as they were is exempt here.
+        if old.error is None and old.permissions == new.permissions and old.rules == new.rules:
+            return None
+    return Target(
+        rules=new.rules,
+        permissions=new.permissions,
+        scope=request.namespace if kind == "Role" else "",
+        bypass_verb="escalate",
+        bypass_resource=request.resource.resource,
+        bypass_name=request.name,
+    )
+
+
+def _binding_target(request: Request, obj: Mapping[str, Any], ctx: Context) -> Target | None:
+    kind = BINDING_KINDS[request.resource.resource]
+    compiler = ctx.options.compiler
+    binding = compiler.binding(obj, kind)
+    if binding is None:
+        return None  # a roleRef of unknown kind binds nothing
+    role = ctx.snapshot.roles.get(binding.role)
+    if role is None or role.error is not None:
+        # It grants nothing now. Whoever later writes (or repairs) the role is checked then.
+        return None
+    if request.operation == "UPDATE" and request.old_object is not None:
+        old = compiler.binding(request.old_object, kind)
+        # Dropping subjects (or changing nothing) hands the role to nobody new.
+        if (
+            old is not None
+            and old.role == binding.role
+            and set(binding.subjects) <= set(old.subjects)
+        ):
+            return None
+    return Target(
+        rules=role.rules,
+        permissions=role.permissions,
+        scope=request.namespace if kind == "RoleBinding" else "",
+        bypass_verb="bind",
+        # RBAC checks "bind" on the referenced role, in the binding's namespace.
+        bypass_resource="roles" if binding.role.namespace else "clusterroles",
+        bypass_name=binding.role.name,
+        via=f" through {binding.role}",
+    )
+
+
+def _own_roles(request: Request, ctx: Context, scope: str, grant: Grant) -> list[CompiledRole]:
+    """The author's distinct roles that grant ``grant`` in RBAC, in binding order."""
+    found: dict[RoleRef, CompiledRole] = {}
+    for _, role in ctx.snapshot.roles_for(request.user, scope):
+        if role.ref not in found and any(rule_covers(rule, grant) for rule in role.rules):
+            found[role.ref] = role
+    return list(found.values())
+
+
+def _deny(
+    request: Request,
+    target: Target,
+    grant: Grant,
+    shortfalls: list[Shortfall],
+    invalid: list[CompiledRole],
+) -> Decision:
+    who = f'user "{request.user.username}" may not grant {grant}'
+    if shortfalls:
+        limits = " or ".join(dict.fromkeys(s.limit for s in shortfalls))
+        message = (
+            f"{who} {shortfalls[0].excess}{target.via}: their own access is limited to {limits}"
+        )
+    else:
+        refs = ", ".join(str(role.ref) for role in invalid)
+        message = (
+            f"{who}{target.via}: their own access through {refs} is void: "
+            "its permission annotation is invalid"
+        )
+    explanation = [
+        f"{grant.verb} on {grant}{target.via} would exceed the author's access",
+        *(f"{s.role.ref} limits it to {s.limit}" for s in shortfalls),
+        *(f"{role.ref} grants nothing: {role.error}" for role in invalid),
+    ]
+    return Decision.deny("Escalation", f"{message} ({target.hint()})", *explanation)
+
+
+def check_escalation(request: Request, ctx: Context) -> Decision | None:
+    """Refuse a Role/ClusterRole or binding that grants more label access than its author has."""
+    res = request.resource
+    obj = request.object
+    if (
+        res.group != RBAC_GROUP
+        or res.subresource
+        or request.operation not in ("CREATE", "UPDATE")
+        or obj is None
+    ):
+        return None
+    if res.resource in ROLE_KINDS:
+        target = _role_target(request, obj, ctx.options.compiler)
+    elif res.resource in BINDING_KINDS:
+        target = _binding_target(request, obj, ctx)
+    else:
+        return None
+    if target is None:
+        return None
+    bypass = Resource(RBAC_GROUP, target.bypass_resource)
+    if ctx.snapshot.granting_roles(
+        request.user, target.scope, (target.bypass_verb,), bypass, target.bypass_name
+    ):
+        return None
+
+    for grant in grants_of(target.rules):
+        own = _own_roles(request, ctx, target.scope, grant)
+        if not own:
+            # The author does not hold this grant at all: RBAC's own escalation check refuses
+            # the write, and the bypass verbs that would let it through were ruled out above.
+            continue
+        shortfalls: list[Shortfall] = []
+        for role in own:
+            if role.error is not None:
+                continue  # grants nothing through this webhook, so it covers nothing either
+            shortfall = compare(grant, target.permissions, role)
+            if shortfall is None:
+                break
+            shortfalls.append(shortfall)
+        else:
+            invalid = [role for role in own if role.error is not None]
+            return _deny(request, target, grant, shortfalls, invalid)
+    return None

@@ -1,0 +1,700 @@
+"""The escalation check: a role or binding may not grant more label access than its author has."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from app.engine.decide import PRE_CHECKS, Context, Options, check_role_annotation, evaluate
+from app.engine.escalation import Grant, check_escalation, grants_of
+from app.engine.model import Request, Resource, UserInfo
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import RBAC_GROUP, Compiler, Rule
+from tests.support import binding, role, rule, snapshot
+
+PLURALS = {
+    "Role": "roles",
+    "ClusterRole": "clusterroles",
+    "RoleBinding": "rolebindings",
+    "ClusterRoleBinding": "clusterrolebindings",
+}
+MASTERS = ("system:masters",)
+
+SNAPSHOT = snapshot(
+    # Cluster admins: unrestricted everywhere.
+    role("cluster-admin", rules=[rule("*", "*", "*")]),
+    binding("cluster-admin", "cluster-admin", "Group:system:masters"),
+    # alice, dave and erin administer t1; their configmap access is limited to team a or b*.
+    role(
+        "tenant-admin",
+        "t1",
+        rules=[
+            rule("create update patch", "roles rolebindings", RBAC_GROUP),
+            rule("*", "configmaps"),
+        ],
+        permissions={"configmaps": {"team": ["a", "b*"]}},
+    ),
+    binding(
+        "tenant-admins", "tenant-admin", "User:alice", "User:dave", "User:erin", namespace="t1"
+    ),
+    # dave may also edit team c configmaps, through a second role.
+    role("team-c-editor", "t1", rules=[rule("*", "configmaps")], permissions={"configmaps": ["c"]}),
+    binding("dave-team-c", "team-c-editor", "User:dave", namespace="t1"),
+    # erin holds the RBAC verbs that bypass the escalation checks.
+    role("rbac-escalator", "t1", rules=[rule("escalate bind", "roles clusterroles", RBAC_GROUP)]),
+    binding("erin-escalator", "rbac-escalator", "User:erin", namespace="t1"),
+    # ivan's only configmap grant carries an invalid annotation, so it grants nothing.
+    role("broken", "t1", rules=[rule("*", "configmaps")], permissions="{not json"),
+    role("role-writer", "t1", rules=[rule("create update", "roles", RBAC_GROUP)]),
+    binding("ivan-broken", "broken", "User:ivan", namespace="t1"),
+    binding("ivan-writer", "role-writer", "User:ivan", namespace="t1"),
+    # Existing roles anyone may try to bind to.
+    role("open", "t1", rules=[rule("create update", "configmaps")]),
+    role(
+        "team-a",
+        "t1",
+        rules=[rule("create update", "configmaps")],
+        permissions={"configmaps": {"team": ["a"]}},
+    ),
+    role("cm-editor", rules=[rule("create update", "configmaps")]),
+    role(
+        "cm-team-a",
+        rules=[rule("create update", "configmaps")],
+        permissions={"configmaps": {"team": ["a"]}},
+    ),
+    # carol administers the cluster, with configmaps limited to team a everywhere.
+    role(
+        "tenant-cluster-admin",
+        rules=[
+            rule(
+                "create update", "roles rolebindings clusterroles clusterrolebindings", RBAC_GROUP
+            ),
+            rule("*", "configmaps"),
+        ],
+        permissions={"configmaps": {"team": ["a"]}},
+    ),
+    binding("carol", "tenant-cluster-admin", "User:carol"),
+    # wanda may do anything to core resources in t2, configmaps limited to team a.
+    role(
+        "wild",
+        "t2",
+        rules=[rule("*", "*"), rule("create update", "roles rolebindings", RBAC_GROUP)],
+        permissions={"configmaps": {"team": ["a"]}},
+    ),
+    binding("wanda-wild", "wild", "User:wanda", namespace="t2"),
+    # rita works in t3: any team a object, configmaps of team b as well (the specific entry wins).
+    role(
+        "ranked",
+        "t3",
+        rules=[rule("*", "configmaps secrets"), rule("create", "roles", RBAC_GROUP)],
+        permissions={"*": {"team": ["a"]}, "configmaps": {"team": ["a", "b"]}},
+    ),
+    binding("rita-ranked", "ranked", "User:rita", namespace="t3"),
+    # sam holds full authority, with secrets limited to team a.
+    role("restricted-admin", rules=[rule("*", "*", "*")], permissions={"secrets": {"team": ["a"]}}),
+    binding("sam", "restricted-admin", "User:sam"),
+    default_label_key="team",
+)
+# New objects are compiled like the snapshot: list shorthand means the "team" label.
+CTX = Context(SNAPSHOT, Options(compiler=Compiler((DEFAULT_ANNOTATION_KEY,), "team")))
+
+
+def new_role(
+    name: str,
+    namespace: str = "",
+    rules: list[dict[str, Any]] | None = None,
+    permissions: Any = None,
+) -> dict[str, Any]:
+    return role(
+        name, namespace, rules=rules or [rule("create", "configmaps")], permissions=permissions
+    )[1]
+
+
+def new_binding(
+    name: str, role_name: str, *subjects: str, namespace: str = "", role_kind: str | None = None
+) -> dict[str, Any]:
+    return binding(name, role_name, *subjects, namespace=namespace, role_kind=role_kind)[1]
+
+
+def write(
+    user: str,
+    obj: dict[str, Any],
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    groups: tuple[str, ...] = (),
+) -> Request:
+    """The admission request for ``user`` writing an RBAC object."""
+    meta = obj["metadata"]
+    return Request(
+        uid="uid-1",
+        operation=operation,
+        user=UserInfo(user, groups),
+        resource=Resource(RBAC_GROUP, PLURALS[obj["kind"]]),
+        kind=obj["kind"],
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        object=obj,
+        old_object=old,
+    )
+
+
+def escalate_hint(plural: str = "roles") -> str:
+    return f'(escalation check; holding the "escalate" verb on {plural} bypasses it)'
+
+
+def bind_hint(plural: str, name: str) -> str:
+    return f'(escalation check; holding the "bind" verb on {plural} "{name}" bypasses it)'
+
+
+ALICE_LIMIT = "their own access is limited to team in [a, b*]"
+
+
+# -- Roles written by a restricted namespace admin ------------------------------------------------
+
+ROLE_CASES = [
+    pytest.param(
+        write("alice", new_role("r", "t1")),
+        f'user "alice" may not grant configmaps without a label restriction: {ALICE_LIMIT} '
+        + escalate_hint(),
+        id="unannotated-role-refused",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"configmaps": {"team": ["c"]}})),
+        f'user "alice" may not grant configmaps with team="c": {ALICE_LIMIT} {escalate_hint()}',
+        id="value-she-lacks-refused",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"configmaps": {"team": ["a", "c"]}})),
+        f'user "alice" may not grant configmaps with team="c": {ALICE_LIMIT} {escalate_hint()}',
+        id="one-value-of-several-she-lacks-refused",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"configmaps": {"team": ["*"]}})),
+        f'user "alice" may not grant configmaps with team="*": {ALICE_LIMIT} {escalate_hint()}',
+        id="wider-glob-refused",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"configmaps": {"env": ["prod"]}})),
+        f'user "alice" may not grant configmaps without a restriction on label team: '
+        f"{ALICE_LIMIT} {escalate_hint()}",
+        id="dropping-her-key-refused",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"secrets": {"team": ["a"]}})),
+        f'user "alice" may not grant configmaps without a label restriction: {ALICE_LIMIT} '
+        + escalate_hint(),
+        id="entry-for-another-resource-only-refused",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", [rule("update", "configmaps", names="c1")])),
+        f'user "alice" may not grant configmaps "c1" without a label restriction: {ALICE_LIMIT} '
+        + escalate_hint(),
+        id="resource-names-still-judged",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", [rule("*", "configmaps")], {"configmaps": ["c"]})),
+        f'user "alice" may not grant configmaps with team="c": {ALICE_LIMIT} {escalate_hint()}',
+        id="wildcard-verb-beyond-labels-refused",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"configmaps": {"team": ["a"]}})),
+        None,
+        id="within-her-labels-allowed",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"configmaps": {"team": ["b-1"]}})),
+        None,
+        id="literal-under-her-glob-allowed",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"configmaps": {"team": ["a", "b*"]}})),
+        None,
+        id="her-own-globs-allowed",
+    ),
+    pytest.param(
+        write(
+            "alice", new_role("r", "t1", permissions={"configmaps": {"team": ["a"], "env": ["x"]}})
+        ),
+        None,
+        id="extra-key-narrows-allowed",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions={"*": {"team": ["a"]}})),
+        None,
+        id="catch-all-entry-restricts-allowed",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", [rule("*", "configmaps")], {"configmaps": ["a"]})),
+        None,
+        id="wildcard-verb-within-labels-allowed",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", [rule("get list watch", "configmaps")])),
+        None,
+        id="read-only-grant-not-label-restricted",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", [rule("create", "secrets")])),
+        None,
+        id="grant-she-lacks-left-to-rbac",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t1", [rule("create", "*")])),
+        None,
+        id="wildcard-resource-she-lacks-left-to-rbac",
+    ),
+    pytest.param(
+        write("alice", new_role("r", "t2")),
+        None,
+        id="other-namespace-left-to-rbac",
+    ),
+    pytest.param(
+        write("dave", new_role("r", "t1", permissions={"configmaps": {"team": ["c"]}})),
+        None,
+        id="covered-by-her-second-role",
+    ),
+    pytest.param(
+        write("dave", new_role("r", "t1", permissions={"configmaps": {"team": ["d"]}})),
+        'user "dave" may not grant configmaps with team="d": their own access is limited to '
+        f"team in [a, b*] or team in [c] {escalate_hint()}",
+        id="covered-by-none-of-her-roles",
+    ),
+    pytest.param(
+        write("ivan", new_role("r", "t1", permissions={"configmaps": {"team": ["a"]}})),
+        'user "ivan" may not grant configmaps: their own access through role t1/broken is void: '
+        f"its permission annotation is invalid {escalate_hint()}",
+        id="own-role-with-invalid-annotation-covers-nothing",
+    ),
+    # Entries are compared as the label rule applies them: the most specific entry decides.
+    pytest.param(
+        write("rita", new_role("r", "t3", permissions={"configmaps": {"team": ["b"]}})),
+        None,
+        id="her-specific-entry-outranks-her-catch-all",
+    ),
+    pytest.param(
+        write("rita", new_role("r", "t3", [rule("create", "secrets")], {"*": {"team": ["b"]}})),
+        'user "rita" may not grant secrets with team="b": their own access is limited to '
+        f"team in [a] {escalate_hint()}",
+        id="her-catch-all-decides-elsewhere",
+    ),
+    pytest.param(
+        write("rita", new_role("r", "t3", permissions={"*": ["z"], "configmaps": ["a"]})),
+        None,
+        id="new-specific-entry-outranks-new-catch-all",
+    ),
+    pytest.param(write("erin", new_role("r", "t1")), None, id="escalate-verb-bypasses"),
+    pytest.param(write("root", new_role("r", "t1"), groups=MASTERS), None, id="cluster-admin-role"),
+]
+
+
+# -- Bindings ------------------------------------------------------------------------------------
+
+BINDING_CASES = [
+    pytest.param(
+        write("alice", new_binding("b", "open", "User:alice", namespace="t1")),
+        'user "alice" may not grant configmaps without a label restriction through role t1/open: '
+        f"{ALICE_LIMIT} {bind_hint('roles', 'open')}",
+        id="binding-herself-to-unrestricted-role-refused",
+    ),
+    pytest.param(
+        write("alice", new_binding("b", "open", "User:bob", "Group:devs", namespace="t1")),
+        'user "alice" may not grant configmaps without a label restriction through role t1/open: '
+        f"{ALICE_LIMIT} {bind_hint('roles', 'open')}",
+        id="binding-anyone-to-unrestricted-role-refused",
+    ),
+    pytest.param(
+        write(
+            "alice",
+            new_binding("b", "cm-editor", "User:alice", namespace="t1", role_kind="ClusterRole"),
+        ),
+        'user "alice" may not grant configmaps without a label restriction through clusterrole '
+        f"cm-editor: {ALICE_LIMIT} {bind_hint('clusterroles', 'cm-editor')}",
+        id="rolebinding-to-unrestricted-clusterrole-refused",
+    ),
+    pytest.param(
+        write("alice", new_binding("b", "team-a", "User:alice", namespace="t1")),
+        None,
+        id="binding-to-role-within-her-labels-allowed",
+    ),
+    pytest.param(
+        write(
+            "alice",
+            new_binding("b", "cm-team-a", "User:alice", namespace="t1", role_kind="ClusterRole"),
+        ),
+        None,
+        id="rolebinding-to-clusterrole-within-her-labels-allowed",
+    ),
+    pytest.param(
+        write("alice", new_binding("b", "missing", "User:alice", namespace="t1")),
+        None,
+        id="binding-to-missing-role-grants-nothing",
+    ),
+    pytest.param(
+        write("alice", new_binding("b", "broken", "User:alice", namespace="t1")),
+        None,
+        id="binding-to-role-with-invalid-annotation-grants-nothing",
+    ),
+    pytest.param(
+        write("erin", new_binding("b", "open", "User:erin", namespace="t1")),
+        None,
+        id="bind-verb-bypasses",
+    ),
+    pytest.param(
+        write("root", new_binding("b", "open", "User:root", namespace="t1"), groups=MASTERS),
+        None,
+        id="cluster-admin-binding",
+    ),
+]
+
+
+# -- Cluster scope ---------------------------------------------------------------------------------
+
+CLUSTER_CASES = [
+    pytest.param(
+        write("carol", new_role("cr")),
+        'user "carol" may not grant configmaps without a label restriction: their own access is '
+        f"limited to team in [a] {escalate_hint('clusterroles')}",
+        id="unannotated-clusterrole-refused",
+    ),
+    pytest.param(
+        write("carol", new_role("cr", permissions={"configmaps": {"team": ["a"]}})),
+        None,
+        id="clusterrole-within-her-labels-allowed",
+    ),
+    pytest.param(
+        write("carol", new_binding("crb", "cm-editor", "User:carol")),
+        'user "carol" may not grant configmaps without a label restriction through clusterrole '
+        "cm-editor: their own access is limited to team in [a] "
+        + bind_hint("clusterroles", "cm-editor"),
+        id="clusterrolebinding-to-unrestricted-refused",
+    ),
+    pytest.param(
+        write("carol", new_binding("crb", "cm-team-a", "User:carol")),
+        None,
+        id="clusterrolebinding-within-her-labels-allowed",
+    ),
+    pytest.param(
+        write("carol", new_role("r", "t1")),
+        'user "carol" may not grant configmaps without a label restriction: their own access is '
+        f"limited to team in [a] {escalate_hint()}",
+        id="clusterrolebinding-limits-her-in-namespaces",
+    ),
+    # alice's access is namespaced: at cluster scope she holds no configmaps at all, so RBAC
+    # refuses these itself (had her t1 roles been consulted, they would have been refused here).
+    pytest.param(write("alice", new_role("cr")), None, id="namespace-access-not-cluster-scope"),
+    pytest.param(
+        write("alice", new_binding("crb", "cm-editor", "User:alice")),
+        None,
+        id="namespace-access-not-cluster-binding-scope",
+    ),
+    pytest.param(
+        write("root", new_role("cr"), groups=MASTERS), None, id="cluster-admin-clusterrole"
+    ),
+    pytest.param(
+        write("root", new_binding("crb", "cm-editor", "User:root"), groups=MASTERS),
+        None,
+        id="cluster-admin-clusterrolebinding",
+    ),
+]
+
+
+# -- Wildcards in the new role ---------------------------------------------------------------------
+
+WILDCARD_CASES = [
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("create", "*")])),
+        'user "wanda" may not grant * without a label restriction: their own access is limited '
+        f"to team in [a] {escalate_hint()}",
+        id="unannotated-star-refused",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("create", "*")], {"*": {"team": ["b"]}})),
+        'user "wanda" may not grant * with team="b": their own access is limited to team in [a] '
+        + escalate_hint(),
+        id="star-beyond-her-labels-refused",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("create", "*")], {"secrets": {"team": ["a"]}})),
+        'user "wanda" may not grant * without a label restriction: their own access is limited '
+        f"to team in [a] {escalate_hint()}",
+        id="star-restricting-other-resources-refused",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("create", "*/status")])),
+        'user "wanda" may not grant */status without a label restriction: their own access is '
+        f"limited to team in [a] {escalate_hint()}",
+        id="star-subresource-refused",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("get", "*")])),
+        'user "wanda" may not grant * without a label restriction: their own access is limited '
+        f"to team in [a] {escalate_hint()}",
+        id="get-on-star-may-connect-refused",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("*", "*")], {"*": {"team": ["a"]}})),
+        None,
+        id="star-with-catch-all-within-labels-allowed",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("*", "*")], {"configmaps": {"team": ["a"]}})),
+        None,
+        id="star-with-her-own-annotation-allowed",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("create", "secrets pods/status")])),
+        None,
+        id="resources-she-is-unrestricted-on-allowed",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("get list watch", "configmaps")])),
+        None,
+        id="read-only-configmaps-allowed",
+    ),
+    pytest.param(
+        write("wanda", new_role("r", "t2", [rule("create", "configmaps", "*")])),
+        None,
+        id="any-group-she-lacks-left-to-rbac",
+    ),
+    # RBAC verbs "*" include escalate: a label-restricted holder of full authority is not
+    # limited (RBAC, likewise, lets only full authority write an aggregated ClusterRole).
+    pytest.param(
+        write("sam", new_role("cr", rules=[rule("*", "*", "*")])),
+        None,
+        id="star-verbs-include-escalate",
+    ),
+]
+
+
+# -- Updates and requests the check ignores --------------------------------------------------------
+
+TEAM_A_ROLE = new_role("team-a", "t1", [rule("create update", "configmaps")], {"configmaps": ["a"]})
+OPEN_ROLE = new_role("open", "t1", [rule("create update", "configmaps")])
+OPEN_BINDING = new_binding("b", "open", "User:bob", "User:carl", namespace="t1")
+
+
+def relabelled(obj: dict[str, Any]) -> dict[str, Any]:
+    changed = copy.deepcopy(obj)
+    changed["metadata"]["labels"] = {"owner": "alice"}
+    return changed
+
+
+UPDATE_CASES = [
+    pytest.param(
+        write(
+            "alice",
+            new_role(
+                "team-a", "t1", [rule("create update", "configmaps")], {"configmaps": ["a", "c"]}
+            ),
+            "UPDATE",
+            TEAM_A_ROLE,
+        ),
+        f'user "alice" may not grant configmaps with team="c": {ALICE_LIMIT} {escalate_hint()}',
+        id="widening-update-refused",
+    ),
+    pytest.param(
+        write(
+            "alice",
+            new_role(
+                "team-a", "t1", [rule("create update patch", "configmaps")], {"configmaps": ["a"]}
+            ),
+            "UPDATE",
+            TEAM_A_ROLE,
+        ),
+        None,
+        id="update-within-her-labels-allowed",
+    ),
+    pytest.param(
+        write(
+            "alice",
+            new_role("open", "t1", [rule("create update", "configmaps")], {"configmaps": ["a"]}),
+            "UPDATE",
+            OPEN_ROLE,
+        ),
+        None,
+        id="narrowing-update-allowed",
+    ),
+    pytest.param(
+        write("alice", relabelled(OPEN_ROLE), "UPDATE", OPEN_ROLE),
+        None,
+        id="update-leaving-grants-unchanged-allowed",
+    ),
+    pytest.param(
+        write(
+            "alice",
+            new_binding("b", "open", "User:bob", "User:carl", "User:alice", namespace="t1"),
+            "UPDATE",
+            OPEN_BINDING,
+        ),
+        'user "alice" may not grant configmaps without a label restriction through role t1/open: '
+        f"{ALICE_LIMIT} {bind_hint('roles', 'open')}",
+        id="binding-update-adding-subject-refused",
+    ),
+    pytest.param(
+        write(
+            "alice", new_binding("b", "open", "User:bob", namespace="t1"), "UPDATE", OPEN_BINDING
+        ),
+        None,
+        id="binding-update-dropping-subject-allowed",
+    ),
+    pytest.param(write("alice", new_role("r", "t1"), "DELETE"), None, id="delete-is-no-grant"),
+    pytest.param(
+        write("alice", new_role("r", "t1", permissions="{not json")),
+        None,
+        id="invalid-annotation-left-to-check-role-annotation",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    ROLE_CASES + BINDING_CASES + CLUSTER_CASES + WILDCARD_CASES + UPDATE_CASES,
+)
+def test_check_escalation(request_: Request, message: str | None) -> None:
+    decision = check_escalation(request_, CTX)
+    if message is None:
+        assert decision is None
+    else:
+        assert decision is not None
+        assert (decision.allowed, decision.code, decision.reason) == (False, 403, "Escalation")
+        assert decision.message == message
+
+
+def test_other_resources_are_not_judged() -> None:
+    configmap = {"kind": "ConfigMap", "metadata": {"name": "c", "namespace": "t1"}}
+    request = Request(
+        uid="uid-1",
+        operation="CREATE",
+        user=UserInfo("alice"),
+        resource=Resource("", "configmaps"),
+        kind="ConfigMap",
+        namespace="t1",
+        name="c",
+        object=configmap,
+    )
+    assert check_escalation(request, CTX) is None
+
+
+def test_without_a_default_label_key_the_shorthand_is_an_invalid_annotation() -> None:
+    # The shorthand is only valid with a configured default label key; without one the new role
+    # is invalid, which check_role_annotation refuses and this check leaves alone.
+    request = write("alice", new_role("r", "t1", permissions=["c"]))
+    assert check_escalation(request, Context(SNAPSHOT)) is None
+    decision = check_role_annotation(request, Context(SNAPSHOT))
+    assert decision is not None and decision.reason == "InvalidAnnotation"
+
+
+# -- End to end through evaluate -----------------------------------------------------------------
+
+
+def test_escalation_runs_right_after_the_annotation_check() -> None:
+    position = PRE_CHECKS.index(check_role_annotation)
+    assert PRE_CHECKS[position + 1] is check_escalation
+
+
+@pytest.mark.parametrize(
+    ("request_", "reason"),
+    [
+        pytest.param(write("alice", new_role("r", "t1")), "Escalation", id="unannotated-role"),
+        pytest.param(
+            write("alice", new_binding("b", "open", "User:alice", namespace="t1")),
+            "Escalation",
+            id="binding-to-unrestricted",
+        ),
+        pytest.param(
+            write("alice", new_role("r", "t1", permissions={"configmaps": ["a"]})),
+            "Unrestricted",
+            id="role-within-labels",
+        ),
+        pytest.param(
+            write("alice", new_role("r", "t1", permissions="{not json")),
+            "InvalidAnnotation",
+            id="invalid-annotation-refused-first",
+        ),
+        pytest.param(
+            write("erin", new_role("r", "t1")), "Unrestricted", id="escalate-verb-bypasses"
+        ),
+        pytest.param(
+            write("root", new_role("r", "t1"), groups=MASTERS), "Unrestricted", id="cluster-admin"
+        ),
+        pytest.param(write("carol", new_role("cr")), "Escalation", id="clusterrole"),
+        pytest.param(
+            write("carol", new_binding("crb", "cm-team-a", "User:carol")),
+            "Unrestricted",
+            id="clusterrolebinding-within-labels",
+        ),
+    ],
+)
+def test_evaluate(request_: Request, reason: str) -> None:
+    decision = evaluate(request_, CTX)
+    assert decision.reason == reason
+    assert decision.allowed == (reason == "Unrestricted")
+
+
+def test_no_sequence_of_writes_gets_around_it() -> None:
+    """Each step toward unrestricted configmaps is refused on its own."""
+    steps = [
+        # An unannotated role of her own...
+        write("alice", new_role("mine", "t1", [rule("*", "configmaps")])),
+        # ...or one with her key dropped, to bind to afterwards...
+        write(
+            "alice", new_role("mine", "t1", [rule("*", "configmaps")], {"configmaps": {"x": ["y"]}})
+        ),
+        # ...or binding to the pre-existing unrestricted Role or ClusterRole instead...
+        write("alice", new_binding("b", "open", "User:alice", namespace="t1")),
+        write(
+            "alice",
+            new_binding("b", "cm-editor", "User:alice", namespace="t1", role_kind="ClusterRole"),
+        ),
+        # ...or creating a harmless role first and widening it afterwards.
+        write(
+            "alice",
+            new_role("mine", "t1", [rule("*", "configmaps")]),
+            "UPDATE",
+            new_role("mine", "t1", [rule("*", "configmaps")], {"configmaps": ["a"]}),
+        ),
+    ]
+    assert [evaluate(step, CTX).reason for step in steps] == ["Escalation"] * len(steps)
+    # The harmless role itself, and binding herself to it, remain possible.
+    harmless = new_role("mine", "t1", [rule("*", "configmaps")], {"configmaps": ["a"]})
+    assert evaluate(write("alice", harmless), CTX).allowed
+    assert (
+        check_escalation(
+            write("alice", new_binding("b", "team-a", "User:alice", namespace="t1")), CTX
+        )
+        is None
+    )
+
+
+def test_binding_to_a_role_widened_later_is_judged_when_the_role_is_written() -> None:
+    # A binding to a role that does not exist yet grants nothing and passes; creating the role
+    # is then judged against her own access, so the order of the writes does not matter.
+    assert (
+        check_escalation(
+            write("alice", new_binding("b", "later", "User:alice", namespace="t1")), CTX
+        )
+        is None
+    )
+    assert evaluate(write("alice", new_role("later", "t1")), CTX).reason == "Escalation"
+
+
+def test_grants_are_broken_down_once_and_in_a_stable_order() -> None:
+    rules = (
+        Rule.compile(rule("update create", "secrets configmaps", names="b a")),
+        Rule.compile(rule("create", "configmaps", names="a")),
+        Rule.compile(rule("get list", "configmaps pods/exec")),
+    )
+    assert list(grants_of(rules)) == [
+        Grant("create", "", "configmaps", "", "a"),
+        Grant("create", "", "configmaps", "", "b"),
+        Grant("create", "", "secrets", "", "a"),
+        Grant("create", "", "secrets", "", "b"),
+        Grant("update", "", "configmaps", "", "a"),
+        Grant("update", "", "configmaps", "", "b"),
+        Grant("update", "", "secrets", "", "a"),
+        Grant("update", "", "secrets", "", "b"),
+        # get only matters for CONNECT, which targets subresources; list never reaches admission
+        Grant("get", "", "pods", "exec"),
+    ]
