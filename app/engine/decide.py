@@ -26,8 +26,8 @@ ParentLookup = Callable[[Request], Mapping[str, Any]]
 
 def no_parent_lookup(request: Request) -> Mapping[str, Any]:
     raise ParentUnavailable(
-        f'the labels of {request.resource.resource} "{request.name}" are not in this request '
-        "and this webhook runs without cluster access (static --rbac-dir), so it cannot read them"
+        f'{request.resource.resource} "{request.name}" is not in this request and this webhook '
+        "runs without cluster access (static --rbac-dir), so it cannot read it"
     )
 
 
@@ -51,14 +51,10 @@ class Context:
 Check = Callable[[Request, Context], "Decision | None"]
 
 
-def _guess_resource(kind: str) -> str:
-    """Kubernetes' naive kind→plural guess; only used to tell a parent from an options object."""
+def _plurals(kind: str) -> tuple[str, ...]:
+    """Plural spellings a resource of this kind may have (``Policy`` → policies, policys...)."""
     lower = kind.lower()
-    if lower.endswith("s"):
-        return lower + "es"
-    if lower.endswith("y"):
-        return lower[:-1] + "ies"
-    return lower + "s"
+    return (lower, lower + "s", lower + "es", lower[:-1] + "ies")
 
 
 def object_is_parent(request: Request) -> bool:
@@ -72,7 +68,7 @@ def object_is_parent(request: Request) -> bool:
         return False
     if not request.resource.subresource:
         return True
-    return bool(request.kind) and _guess_resource(request.kind) == request.resource.resource
+    return bool(request.kind) and request.resource.resource in _plurals(request.kind)
 
 
 def label_states(request: Request, lookup: ParentLookup) -> list[tuple[bool, Mapping[str, str]]]:

@@ -23,7 +23,10 @@ from app.engine.model import Resource
 
 DEFAULT_ANNOTATION_KEY = "labelrbac.io/permissions"
 
-_LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+# A label key: an optional DNS-subdomain prefix (at most 253 characters) and a name of at most 63.
+_LABEL_KEY = (
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 _VALUE_GLOB = r"^[-A-Za-z0-9_.*?]{0,63}$"
 _RESOURCE_PATTERN = r"^[-a-zA-Z0-9*?]+(\.[-a-zA-Z0-9.*?]+)?(/[-a-zA-Z0-9*?]+)?$"
 
@@ -33,16 +36,17 @@ SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "minProperties": 1,
     "propertyNames": {"pattern": _RESOURCE_PATTERN},
+    # if/then/else rather than oneOf, so a violation is reported where it is, not as "matches
+    # none of the alternatives".
     "additionalProperties": {
-        "oneOf": [
-            _VALUES,
-            {
-                "type": "object",
-                "minProperties": 1,
-                "propertyNames": {"pattern": _LABEL_KEY, "maxLength": 317},
-                "additionalProperties": _VALUES,
-            },
-        ]
+        "type": ["array", "object"],
+        "if": {"type": "array"},
+        "then": _VALUES,
+        "else": {
+            "minProperties": 1,
+            "propertyNames": {"pattern": _LABEL_KEY},
+            "additionalProperties": _VALUES,
+        },
     },
 }
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -128,24 +132,21 @@ class Entry:
     def rank(self, res: Resource) -> int:
         """How specifically this entry names ``res``; 0 when it does not apply.
 
-        Entries naming the subresource beat entries for the parent resource; literal resource
-        names beat globs; an explicit group beats "any group".
+        Most significant first: an entry naming the subresource literally beats one matching it
+        by glob, which beats the parent resource's entry; then a literal resource name beats a
+        glob; then an explicit group beats "any group".
         """
         if not self.resource.matches(res.resource):
             return 0
         if self.group is not None and not self.group.matches(res.group):
             return 0
-        if self.subresource is not None:
-            if not res.subresource or not self.subresource.matches(res.subresource):
-                return 0
-            score = 8
+        if self.subresource is None:
+            level = 1 if res.subresource else 3
+        elif res.subresource and self.subresource.matches(res.subresource):
+            level = 3 if self.subresource.is_literal else 2
         else:
-            score = 4 if res.subresource else 8
-        if self.resource.is_literal:
-            score += 2
-        if self.group is not None:
-            score += 1
-        return score
+            return 0
+        return level * 4 + self.resource.is_literal * 2 + (self.group is not None)
 
     def violation(self, labels: Mapping[str, str], allow_unlabeled: bool) -> Violation | None:
         for req in self.requirements:
@@ -211,6 +212,20 @@ def _compile_entry(pattern: str, value: Any, default_label_key: str | None) -> E
     )
 
 
+# Pattern failures, said in words rather than as the regular expression.
+_PATTERN_NAMES = {
+    _RESOURCE_PATTERN: "a resource pattern (res[.group][/subresource], with * and ? globs)",
+    _LABEL_KEY: "a label key ([prefix/]name, name at most 63 characters)",
+    _VALUE_GLOB: "a label value glob (at most 63 of A-Z a-z 0-9 - _ . * ?)",
+}
+
+
+def _explain(error: jsonschema.ValidationError) -> str:
+    if error.validator == "pattern" and error.validator_value in _PATTERN_NAMES:
+        return f"{error.instance!r} is not {_PATTERN_NAMES[error.validator_value]}"
+    return error.message
+
+
 def parse_permissions(
     raw: str, *, annotation_key: str = DEFAULT_ANNOTATION_KEY, default_label_key: str | None = None
 ) -> Permissions:
@@ -222,7 +237,7 @@ def parse_permissions(
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
-        raise AnnotationError(f"schema violation at {where}: {error.message}")
+        raise AnnotationError(f"schema violation at {where}: {_explain(error)}")
     entries = tuple(
         _compile_entry(pattern, value, default_label_key) for pattern, value in document.items()
     )

@@ -383,7 +383,7 @@ CASES = [
     pytest.param(
         (TEAM_A_ROLE, BOB_TEAM_A),
         request("bob", "DELETE"),
-        no("ParentUnavailable", 'the labels of configmaps "c2" are not in this request'),
+        no("ParentUnavailable", 'configmaps "c2" is not in this request'),
         id="delete-without-old-object-static",
     ),
     # -- resourceNames
@@ -415,7 +415,7 @@ CASES = [
             "ParentUnavailable",
             'user "bob" may not update deployments.apps/scale "web" in namespace "t1": '
             "its label permissions cannot be checked: "
-            'the labels of deployments "web" are not in this request',
+            'deployments "web" is not in this request',
         ),
         id="scale-needs-parent-static",
     ),
@@ -428,7 +428,7 @@ CASES = [
     pytest.param(
         (SCALER_ROLE, BOB_SCALER),
         request("bob", "CREATE", "pods/eviction", name="app", kind="Eviction", labels={}),
-        no("ParentUnavailable", 'the labels of pods "app"'),
+        no("ParentUnavailable", 'pods "app" is not in this request'),
         id="eviction-needs-parent-static",
     ),
     pytest.param(

@@ -165,7 +165,16 @@ def test_prefixed_label_key_and_empty_value_are_valid() -> None:
         pytest.param('{"configmaps": {}}', None, "at configmaps", id="empty-label-map"),
         pytest.param('{"configmaps": {"team": []}}', None, "at configmaps", id="empty-value-list"),
         pytest.param(
-            '{"configmaps": {"Bad Key": ["a"]}}', None, "at configmaps", id="label-key-space"
+            '{"configmaps": {"Bad Key": ["a"]}}',
+            None,
+            "at configmaps: 'Bad Key' is not a label key",
+            id="label-key-space",
+        ),
+        pytest.param(
+            '{"configmaps": {"' + "k" * 64 + '": ["a"]}}',
+            None,
+            "is not a label key ([prefix/]name, name at most 63 characters)",
+            id="label-key-name-too-long",
         ),
         pytest.param(
             '{"configmaps": {"-team": ["a"]}}', None, "at configmaps", id="label-key-leading-dash"
@@ -186,7 +195,10 @@ def test_prefixed_label_key_and_empty_value_are_valid() -> None:
             '{"configmaps": {"team": "a"}}', None, "at configmaps/team", id="value-not-a-list"
         ),
         pytest.param(
-            '{"configmaps": {"team": ["a b"]}}', None, "at configmaps/team/0", id="value-space"
+            '{"configmaps": {"team": ["a b"]}}',
+            None,
+            "at configmaps/team/0: 'a b' is not a label value glob",
+            id="value-space",
         ),
         pytest.param(
             '{"configmaps": {"team": ["' + "a" * 64 + '"]}}',
@@ -195,7 +207,12 @@ def test_prefixed_label_key_and_empty_value_are_valid() -> None:
             id="value-too-long",
         ),
         pytest.param('{"configmaps": "a"}', "team", "at configmaps", id="entry-is-string"),
-        pytest.param('{"config maps": {"t": ["a"]}}', None, "config maps", id="bad-resource"),
+        pytest.param(
+            '{"config maps": {"t": ["a"]}}',
+            None,
+            "'config maps' is not a resource pattern",
+            id="bad-resource",
+        ),
         pytest.param('{"pods/exec/x": {"t": ["a"]}}', None, "pods/exec/x", id="two-slashes"),
         pytest.param('{"configmaps": ["a"]}', None, "no default label key", id="shorthand-no-key"),
     ],
@@ -372,8 +389,20 @@ def deciding(document: dict, resource: Resource) -> list[str]:
         pytest.param(
             {"pods/*": {"t": ["a"]}, "*/exec": {"t": ["b"]}},
             res("pods/exec"),
+            ["*/exec"],
+            id="literal-subresource-beats-literal-resource",
+        ),
+        pytest.param(
+            {"pods/*": {"t": ["a"]}, "pods/exec": {"t": ["b"]}},
+            res("pods/exec"),
+            ["pods/exec"],
+            id="literal-subresource-beats-subresource-glob",
+        ),
+        pytest.param(
+            {"pods": {"t": ["a"]}, "pods/*": {"t": ["b"]}},
+            res("pods/exec"),
             ["pods/*"],
-            id="subresource-glob-literal-resource-wins",
+            id="subresource-glob-beats-parent",
         ),
     ],
 )
