@@ -1,4 +1,4 @@
-"""The HTTP layer: a Flask app factory serving /validate, /healthz and /readyz.
+"""The HTTP layer: a Flask app factory serving /validate, /healthz, /readyz and /metrics.
 
 The app holds no global state: ``create_app(settings, source)`` wires one RBAC source into one
 app. Malformed envelopes get HTTP 400 with a JSON error; every policy outcome, including internal
@@ -27,6 +27,16 @@ NOT_SYNCED = "label-rbac policy cache not synced yet"
 
 # Called after every decision with (request, decision, seconds); metrics subscribe here.
 DecisionObserver = Callable[[Request, Decision, float], None]
+# Renders /metrics: (body, content type).
+Exposition = Callable[[], tuple[bytes, str]]
+
+
+def default_exposition() -> tuple[bytes, str]:
+    # Imported on first scrape: prometheus_client fixes its multiprocess mode at import time,
+    # which must come after ``serve`` has set PROMETHEUS_MULTIPROC_DIR (see app.metrics).
+    from app.metrics import render
+
+    return render()
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -88,7 +98,10 @@ class Decider:
 
 
 def create_app(
-    settings: Settings, source: RbacSource, observers: tuple[DecisionObserver, ...] = ()
+    settings: Settings,
+    source: RbacSource,
+    observers: tuple[DecisionObserver, ...] = (),
+    exposition: Exposition = default_exposition,
 ) -> Flask:
     app = Flask("label_rbac")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -123,6 +136,11 @@ def create_app(
         if status.stale_seconds is not None:
             body["staleSeconds"] = round(status.stale_seconds, 3)
         return _json(body, 200 if status.ready else 503)
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        body, content_type = exposition()
+        return Response(body, content_type=content_type)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

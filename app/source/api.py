@@ -1,0 +1,331 @@
+"""HTTP access to the Kubernetes API for the cluster source: paged list, watch stream and get.
+
+Requests go through the official client's ``ApiClient``: its urllib3 pool, TLS settings and
+authentication (including the token refresh hooks of in-cluster and exec-plugin credentials).
+Bodies are read as streams, as the client's REST layer hands them over unread, and decoded
+here: the typed API methods would turn every object into model classes only to be thrown away,
+and their watch helper hides the HTTP status we need to tell ``410 Gone`` from a lost connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import ssl
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from http.client import HTTPException
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+import app
+
+log = logging.getLogger("label_rbac.source")
+
+Query = Sequence[tuple[str, str]]
+# (connect, read) seconds; the read timeout bounds the silence between two reads.
+Timeout = tuple[float, float]
+
+ERROR_BODY_LIMIT = 64 * 1024  # enough for any Status; error bodies are never logged whole
+
+
+class KubeError(Exception):
+    """Talking to the API server failed."""
+
+
+class ConfigError(KubeError):
+    """No usable connection settings (kubeconfig or in-cluster service account)."""
+
+
+class ApiError(KubeError):
+    """The API server answered with an error status (HTTP, or a watch ERROR event)."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        text = f"HTTP {self.status} {self.reason}".rstrip()
+        return f"{text}: {self.message}" if self.message else text
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any], default_code: int = 0) -> ApiError:
+        """From a ``Status`` object; 410 becomes ``Expired``."""
+        code = status.get("code")
+        code = code if isinstance(code, int) else default_code
+        kind = Expired if code == 410 else cls
+        return kind(code, str(status.get("reason") or ""), str(status.get("message") or ""))
+
+
+class Expired(ApiError):
+    """410 Gone: the resourceVersion asked for is no longer in the API server's history."""
+
+
+class Unreachable(KubeError):
+    """No usable answer: connection refused or lost, a timeout, a TLS failure.
+
+    ``connection_lost`` marks a connection the peer closed under us (worth one immediate retry
+    for a single GET: a pooled keep-alive connection may just have expired).
+    """
+
+    def __init__(self, message: str, connection_lost: bool = False) -> None:
+        super().__init__(message)
+        self.connection_lost = connection_lost
+
+
+class Malformed(KubeError):
+    """A response or watch line that is not the JSON expected: events may have been lost."""
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    reason = getattr(exc, "reason", None)
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and isinstance(reason, BaseException):
+        exc = reason
+    if isinstance(exc, urllib3.exceptions.ProtocolError) and exc.args:
+        inner = exc.args[-1]
+        if isinstance(inner, BaseException):
+            exc = inner
+    return exc
+
+
+def unreachable(exc: BaseException, context: str = "") -> Unreachable:
+    """An ``Unreachable`` with a one-line cause: no URLs, headers or bodies."""
+    cause = _root_cause(exc)
+    lost = False
+    if isinstance(cause, ConnectionRefusedError) or "Connection refused" in str(cause):
+        text = "connection refused"
+    elif isinstance(cause, urllib3.exceptions.NameResolutionError):
+        text = "cannot resolve the API server's name"
+    elif isinstance(cause, urllib3.exceptions.NewConnectionError):
+        # (Checked before timeouts: urllib3 still derives it from ConnectTimeoutError.)
+        text = f"cannot connect: {cause.__context__ or cause}"
+    elif isinstance(cause, TimeoutError | urllib3.exceptions.TimeoutError):
+        text = "timed out"
+    elif isinstance(cause, http.client.IncompleteRead):
+        text, lost = "connection closed mid-response", True
+    elif isinstance(cause, ConnectionError | http.client.RemoteDisconnected):
+        text, lost = "connection lost", True
+    elif isinstance(cause, ssl.SSLError | urllib3.exceptions.SSLError):
+        text = f"TLS error: {cause}"
+    elif isinstance(cause, ApiException) and not cause.status:
+        # The client's REST layer reports TLS failures this way (status 0, multi-line reason).
+        text = "TLS error: " + " ".join(str(cause.reason).split()).removeprefix("SSLError ")
+    else:
+        text = f"{type(cause).__name__}: {cause}"
+    return Unreachable(f"{context}{text}", connection_lost=lost)
+
+
+def object_path(
+    group: str, version: str, resource: str, namespace: str = "", name: str = ""
+) -> str:
+    """``/api/v1/...`` for the core group, ``/apis/<group>/<version>/...`` otherwise."""
+    path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if namespace:
+        path += f"/namespaces/{quote(namespace, safe='')}"
+    path += f"/{resource}"
+    if name:
+        path += f"/{quote(name, safe='')}"
+    return path
+
+
+class WatchStream:
+    """One open watch response, read as newline-delimited JSON events.
+
+    ``interrupt()`` may be called from any thread; everything else belongs to the reader.
+    """
+
+    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
+        self._response = response
+        self._closed = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        buffer = bytearray()
+        while True:
+            try:
+                data = self._response.read1(64 * 1024)
+            except Exception as exc:
+                if self._closed:
+                    return  # interrupted on purpose; whatever the read tripped over
+                if not isinstance(exc, urllib3.exceptions.HTTPError | OSError | HTTPException):
+                    raise
+                where = "watch stream cut mid-event: " if buffer.strip() else "watch stream: "
+                raise unreachable(exc, where) from None
+            if not data:
+                break
+            buffer += data
+            start = 0
+            while (end := buffer.find(b"\n", start)) >= 0:
+                line = bytes(buffer[start:end]).strip()
+                start = end + 1
+                if line:
+                    yield self._decode(line)
+            del buffer[:start]
+        if buffer.strip() and not self._closed:
+            # The stream ended inside an event: the connection was cut, nothing was decided.
+            raise Unreachable("watch stream ended mid-event")
+
+    @staticmethod
+    def _decode(line: bytes) -> dict[str, Any]:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            raise Malformed(f"undecodable watch line ({len(line)} bytes)") from None
+        if not isinstance(event, dict):
+            raise Malformed("watch line is not a JSON object")
+        return event
+
+    def interrupt(self) -> None:
+        """Make a blocked read return (from another thread): the socket is shut down."""
+        self._closed = True
+        # Already closed, or never fully opened: then there is nothing left to interrupt.
+        with contextlib.suppress(Exception):
+            self._response.shutdown()
+
+    def close(self) -> None:
+        """Drop the connection (it is not reused)."""
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._response.close()
+
+    def release(self) -> None:
+        """After a clean end of stream: hand the connection back to the pool."""
+        self._response.release_conn()
+
+
+class KubeClient:
+    """GET-only access to the API server through one ``ApiClient`` (thread-safe)."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._api = api_client
+
+    @classmethod
+    def connect(cls, kubeconfig: Path | None = None, in_cluster: bool = False) -> KubeClient:
+        """Build a client from a kubeconfig file or the pod's service account."""
+        configuration = k8s.Configuration()
+        try:
+            if kubeconfig is not None:
+                k8s_config.load_kube_config(
+                    config_file=str(kubeconfig),
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+            elif in_cluster:
+                k8s_config.load_incluster_config(client_configuration=configuration)
+            else:
+                raise ConfigError("no cluster connection: pass a kubeconfig or run in a pod")
+        except (ConfigException, OSError) as exc:
+            raise ConfigError(f"cannot load cluster connection settings: {exc}") from None
+        # Retries are ours (backoff in the informers, a deadline for parent lookups); urllib3's
+        # would retry a timed-out GET and multiply the time a request waits.
+        configuration.retries = False
+        # TCP keepalive finds a silently dead watch connection within three minutes.
+        configuration.keep_alive = True
+        api_client = k8s.ApiClient(configuration)
+        api_client.user_agent = f"label-rbac/{app.__version__}"
+        return cls(api_client)
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    def close(self) -> None:
+        self._api.close()
+
+    def _open(self, path: str, query: Query, timeout: float | Timeout) -> urllib3.BaseHTTPResponse:
+        method, url, headers, _, _ = self._api.param_serialize(
+            "GET",
+            path,
+            query_params=list(query),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(
+                method, url, header_params=headers, _request_timeout=timeout
+            ).response
+        except (urllib3.exceptions.HTTPError, ApiException, OSError) as exc:
+            raise unreachable(exc) from None
+        if not 200 <= response.status < 300:
+            raise self._error(response)
+        return response
+
+    @staticmethod
+    def _error(response: urllib3.BaseHTTPResponse) -> ApiError:
+        try:
+            body = response.read(ERROR_BODY_LIMIT)
+            status = json.loads(body)
+        except Exception:  # not a Status: the HTTP status line says enough
+            status = {}
+        finally:
+            response.close()
+        if not isinstance(status, dict) or status.get("kind") != "Status":
+            status = {"reason": response.reason or ""}
+        status["code"] = response.status
+        return ApiError.from_status(status)
+
+    def get(self, path: str, query: Query = (), timeout: float | Timeout = 10.0) -> dict[str, Any]:
+        """One JSON document. ``timeout`` as a number bounds the whole request."""
+        deadline = time.monotonic() + (timeout if isinstance(timeout, int | float) else 1e9)
+        for attempt in (1, 2):
+            try:
+                response = self._open(path, query, timeout)
+                try:
+                    body = response.read()
+                except (urllib3.exceptions.HTTPError, OSError) as exc:
+                    response.close()
+                    raise unreachable(exc) from None
+                response.release_conn()
+                break
+            except Unreachable as exc:
+                # A pooled keep-alive connection may have been closed by the server just now:
+                # one more try, only for that cause and only if it fits in the deadline.
+                remaining = deadline - time.monotonic()
+                if attempt == 2 or not exc.connection_lost or remaining < 0.25:
+                    raise
+                if isinstance(timeout, int | float):
+                    timeout = remaining
+        try:
+            document = json.loads(body)
+        except ValueError:
+            raise Malformed(f"GET {path}: response is not JSON") from None
+        if not isinstance(document, dict):
+            raise Malformed(f"GET {path}: response is not a JSON object")
+        return document
+
+    def list(self, path: str, page_size: int, timeout: Timeout) -> tuple[list[dict[str, Any]], str]:
+        """All items of a collection (paged) and the resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = [("limit", str(page_size))]
+            if token:
+                query.append(("continue", token))
+            page = self.get(path, query, timeout)
+            items.extend(i for i in page.get("items") or () if isinstance(i, dict))
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch(
+        self, path: str, resource_version: str, timeout_seconds: int, timeout: Timeout
+    ) -> WatchStream:
+        """Open a watch from ``resource_version``; the server ends it after ``timeout_seconds``."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        return WatchStream(self._open(path, query, timeout))

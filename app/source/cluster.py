@@ -1,0 +1,328 @@
+"""The live-cluster RBAC source: six informers, an atomically swapped snapshot, parent lookups.
+
+Each worker process runs one ``ClusterSource``: an informer per kind (Role, ClusterRole,
+RoleBinding, ClusterRoleBinding, Namespace, Node) keeps compiled objects current; after a change
+a builder thread waits a few milliseconds (to fold bursts together) and swaps in a new immutable
+``Snapshot`` with a single attribute assignment, so a decision never waits for a lock and never
+sees half an update. The request path calls the API server for one thing only: a GET of the
+parent object of a CONNECT/subresource request, with a short timeout and a tiny cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.engine.decide import ParentUnavailable
+from app.engine.model import Request, Resource, annotations_of
+from app.engine.rbac import Compiler, Snapshot
+from app.source.api import ApiError, KubeClient, KubeError, object_path
+from app.source.base import SourceStatus
+from app.source.informer import (
+    KINDS,
+    Compile,
+    Informer,
+    InformerObserver,
+    NullObserver,
+    Tuning,
+)
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+log = logging.getLogger("label_rbac.source")
+
+# The parents this webhook may read, with the API version to read them at. The ClusterRole in
+# manifests/deploy/rbac.yaml grants ``get`` on exactly these; keep the two in step.
+PARENT_RESOURCES: Mapping[tuple[str, str], str] = {
+    ("", "pods"): "v1",  # exec, attach, portforward, eviction, ...
+    ("apps", "deployments"): "v1",  # scale
+    ("apps", "replicasets"): "v1",  # scale
+    ("apps", "statefulsets"): "v1",  # scale
+}
+
+# A freshly forked worker waits this long for its first sync before it accepts requests, so a
+# respawned worker does not answer "not synced" while its siblings could have answered.
+# (gunicorn's worker timeout is 30 s; this must stay well below it.)
+WORKER_START_WAIT = 10.0
+
+
+class SourceObserver(InformerObserver, Protocol):
+    """Everything the cluster source reports (the metrics implement this)."""
+
+    def synced(self, synced: bool) -> None: ...
+
+    def parent_lookup(self, resource: str, result: str) -> None: ...
+
+
+class NullSourceObserver(NullObserver):
+    def synced(self, synced: bool) -> None:
+        pass
+
+    def parent_lookup(self, resource: str, result: str) -> None:
+        pass
+
+
+def compilers(compiler: Compiler) -> dict[str, Compile]:
+    """Per kind, what an object is reduced to (list items carry no ``kind``: it is passed)."""
+
+    def namespace(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+        return (obj.get("metadata") or {}).get("name") or "", dict(annotations_of(obj))
+
+    def node(obj: Mapping[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return meta.get("name") or "", meta.get("uid") or ""
+
+    return {
+        "Role": lambda obj: compiler.role(obj, "Role"),
+        "ClusterRole": lambda obj: compiler.role(obj, "ClusterRole"),
+        "RoleBinding": lambda obj: compiler.binding(obj, "RoleBinding"),
+        "ClusterRoleBinding": lambda obj: compiler.binding(obj, "ClusterRoleBinding"),
+        "Namespace": namespace,
+        "Node": node,
+    }
+
+
+class TtlCache:
+    """A small, thread-safe cache whose entries expire ``ttl`` seconds after they were stored."""
+
+    def __init__(self, ttl: float, max_entries: int = 256) -> None:
+        self._ttl = ttl
+        self._max = max_entries
+        self._entries: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            if entry[0] <= time.monotonic():
+                del self._entries[key]
+                return None
+            return entry[1]
+
+    def put(self, key: Hashable, value: Any) -> None:
+        if self._ttl <= 0:
+            return
+        with self._lock:
+            self._entries[key] = (time.monotonic() + self._ttl, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+
+
+class ClusterSource:
+    """An ``RbacSource`` fed by list/watch from the API server (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        compiler: Compiler,
+        *,
+        tuning: Tuning | None = None,
+        observer: SourceObserver | None = None,
+        max_staleness: float | None = None,
+        parent_resources: Mapping[tuple[str, str], str] = PARENT_RESOURCES,
+    ) -> None:
+        self._client = client
+        self._tuning = tuning or Tuning()
+        self._observer: SourceObserver = observer or NullSourceObserver()
+        self._max_staleness = max_staleness
+        self._parent_versions = dict(parent_resources)
+        self._parents = TtlCache(self._tuning.parent_ttl)
+        compile_for = compilers(compiler)
+        self.informers: tuple[Informer, ...] = tuple(
+            Informer(
+                spec, client, compile_for[spec.kind], self._changed, self._tuning, self._observer
+            )
+            for spec in KINDS
+        )
+        self._snapshot: Snapshot | None = None
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, observer: SourceObserver | None = None
+    ) -> ClusterSource:
+        """Connect with the settings' kubeconfig or in-cluster credentials (nothing starts yet)."""
+        client = KubeClient.connect(settings.kubeconfig, settings.in_cluster)
+        return cls(
+            client,
+            settings.compiler,
+            tuning=Tuning(start_wait=WORKER_START_WAIT),
+            observer=observer,
+            max_staleness=settings.max_staleness,
+        )
+
+    # RbacSource
+
+    def start(self) -> None:
+        """Start the informers and the builder; wait up to ``tuning.start_wait`` for a sync."""
+        with self._start_lock:
+            if self._threads:
+                return
+            self._observer.synced(False)
+            log.info("watching RBAC at %s", self._client.host)
+            self._spawn(self._build_loop, "snapshot-builder")
+            if self._tuning.resync_interval > 0:
+                self._spawn(self._resync_loop, "resync")
+            for informer in self.informers:
+                informer.start()
+        wait = self._tuning.start_wait
+        if wait > 0 and not self.wait_synced(wait):
+            log.warning("not synced after %.0fs; answering 503 until synced", wait)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+        for informer in self.informers:
+            informer.stop()
+        for informer in self.informers:
+            informer.join(5.0)
+        for thread in self._threads:
+            thread.join(5.0)
+        self._client.close()
+
+    def snapshot(self) -> Snapshot | None:
+        return self._snapshot
+
+    def status(self) -> SourceStatus:
+        pending = [i for i in self.informers if not i.synced]
+        if pending or self._snapshot is None:
+            if not pending:
+                return SourceStatus(False, "building the first snapshot")
+            detail = "waiting for the initial list of " + ", ".join(
+                i.spec.resource for i in pending
+            )
+            errors = sorted({i.last_error for i in pending if i.last_error})
+            return SourceStatus(False, f"{detail} ({'; '.join(errors)})" if errors else detail)
+        stale = self.stale_seconds()
+        if stale is None:
+            counts = ", ".join(f"{len(i)} {i.spec.resource}" for i in self.informers)
+            return SourceStatus(True, f"synced: {counts}")
+        lost = [i for i in self.informers if not i.connected]
+        errors = sorted({i.last_error for i in lost if i.last_error})
+        detail = (
+            f"lost the watch of {', '.join(i.spec.resource for i in lost)}"
+            f"{' (' + '; '.join(errors) + ')' if errors else ''}; "
+            f"serving the state of {stale:.0f}s ago"
+        )
+        if self._max_staleness is not None and stale > self._max_staleness:
+            # Not ready: a Service sends the API server to replicas that are still current.
+            return SourceStatus(
+                False, f"{detail}, beyond --max-staleness {self._max_staleness:g}s", stale
+            )
+        return SourceStatus(True, detail, stale)
+
+    def fetch_parent(self, request: Request) -> Mapping[str, Any]:
+        """GET the parent object of the request (cached for ``tuning.parent_ttl`` seconds)."""
+        res = request.resource
+        parent = Resource(res.group, res.resource)
+        what = f'{parent} "{request.name}"'
+        if request.namespace:
+            what += f' in namespace "{request.namespace}"'
+        version = self._parent_versions.get((res.group, res.resource))
+        if version is None:
+            self._observer.parent_lookup(str(parent), "unsupported")
+            raise ParentUnavailable(
+                f"could not read {what}: label-rbac is not set up to look up {parent}"
+            )
+        if not request.name:
+            raise ParentUnavailable(f"could not read {parent}: the request names no object")
+        key = (str(parent), request.namespace, request.name)
+        found = self._parents.get(key)
+        if found is not None:
+            self._observer.parent_lookup(str(parent), "cached")
+            return found
+        path = object_path(res.group, version, res.resource, request.namespace, request.name)
+        timeout = self._tuning.parent_timeout
+        try:
+            obj = self._client.get(path, timeout=timeout)
+        except ApiError as exc:
+            self._observer.parent_lookup(str(parent), str(exc.status))
+            reason = f" {exc.reason}" if exc.reason else ""
+            raise ParentUnavailable(f"could not read {what}: HTTP {exc.status}{reason}") from None
+        except KubeError as exc:
+            self._observer.parent_lookup(str(parent), "unreachable")
+            raise ParentUnavailable(f"could not read {what}: {exc} (limit {timeout:g}s)") from None
+        self._parents.put(key, obj)
+        self._observer.parent_lookup(str(parent), "ok")
+        return obj
+
+    # Beyond the protocol.
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Block until the first snapshot exists (True) or ``timeout`` passes (False)."""
+        return self._synced.wait(timeout)
+
+    def stale_seconds(self) -> float | None:
+        """Seconds since the stalest disconnected informer last heard from the API server."""
+        now = time.monotonic()
+        ages = [
+            now - i.last_contact
+            for i in self.informers
+            if not i.connected and i.last_contact is not None
+        ]
+        return max(ages) if ages else None
+
+    def _spawn(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _changed(self) -> None:
+        self._dirty.set()
+
+    def _build_loop(self) -> None:
+        while True:
+            self._dirty.wait()
+            if self._stop.is_set():
+                return
+            # A burst (a re-list, ``kubectl apply`` of a directory) becomes one snapshot.
+            self._stop.wait(self._tuning.coalesce)
+            self._dirty.clear()
+            if not all(i.synced for i in self.informers):
+                continue
+            try:
+                snapshot = self._build()
+            except Exception:
+                log.exception("could not build a snapshot; keeping the previous one")
+                continue
+            # One reference assignment: a decision sees the old snapshot or the new, never a mix.
+            self._snapshot = snapshot
+            if not self._synced.is_set():
+                self._synced.set()
+                self._observer.synced(True)
+                log.info("synced: %s", self.status().detail.removeprefix("synced: "))
+
+    def _build(self) -> Snapshot:
+        by_kind = {i.kind: i for i in self.informers}
+        roles = [*by_kind["Role"].values(), *by_kind["ClusterRole"].values()]
+        bindings = [
+            b
+            for b in (*by_kind["RoleBinding"].values(), *by_kind["ClusterRoleBinding"].values())
+            if b is not None
+        ]
+        return Snapshot.build(
+            roles, bindings, dict(by_kind["Namespace"].values()), dict(by_kind["Node"].values())
+        )
+
+    def _resync_loop(self) -> None:
+        """Re-list one kind at a time, so that each is re-listed once per interval."""
+        step = self._tuning.resync_interval / len(self.informers)
+        turn = 0
+        while not self._stop.wait(step):
+            informer = self.informers[turn % len(self.informers)]
+            turn += 1
+            # A disconnected informer re-lists when needed anyway; skip its turn.
+            if informer.synced and informer.connected:
+                informer.request_resync()
