@@ -108,19 +108,18 @@ class Decision:
         return cls(False, code, reason, message, (), explanation)
 
 
-def labels_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
-    """The labels of an object, tolerating absent or null metadata."""
+def _metadata_map(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, str]:
+    """``metadata.<key>`` of an object, tolerating absent or null metadata (as the API allows)."""
     if not obj:
         return {}
     metadata = obj.get("metadata") or {}
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    return labels if isinstance(labels, Mapping) else {}
+    found = metadata.get(key) if isinstance(metadata, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
+
+
+def labels_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
+    return _metadata_map(obj, "labels")
 
 
 def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
-    """The annotations of an object, tolerating absent or null metadata."""
-    if not obj:
-        return {}
-    metadata = obj.get("metadata") or {}
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    return annotations if isinstance(annotations, Mapping) else {}
+    return _metadata_map(obj, "annotations")

@@ -29,6 +29,18 @@ FAST = Tuning(
 
 MakeSource = Callable[..., ClusterSource]
 
+# The metric names the README documents.
+METRIC_NAMES = (
+    "label_rbac_decisions_total",
+    "label_rbac_decision_seconds_bucket",
+    "label_rbac_cache_objects",
+    "label_rbac_watch_restarts_total",
+    "label_rbac_last_event_timestamp_seconds",
+    "label_rbac_seconds_since_last_event",
+    "label_rbac_cache_synced",
+    "label_rbac_parent_lookups_total",
+)
+
 POD = "/api/v1/namespaces/default/pods/app"
 
 

@@ -19,19 +19,8 @@ from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
 from tests.kubeapi import FakeKubeAPI, wait_until
-from tests.source.helpers import MakeSource, exec_request
+from tests.source.helpers import METRIC_NAMES, MakeSource, exec_request
 from tests.support import ROOT, make_review
-
-NAMES = (
-    "label_rbac_decisions_total",
-    "label_rbac_decision_seconds_bucket",
-    "label_rbac_cache_objects",
-    "label_rbac_watch_restarts_total",
-    "label_rbac_last_event_timestamp_seconds",
-    "label_rbac_seconds_since_last_event",
-    "label_rbac_cache_synced",
-    "label_rbac_parent_lookups_total",
-)
 
 
 def test_source_reports_cache_watches_and_lookups(
@@ -56,7 +45,7 @@ def test_source_reports_cache_watches_and_lookups(
     assert sample("label_rbac_parent_lookups_total", {"resource": "pods", "result": "404"}) == 1
 
     text = metrics.render()[0].decode()
-    for name in NAMES[2:]:
+    for name in METRIC_NAMES[2:]:
         assert name in text, name
     assert 'label_rbac_seconds_since_last_event{kind="Role"}' in text
 
