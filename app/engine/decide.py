@@ -203,9 +203,9 @@ def check_operation(request: Request, ctx: Context) -> Decision | None:
 
 # Checks run in this order before the label rule; each may only deny.
 PRE_CHECKS: tuple[Check, ...] = (
+    check_operation,  # anything unknown is refused before any rule reads the request
     check_node,
-    check_operation,
-    check_role_annotation,
+    check_role_annotation,  # an invalid annotation is refused before it is compared
     check_escalation,
 )
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.decide import PRE_CHECKS, Context, ParentUnavailable, evaluate
+from app.engine.decide import Context, ParentUnavailable, evaluate
 from app.engine.model import Decision, Request, Resource, UserInfo
 from app.engine.node import (
     ALLOWED_LABEL_KEYS_ANNOTATION,
@@ -217,10 +217,6 @@ IDENTITY = [
 @pytest.mark.parametrize(("req", "lookup", "refused"), IDENTITY)
 def test_identity(req: Request, lookup: Lookup, refused: str | None) -> None:
     run_cases(req, lookup, refused, "NodeRestriction")
-
-
-def test_registered_first_in_pre_checks() -> None:
-    assert PRE_CHECKS[0] is check_node
 
 
 def test_evaluate_reports_the_node_denial() -> None:
