@@ -11,8 +11,7 @@ from pathlib import Path
 
 from app.engine.decide import Context, evaluate
 from app.engine.model import Decision, Request, Resource, UserInfo
-from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError
-from app.engine.rbac import RoleRef
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.settings import Settings
 from app.source.static import ManifestError, StaticSource, read_manifests
 from app.wire import ReviewError, parse_review
@@ -231,25 +230,17 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     except (OSError, ManifestError) as exc:
         print(f"lint: {exc}", file=sys.stderr)
         return 2
-    failures = checked = 0
-    for kind, obj in objects:
-        if kind not in ("Role", "ClusterRole"):
-            continue
-        meta = obj.get("metadata") or {}
-        ref = RoleRef(meta.get("namespace") or "" if kind == "Role" else "", meta.get("name", ""))
-        checked += 1
-        try:
-            permissions = compiler.permissions(obj)
-        except AnnotationError as exc:
-            failures += 1
-            print(f"invalid: {ref}: {exc}")
-            continue
-        entries = len(permissions.entries) if permissions else 0
-        print(f"ok: {ref} ({entries} permission entr{'y' if entries == 1 else 'ies'})")
-    if not checked:
+    roles = [compiler.role(obj, kind) for kind, obj in objects if kind in ("Role", "ClusterRole")]
+    if not roles:
         print("lint: no Role or ClusterRole found", file=sys.stderr)
         return 2
-    return 1 if failures else 0
+    for role in roles:
+        if role.error is not None:
+            print(f"invalid: {role.ref}: {role.error}")
+        else:
+            entries = len(role.permissions.entries) if role.permissions else 0
+            print(f"ok: {role.ref} ({entries} permission entr{'y' if entries == 1 else 'ies'})")
+    return 1 if any(role.error is not None for role in roles) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
