@@ -91,10 +91,36 @@ def _field(
     return value
 
 
+def _string_map(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
 def _object(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    """``object``/``oldObject``, with the metadata the rules read checked for shape here, once,
+    so the engine can rely on it (the API server never sends anything else)."""
     value = mapping.get(key)
-    if value is not None and not isinstance(value, Mapping):
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
         raise ReviewError(f"request.{key} must be an object or null")
+    metadata = value.get("metadata")
+    if metadata is None:
+        return value
+    if not isinstance(metadata, Mapping):
+        raise ReviewError(f"request.{key}.metadata must be an object")
+    for field in ("name", "namespace", "uid", "resourceVersion"):
+        if metadata.get(field) is not None and not isinstance(metadata[field], str):
+            raise ReviewError(f"request.{key}.metadata.{field} must be a string")
+    for field in ("labels", "annotations"):
+        if metadata.get(field) is not None and not _string_map(metadata[field]):
+            raise ReviewError(f"request.{key}.metadata.{field} must map strings to strings")
+    owners = metadata.get("ownerReferences")
+    if owners is not None and not (
+        isinstance(owners, list) and all(isinstance(o, Mapping) for o in owners)
+    ):
+        raise ReviewError(f"request.{key}.metadata.ownerReferences must be a list of objects")
     return value
 
 

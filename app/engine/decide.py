@@ -13,7 +13,7 @@ from typing import Any
 from app.engine.escalation import check_escalation
 from app.engine.model import OPERATIONS, Decision, Request, labels_of
 from app.engine.node import check_node
-from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, Entry
+from app.engine.policy import DEFAULT_ANNOTATION_KEY, Entry
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, Snapshot
 
 
@@ -173,7 +173,7 @@ def check_labels(request: Request, ctx: Context) -> Decision:
 
 
 def check_role_annotation(request: Request, ctx: Context) -> Decision | None:
-    """A Role/ClusterRole may only be written with a valid permission annotation."""
+    """A Role/ClusterRole may only be written with a valid permission annotation (and rules)."""
     res = request.resource
     if (
         res.group != RBAC_GROUP
@@ -183,12 +183,11 @@ def check_role_annotation(request: Request, ctx: Context) -> Decision | None:
         or request.object is None
     ):
         return None
-    try:
-        ctx.options.compiler.permissions(request.object)
-    except AnnotationError as exc:
-        kind = "Role" if res.resource == "roles" else "ClusterRole"
+    kind = "Role" if res.resource == "roles" else "ClusterRole"
+    error = ctx.options.compiler.role(request.object, kind).error
+    if error is not None:
         return Decision.deny(
-            "InvalidAnnotation", f'{kind} "{request.name}" is invalid: {exc}', code=422
+            "InvalidAnnotation", f'{kind} "{request.name}" is invalid: {error}', code=422
         )
     return None
 

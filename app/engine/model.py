@@ -5,7 +5,7 @@ These are frozen so a decision can be cached, logged and compared without defens
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,3 +123,10 @@ def labels_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
 
 def annotations_of(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
     return _metadata_map(obj, "annotations")
+
+
+def mapping_items(value: Any) -> Iterable[Mapping[str, Any]]:
+    """The mapping items of a list field, tolerating null and malformed entries."""
+    if not isinstance(value, list):
+        return ()
+    return (item for item in value if isinstance(item, Mapping))

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.engine.model import Decision, Request, annotations_of, labels_of
+from app.engine.model import Decision, Request, annotations_of, labels_of, mapping_items
 
 if TYPE_CHECKING:
     # Types only: decide.py imports this module to register ``check_node``.
@@ -348,19 +348,19 @@ def pod_api_references(pod: Mapping[str, Any]) -> set[str]:
     if spec.get("resourceClaims"):
         found.add(RESOURCE_CLAIMS)
     for container in _containers(spec):
-        for env in _mappings(container.get("env")):
+        for env in mapping_items(container.get("env")):
             value_from = env.get("valueFrom")
             if isinstance(value_from, Mapping):
                 if value_from.get("secretKeyRef"):
                     found.add(SECRETS)
                 if value_from.get("configMapKeyRef"):
                     found.add(CONFIGMAPS)
-        for env_from in _mappings(container.get("envFrom")):
+        for env_from in mapping_items(container.get("envFrom")):
             if env_from.get("secretRef"):
                 found.add(SECRETS)
             if env_from.get("configMapRef"):
                 found.add(CONFIGMAPS)
-    for volume in _mappings(spec.get("volumes")):
+    for volume in mapping_items(spec.get("volumes")):
         found.update(_volume_references(volume))
     return found
 
@@ -382,7 +382,7 @@ def _volume_references(volume: Mapping[str, Any]) -> set[str]:
         found.add(CSI_VOLUMES)
     projected = volume.get("projected")
     sources = projected.get("sources") if isinstance(projected, Mapping) else None
-    for source in _mappings(sources):
+    for source in mapping_items(sources):
         if source.get("secret") is not None:
             found.add(SECRETS)
         if source.get("configMap") is not None:
@@ -471,13 +471,6 @@ def _bound_to(pod: Mapping[str, Any] | None) -> str:
     return _spec(pod).get("nodeName") or ""
 
 
-def _mappings(value: Any) -> Iterable[Mapping[str, Any]]:
-    """The mapping items of a list field, tolerating null and malformed entries."""
-    if not isinstance(value, list):
-        return ()
-    return (item for item in value if isinstance(item, Mapping))
-
-
 def _containers(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
     for field in ("containers", "initContainers", "ephemeralContainers"):
-        yield from _mappings(spec.get(field))
+        yield from mapping_items(spec.get(field))

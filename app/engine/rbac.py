@@ -12,12 +12,37 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.model import SERVICE_ACCOUNT_PREFIX, Resource, UserInfo, annotations_of
+from app.engine.model import (
+    SERVICE_ACCOUNT_PREFIX,
+    Resource,
+    UserInfo,
+    annotations_of,
+    mapping_items,
+)
 from app.engine.policy import AnnotationError, Permissions, permissions_of
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 USER = "User"
 GROUP = "Group"
+
+
+class MalformedObject(ValueError):
+    """An RBAC object whose fields do not have the shape the API defines."""
+
+
+def _text(mapping: Mapping[str, Any], field: str) -> str:
+    """A string field, "" when absent or of another type (such an object then grants nothing)."""
+    value = mapping.get(field)
+    return value if isinstance(value, str) else ""
+
+
+def _strings(rule: Mapping[str, Any], field: str) -> frozenset[str]:
+    value = rule.get(field)
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise MalformedObject(f"{field} must be a list of strings")
+    return frozenset(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +55,15 @@ class Rule:
     names: frozenset[str] = frozenset()
 
     @classmethod
-    def compile(cls, rule: Mapping[str, Any]) -> Rule:
+    def compile(cls, rule: Any) -> Rule:
+        """Compile one PolicyRule; raises ``MalformedObject`` when it is not shaped like one."""
+        if not isinstance(rule, Mapping):
+            raise MalformedObject("each rule must be an object")
         return cls(
-            verbs=frozenset(rule.get("verbs") or ()),
-            groups=frozenset(rule.get("apiGroups") or ()),
-            resources=frozenset(rule.get("resources") or ()),
-            names=frozenset(rule.get("resourceNames") or ()),
+            verbs=_strings(rule, "verbs"),
+            groups=_strings(rule, "apiGroups"),
+            resources=_strings(rule, "resources"),
+            names=_strings(rule, "resourceNames"),
         )
 
     def allows_verb(self, verb: str) -> bool:
@@ -135,40 +163,58 @@ class Compiler:
         """Compile a Role or ClusterRole. List items carry no ``kind``: pass it then."""
         meta = obj.get("metadata") or {}
         cluster_role = (kind or obj.get("kind")) == "ClusterRole"
-        ref = RoleRef("" if cluster_role else meta.get("namespace") or "", meta.get("name") or "")
-        rules = tuple(Rule.compile(r) for r in obj.get("rules") or () if r.get("resources"))
+        ref = RoleRef("" if cluster_role else _text(meta, "namespace"), _text(meta, "name"))
+        version = _text(meta, "resourceVersion")
+        try:
+            rules = _compile_rules(obj.get("rules"))
+        except MalformedObject as exc:
+            # Grants nothing through this webhook, like an invalid annotation.
+            return CompiledRole(ref, (), None, f"malformed rules: {exc}", version)
         try:
             permissions, error = self.permissions(obj), None
         except AnnotationError as exc:
             permissions, error = None, str(exc)
-        return CompiledRole(ref, rules, permissions, error, meta.get("resourceVersion") or "")
+        return CompiledRole(ref, rules, permissions, error, version)
 
     @staticmethod
     def binding(obj: Mapping[str, Any], kind: str | None = None) -> Binding | None:
         """A compiled binding, or None when it cannot grant anything (unknown roleRef kind)."""
         meta = obj.get("metadata") or {}
         cluster_binding = (kind or obj.get("kind")) == "ClusterRoleBinding"
-        namespace = "" if cluster_binding else meta.get("namespace") or ""
-        role_ref = obj.get("roleRef") or {}
+        namespace = "" if cluster_binding else _text(meta, "namespace")
+        role_ref = obj.get("roleRef")
+        if not isinstance(role_ref, Mapping) or not _text(role_ref, "name"):
+            return None
         if role_ref.get("kind") == "ClusterRole":
-            ref = RoleRef("", role_ref.get("name") or "")
+            ref = RoleRef("", _text(role_ref, "name"))
         elif role_ref.get("kind") == "Role" and namespace:
-            ref = RoleRef(namespace, role_ref.get("name") or "")
+            ref = RoleRef(namespace, _text(role_ref, "name"))
         else:
             return None
-        return Binding(namespace, meta.get("name") or "", ref, subject_keys(obj, namespace))
+        return Binding(namespace, _text(meta, "name"), ref, subject_keys(obj, namespace))
+
+
+def _compile_rules(rules: Any) -> tuple[Rule, ...]:
+    """A role's rules; those naming no resources (nonResourceURLs only) never reach admission."""
+    if rules is None:
+        return ()
+    if not isinstance(rules, list):
+        raise MalformedObject("rules must be a list")
+    return tuple(rule for rule in map(Rule.compile, rules) if rule.resources)
 
 
 def subject_keys(binding: Mapping[str, Any], namespace: str) -> tuple[tuple[str, str], ...]:
     """Index keys for a binding's subjects. ServiceAccounts become their user names."""
     keys: list[tuple[str, str]] = []
-    for subject in binding.get("subjects") or ():
-        kind, name = subject.get("kind"), subject.get("name") or ""
+    for subject in mapping_items(binding.get("subjects")):
+        kind, name = subject.get("kind"), _text(subject, "name")
+        if not name:
+            continue
         if kind == "ServiceAccount":
             # Like the RBAC authorizer, an omitted namespace means the binding's namespace.
-            sa_namespace = subject.get("namespace") or namespace
+            sa_namespace = _text(subject, "namespace") or namespace
             keys.append((USER, f"{SERVICE_ACCOUNT_PREFIX}{sa_namespace}:{name}"))
-        elif kind in (USER, GROUP) and name:
+        elif kind in (USER, GROUP):
             keys.append((kind, name))
     return tuple(keys)
 

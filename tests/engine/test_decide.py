@@ -858,6 +858,17 @@ def test_role_delete_with_invalid_annotation_is_not_refused() -> None:
     assert decide((), req).allowed
 
 
+def test_role_write_with_malformed_rules_is_refused() -> None:
+    _, obj = role("team-a", "t1", [rule(WRITE, "configmaps")])
+    obj["rules"] = [{"verbs": "create", "resources": ["configmaps"]}]
+    decision = decide((), role_write(obj, "CREATE"))
+    assert (decision.allowed, decision.code) == (False, 422)
+    assert (
+        decision.message
+        == 'Role "team-a" is invalid: malformed rules: verbs must be a list of strings'
+    )
+
+
 def test_recorded_role_write_needs_the_default_label_key() -> None:
     # a023 writes {"mwan3*": [...]}: the list shorthand is valid only with a default label key.
     req = parse_review(load_review("a023-update-roles")).request

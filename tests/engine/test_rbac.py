@@ -415,6 +415,44 @@ def test_invalid_annotation_is_recorded_not_raised() -> None:
     assert compiled_role.error is not None and "not valid JSON" in compiled_role.error
 
 
+@pytest.mark.parametrize(
+    ("rules", "fragment"),
+    [
+        pytest.param(7, "rules must be a list", id="rules-not-list"),
+        pytest.param(["x"], "each rule must be an object", id="rule-not-object"),
+        pytest.param([{"verbs": "create", "resources": ["pods"]}], "verbs", id="verbs-string"),
+        pytest.param([{"verbs": ["*"], "resources": [1]}], "resources", id="resource-int"),
+    ],
+)
+def test_malformed_rules_grant_nothing(rules: Any, fragment: str) -> None:
+    kind, obj = role("odd", "t1")
+    obj["rules"] = rules
+    compiled = Compiler((DEFAULT_ANNOTATION_KEY,)).role(obj, kind)
+    assert compiled.rules == ()
+    assert compiled.error is not None and fragment in compiled.error
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        pytest.param("roleRef", 7, id="role-ref-int"),
+        pytest.param("roleRef", {"kind": "ClusterRole", "name": ["view"]}, id="role-name-list"),
+        pytest.param("roleRef", {"kind": "ClusterRole"}, id="role-name-missing"),
+    ],
+)
+def test_malformed_role_ref_binds_nothing(field: str, value: Any) -> None:
+    kind, obj = binding("b", "view", "User:alice")
+    obj[field] = value
+    assert Compiler.binding(obj, kind) is None
+
+
+def test_malformed_subjects_are_skipped() -> None:
+    kind, obj = binding("b", "view", "User:alice")
+    obj["subjects"] = [7, {"kind": "User", "name": ["bob"]}, {"kind": "Group", "name": "ops"}]
+    compiled = Compiler.binding(obj, kind)
+    assert compiled is not None and compiled.subjects == (("Group", "ops"),)
+
+
 # --- The recorded bootstrap RBAC -------------------------------------------------------------
 
 

@@ -166,6 +166,31 @@ def _drop(path: str):
         pytest.param(
             _set("request.oldObject", 1), "request.oldObject must be an object", id="old-object"
         ),
+        pytest.param(
+            _set("request.object.metadata", 7),
+            "request.object.metadata must be an object",
+            id="metadata-not-object",
+        ),
+        pytest.param(
+            _set("request.object.metadata.labels", {"team": 1}),
+            "request.object.metadata.labels must map strings to strings",
+            id="label-value-not-string",
+        ),
+        pytest.param(
+            _set("request.object.metadata.annotations", ["a"]),
+            "request.object.metadata.annotations must map strings to strings",
+            id="annotations-list",
+        ),
+        pytest.param(
+            _set("request.object.metadata.namespace", ["default"]),
+            "request.object.metadata.namespace must be a string",
+            id="metadata-namespace-list",
+        ),
+        pytest.param(
+            _set("request.object.metadata.ownerReferences", 7),
+            "request.object.metadata.ownerReferences must be a list of objects",
+            id="owner-references-int",
+        ),
         pytest.param(_set("request.dryRun", "true"), "request.dryRun", id="dry-run-string"),
         pytest.param(_set("request.namespace", 1), "request.namespace", id="namespace-int"),
         pytest.param(_set("request.subResource", 1), "request.subResource", id="subresource-int"),
