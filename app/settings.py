@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,8 +9,9 @@ from app.engine.decide import Options
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
 
-DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024  # etcd's default request limit is 1.5 MiB per object;
-# an UPDATE review carries object and oldObject, plus envelope.
+# etcd's default request limit is 1.5 MiB per object; an UPDATE review carries object and
+# oldObject plus the envelope.
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,3 @@ class Settings:
     def engine_options(self) -> Options:
         return Options(compiler=self.compiler, allow_unlabeled=self.allow_unlabeled)
 
-
-def env_default(name: str, default: str | None = None) -> str | None:
-    """``LABEL_RBAC_<NAME>`` from the environment, for flags that may come from a Deployment."""
-    return os.environ.get(f"LABEL_RBAC_{name}", default)

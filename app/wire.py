@@ -173,15 +173,6 @@ def parse_review(document: Any) -> Review:
     )
 
 
-def review_uid(document: Any) -> str:
-    """The request uid if one can be found, for answering a review that failed later."""
-    try:
-        uid = document["request"]["uid"]
-    except (KeyError, TypeError):
-        return ""
-    return uid if isinstance(uid, str) else ""
-
-
 def build_response(api_version: str, uid: str, decision: Decision) -> AdmissionReviewResponse:
     """The AdmissionReview the API server expects back, echoing ``apiVersion`` and ``uid``."""
     response: AdmissionResponse = {"uid": uid, "allowed": decision.allowed}

@@ -177,6 +177,17 @@ class Compiler:
         return CompiledRole(ref, rules, permissions, error, version)
 
     @staticmethod
+    def namespace(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+        """A Namespace as the node rules read it: its name and annotations."""
+        return _text(obj.get("metadata") or {}, "name"), dict(annotations_of(obj))
+
+    @staticmethod
+    def node(obj: Mapping[str, Any]) -> tuple[str, str]:
+        """A Node as the node rules read it: its name and uid."""
+        meta = obj.get("metadata") or {}
+        return _text(meta, "name"), _text(meta, "uid")
+
+    @staticmethod
     def binding(obj: Mapping[str, Any], kind: str | None = None) -> Binding | None:
         """A compiled binding, or None when it cannot grant anything (unknown roleRef kind)."""
         meta = obj.get("metadata") or {}
@@ -303,7 +314,6 @@ def snapshot_from_objects(
     namespaces: dict[str, Mapping[str, str]] = {}
     nodes: dict[str, str] = {}
     for kind, obj in objects:
-        meta = obj.get("metadata") or {}
         if kind in ("Role", "ClusterRole"):
             roles.append(compiler.role(obj, kind))
         elif kind in ("RoleBinding", "ClusterRoleBinding"):
@@ -311,10 +321,10 @@ def snapshot_from_objects(
             if binding is not None:
                 bindings.append(binding)
         elif kind == "Namespace":
-            namespaces[meta.get("name") or ""] = dict(annotations_of(obj))
+            name, annotations = compiler.namespace(obj)
+            namespaces[name] = annotations
         elif kind == "Node":
-            nodes[meta.get("name") or ""] = meta.get("uid") or ""
+            name, uid = compiler.node(obj)
+            nodes[name] = uid
     return Snapshot.build(roles, bindings, namespaces, nodes)
 
-
-EMPTY = Snapshot.build((), ())

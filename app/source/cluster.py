@@ -18,7 +18,7 @@ from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.engine.decide import ParentUnavailable
-from app.engine.model import Request, Resource, annotations_of
+from app.engine.model import Request, Resource
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, KubeClient, KubeError, object_path
 from app.source.base import SourceStatus
@@ -69,21 +69,13 @@ class NullSourceObserver(NullObserver):
 
 def compilers(compiler: Compiler) -> dict[str, Compile]:
     """Per kind, what an object is reduced to (list items carry no ``kind``: it is passed)."""
-
-    def namespace(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
-        return (obj.get("metadata") or {}).get("name") or "", dict(annotations_of(obj))
-
-    def node(obj: Mapping[str, Any]) -> tuple[str, str]:
-        meta = obj.get("metadata") or {}
-        return meta.get("name") or "", meta.get("uid") or ""
-
     return {
         "Role": lambda obj: compiler.role(obj, "Role"),
         "ClusterRole": lambda obj: compiler.role(obj, "ClusterRole"),
         "RoleBinding": lambda obj: compiler.binding(obj, "RoleBinding"),
         "ClusterRoleBinding": lambda obj: compiler.binding(obj, "ClusterRoleBinding"),
-        "Namespace": namespace,
-        "Node": node,
+        "Namespace": compiler.namespace,
+        "Node": compiler.node,
     }
 
 
