@@ -102,7 +102,7 @@ def multiprocess_dir() -> Iterator[Path]:
             shutil.rmtree(path, ignore_errors=True)
 
 
-class WebhookServer(BaseApplication):  # type: ignore[misc]
+class WebhookServer(BaseApplication):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         super().__init__()
