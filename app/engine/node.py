@@ -91,6 +91,22 @@ REFERENCE_ORDER = (
 )
 
 
+# Volume sources, and projected-volume sources, that reference an API object by being present.
+VOLUME_REFERENCES: Mapping[str, str] = {
+    "configMap": CONFIGMAPS,
+    "persistentVolumeClaim": PVCS,
+    "ephemeral": EPHEMERAL_VOLUMES,
+    "csi": CSI_VOLUMES,
+}
+PROJECTED_REFERENCES: Mapping[str, str] = {
+    "secret": SECRETS,
+    "configMap": CONFIGMAPS,
+    "clusterTrustBundle": CLUSTER_TRUST_BUNDLES,
+    # A token projection mints a token for the pod's service account.
+    "serviceAccountToken": SERVICE_ACCOUNT,
+}
+
+
 def check_node(request: Request, ctx: Context) -> Decision | None:
     """Refuse what a node may not do, and mirror-pod annotation misuse by anyone; else None."""
     res = request.resource
@@ -372,26 +388,13 @@ def _volume_references(volume: Mapping[str, Any]) -> set[str]:
         # A secret volume names its Secret by definition; the others only when the field is set.
         if isinstance(source, Mapping) and (plugin == "secret" or source.get(field)):
             found.add(SECRETS)
-    if volume.get("configMap") is not None:
-        found.add(CONFIGMAPS)
-    if volume.get("persistentVolumeClaim") is not None:
-        found.add(PVCS)
-    if volume.get("ephemeral") is not None:
-        found.add(EPHEMERAL_VOLUMES)
-    if volume.get("csi") is not None:
-        found.add(CSI_VOLUMES)
+    found.update(kind for field, kind in VOLUME_REFERENCES.items() if volume.get(field) is not None)
     projected = volume.get("projected")
     sources = projected.get("sources") if isinstance(projected, Mapping) else None
     for source in mapping_items(sources):
-        if source.get("secret") is not None:
-            found.add(SECRETS)
-        if source.get("configMap") is not None:
-            found.add(CONFIGMAPS)
-        if source.get("clusterTrustBundle") is not None:
-            found.add(CLUSTER_TRUST_BUNDLES)
-        # A token projection mints a token for the pod's service account.
-        if source.get("serviceAccountToken") is not None:
-            found.add(SERVICE_ACCOUNT)
+        found.update(
+            kind for field, kind in PROJECTED_REFERENCES.items() if source.get(field) is not None
+        )
     return found
 
 
