@@ -9,7 +9,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.engine.decide import Context, evaluate
+from app.engine.context import Context
+from app.engine.decide import evaluate
+from app.engine.kinds import ROLE_KINDS
 from app.engine.model import Decision, Request, Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.settings import Settings
@@ -230,7 +232,8 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     except (OSError, ManifestError) as exc:
         print(f"lint: {exc}", file=sys.stderr)
         return 2
-    roles = [compiler.role(obj, kind) for kind, obj in objects if kind in ("Role", "ClusterRole")]
+    role_kinds = {spec.kind: spec for spec in ROLE_KINDS}
+    roles = [role_kinds[kind].compile(compiler, obj) for kind, obj in objects if kind in role_kinds]
     if not roles:
         print("lint: no Role or ClusterRole found", file=sys.stderr)
         return 2

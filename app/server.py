@@ -15,7 +15,8 @@ from collections.abc import Callable
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from app.engine.decide import Context, evaluate
+from app.engine.context import Context
+from app.engine.decide import evaluate
 from app.engine.model import Decision, Request
 from app.settings import Settings
 from app.source.base import RbacSource

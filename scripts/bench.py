@@ -28,9 +28,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.engine.decide import PRE_CHECKS, Context, Options, evaluate  # noqa: E402
+from app.engine.context import Context, Options  # noqa: E402
+from app.engine.decide import PRE_CHECKS, evaluate  # noqa: E402
+from app.engine.kinds import snapshot_from_objects  # noqa: E402
 from app.engine.model import Request, UserInfo  # noqa: E402
-from app.engine.rbac import Binding, CompiledRole, Compiler, Snapshot, snapshot_from_objects  # noqa: E402
+from app.engine.rbac import Binding, CompiledRole, Compiler, Snapshot  # noqa: E402
 from app.source.static import read_manifests  # noqa: E402
 from app.wire import build_response, parse_review  # noqa: E402
 from tests.support import API, make_review  # noqa: E402

@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from app.engine.kinds import snapshot_from_objects
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
-from app.engine.rbac import Compiler, Snapshot, snapshot_from_objects
+from app.engine.rbac import Compiler, Snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recorded kube-apiserver traffic lives beside the repository (../shared/fixtures).

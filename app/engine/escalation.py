@@ -23,20 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from app.engine.context import Context
+from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
 from app.engine.model import VERBS_FOR_OPERATION, Decision, Request, Resource
 from app.engine.policy import Entry, Glob, Permissions, Requirement
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
-
-if TYPE_CHECKING:  # decide.py imports this module; importing it back at runtime would cycle
-    from app.engine.decide import Context
-
-ROLE_KINDS: Mapping[str, str] = {"roles": "Role", "clusterroles": "ClusterRole"}
-BINDING_KINDS: Mapping[str, str] = {
-    "rolebindings": "RoleBinding",
-    "clusterrolebindings": "ClusterRoleBinding",
-}
 
 # The label rule only ever judges admission requests, so only verbs an admission operation maps
 # to can be restricted by labels: a role granting get/list/watch (or escalate, bind, impersonate)
@@ -276,7 +269,7 @@ class Target:
 
 
 def _role_target(request: Request, obj: Mapping[str, Any], compiler: Compiler) -> Target | None:
-    kind = ROLE_KINDS[request.resource.resource]
+    kind = RBAC_RESOURCES[request.resource.resource].kind
     new = compiler.role(obj, kind)
     if new.error is not None:
         return None  # refused by check_role_annotation; an invalid annotation grants nothing
@@ -298,7 +291,7 @@ def _role_target(request: Request, obj: Mapping[str, Any], compiler: Compiler) -
 
 
 def _binding_target(request: Request, obj: Mapping[str, Any], ctx: Context) -> Target | None:
-    kind = BINDING_KINDS[request.resource.resource]
+    kind = RBAC_RESOURCES[request.resource.resource].kind
     compiler = ctx.options.compiler
     binding = compiler.binding(obj, kind)
     if binding is None:
@@ -375,12 +368,13 @@ def check_escalation(request: Request, ctx: Context) -> Decision | None:
         or obj is None
     ):
         return None
-    if res.resource in ROLE_KINDS:
-        target = _role_target(request, obj, ctx.options.compiler)
-    elif res.resource in BINDING_KINDS:
-        target = _binding_target(request, obj, ctx)
-    else:
+    spec = RBAC_RESOURCES.get(res.resource)
+    if spec is None:
         return None
+    if spec in ROLE_KINDS:
+        target = _role_target(request, obj, ctx.options.compiler)
+    else:
+        target = _binding_target(request, obj, ctx)
     if target is None:
         return None
     bypass = Resource(RBAC_GROUP, target.bypass_resource)

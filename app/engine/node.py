@@ -15,13 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from app.engine.context import Context, ParentUnavailable
 from app.engine.model import Decision, Request, annotations_of, labels_of, mapping_items
-
-if TYPE_CHECKING:
-    # Types only: decide.py imports this module to register ``check_node``.
-    from app.engine.decide import Context
 
 NODE_USER_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"
@@ -433,9 +430,6 @@ def _bound_pod_only(
     """Refuse unless the pod (given, or read through ``ctx.lookup``) is bound to ``node``."""
     rule = f'node "{node}" can only {verb} pods with spec.nodeName set to itself'
     if pod is None:
-        # Imported here because decide.py imports this module to register the check.
-        from app.engine.decide import ParentUnavailable
-
         try:
             pod = ctx.lookup(request)
         except ParentUnavailable as exc:

@@ -299,32 +299,3 @@ class Snapshot:
             if role.grants(verbs, res, name) and all(r is not role for r in found):
                 found.append(role)
         return found
-
-
-RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-SNAPSHOT_KINDS = (*RBAC_KINDS, "Namespace", "Node")
-
-
-def snapshot_from_objects(
-    objects: Iterable[tuple[str, Mapping[str, Any]]], compiler: Compiler
-) -> Snapshot:
-    """Compile and index ``(kind, object)`` pairs; kinds outside ``SNAPSHOT_KINDS`` are ignored."""
-    roles: list[CompiledRole] = []
-    bindings: list[Binding] = []
-    namespaces: dict[str, Mapping[str, str]] = {}
-    nodes: dict[str, str] = {}
-    for kind, obj in objects:
-        if kind in ("Role", "ClusterRole"):
-            roles.append(compiler.role(obj, kind))
-        elif kind in ("RoleBinding", "ClusterRoleBinding"):
-            binding = compiler.binding(obj, kind)
-            if binding is not None:
-                bindings.append(binding)
-        elif kind == "Namespace":
-            name, annotations = compiler.namespace(obj)
-            namespaces[name] = annotations
-        elif kind == "Node":
-            name, uid = compiler.node(obj)
-            nodes[name] = uid
-    return Snapshot.build(roles, bindings, namespaces, nodes)
-

@@ -41,5 +41,5 @@ class RbacSource(Protocol):
     def fetch_parent(self, request: Request) -> Mapping[str, Any]:
         """The parent object of a subresource/CONNECT request.
 
-        Raises ``app.engine.decide.ParentUnavailable`` when it cannot be read.
+        Raises ``app.engine.context.ParentUnavailable`` when it cannot be read.
         """

@@ -15,16 +15,16 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.engine.decide import ParentUnavailable
+from app.engine.context import ParentUnavailable
+from app.engine.kinds import KINDS, build_snapshot
 from app.engine.model import Request, Resource
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, KubeClient, KubeError, object_path
 from app.source.base import SourceStatus
 from app.source.informer import (
-    KINDS,
-    Compile,
     Informer,
     InformerObserver,
     NullObserver,
@@ -65,18 +65,6 @@ class NullSourceObserver(NullObserver):
 
     def parent_lookup(self, resource: str, result: str) -> None:
         pass
-
-
-def compilers(compiler: Compiler) -> dict[str, Compile]:
-    """Per kind, what an object is reduced to (list items carry no ``kind``: it is passed)."""
-    return {
-        "Role": lambda obj: compiler.role(obj, "Role"),
-        "ClusterRole": lambda obj: compiler.role(obj, "ClusterRole"),
-        "RoleBinding": lambda obj: compiler.binding(obj, "RoleBinding"),
-        "ClusterRoleBinding": lambda obj: compiler.binding(obj, "ClusterRoleBinding"),
-        "Namespace": compiler.namespace,
-        "Node": compiler.node,
-    }
 
 
 class TtlCache:
@@ -127,10 +115,14 @@ class ClusterSource:
         self._max_staleness = max_staleness
         self._parent_versions = dict(parent_resources)
         self._parents = TtlCache(self._tuning.parent_ttl)
-        compile_for = compilers(compiler)
         self.informers: tuple[Informer, ...] = tuple(
             Informer(
-                spec, client, compile_for[spec.kind], self._changed, self._tuning, self._observer
+                spec,
+                client,
+                partial(spec.compile, compiler),
+                self._changed,
+                self._tuning,
+                self._observer,
             )
             for spec in KINDS
         )
@@ -297,16 +289,7 @@ class ClusterSource:
                 log.info("synced: %s", self.status().detail.removeprefix("synced: "))
 
     def _build(self) -> Snapshot:
-        by_kind = {i.kind: i for i in self.informers}
-        roles = [*by_kind["Role"].values(), *by_kind["ClusterRole"].values()]
-        bindings = [
-            b
-            for b in (*by_kind["RoleBinding"].values(), *by_kind["ClusterRoleBinding"].values())
-            if b is not None
-        ]
-        return Snapshot.build(
-            roles, bindings, dict(by_kind["Namespace"].values()), dict(by_kind["Node"].values())
-        )
+        return build_snapshot({i.kind: i.values() for i in self.informers})
 
     def _resync_loop(self) -> None:
         """Re-list one kind at a time, so that each is re-listed once per interval."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.engine.rbac import RBAC_GROUP
+from app.engine.kinds import KindSpec
 from app.source.api import (
     ApiError,
     Expired,
@@ -39,30 +39,6 @@ DISCONNECTED = "disconnected"  # connection refused, lost or timed out
 ERROR = "error"  # any other error status or ERROR event
 MALFORMED = "malformed"  # an undecodable event: re-listed, as events may have been lost
 RESYNC = "resync"  # the periodic re-list
-
-
-@dataclass(frozen=True, slots=True)
-class KindSpec:
-    """A watched kind and where its collection lives."""
-
-    kind: str
-    group: str
-    resource: str
-    version: str = "v1"
-
-    @property
-    def path(self) -> str:
-        return object_path(self.group, self.version, self.resource)
-
-
-KINDS: tuple[KindSpec, ...] = (
-    KindSpec("Role", RBAC_GROUP, "roles"),
-    KindSpec("ClusterRole", RBAC_GROUP, "clusterroles"),
-    KindSpec("RoleBinding", RBAC_GROUP, "rolebindings"),
-    KindSpec("ClusterRoleBinding", RBAC_GROUP, "clusterrolebindings"),
-    KindSpec("Namespace", "", "namespaces"),
-    KindSpec("Node", "", "nodes"),
-)
 
 
 @dataclass(frozen=True)
@@ -151,6 +127,7 @@ class Informer:
         observer: InformerObserver | None = None,
     ) -> None:
         self.spec = spec
+        self._path = object_path(spec.group, spec.version, spec.resource)
         self._client = client
         self._compile = compile
         self._on_change = on_change
@@ -295,7 +272,7 @@ class Informer:
     def _list(self) -> None:
         t = self._tuning
         items, version = self._client.list(
-            self.spec.path, t.page_size, (t.connect_timeout, t.list_timeout)
+            self._path, t.page_size, (t.connect_timeout, t.list_timeout)
         )
         old = self._items
         new: dict[str, Cached] = {}
@@ -327,7 +304,7 @@ class Informer:
         t = self._tuning
         timeout_seconds = int(t.watch_timeout * random.uniform(1.0, 1.5))
         stream = self._client.watch(
-            self.spec.path,
+            self._path,
             self.resource_version,
             timeout_seconds,
             (t.connect_timeout, timeout_seconds + t.read_grace),

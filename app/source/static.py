@@ -9,9 +9,10 @@ from typing import Any
 
 import yaml
 
-from app.engine.decide import no_parent_lookup
+from app.engine.context import no_parent_lookup
+from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Request
-from app.engine.rbac import SNAPSHOT_KINDS, Compiler, Snapshot, snapshot_from_objects
+from app.engine.rbac import Compiler, Snapshot
 from app.source.base import SourceStatus
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -67,8 +68,7 @@ class StaticSource:
 
     def start(self) -> None:
         if self._snapshot is None:
-            objects = [(k, o) for k, o in read_manifests(self._directory) if k in SNAPSHOT_KINDS]
-            self._snapshot = snapshot_from_objects(objects, self._compiler)
+            self._snapshot = snapshot_from_objects(read_manifests(self._directory), self._compiler)
 
     def stop(self) -> None:
         pass

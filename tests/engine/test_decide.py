@@ -10,16 +10,15 @@ from typing import Any
 
 import pytest
 
-from app.engine.decide import (
+from app.engine.context import (
     Context,
     Options,
     ParentLookup,
     ParentUnavailable,
-    evaluate,
-    label_states,
     no_parent_lookup,
-    object_is_parent,
 )
+from app.engine.decide import evaluate
+from app.engine.labels import label_states, object_is_parent
 from app.engine.model import Decision, Request, Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.decide import PRE_CHECKS, Context, Options, check_role_annotation, evaluate
+from app.engine.context import Context, Options
+from app.engine.decide import PRE_CHECKS, check_role_annotation, evaluate
 from app.engine.escalation import Grant, check_escalation, grants_of
 from app.engine.model import Request, Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.decide import Context, ParentUnavailable, evaluate
+from app.engine.context import Context, ParentUnavailable
+from app.engine.decide import evaluate
 from app.engine.model import Decision, Request, Resource, UserInfo
 from app.engine.node import (
     ALLOWED_LABEL_KEYS_ANNOTATION,

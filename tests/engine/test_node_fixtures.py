@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.decide import Context, ParentUnavailable, evaluate
+from app.engine.context import Context, ParentUnavailable
+from app.engine.decide import evaluate
 from app.engine.model import Decision, Request
 from app.engine.rbac import Snapshot
 from app.wire import parse_review

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import (
@@ -13,7 +14,6 @@ from app.engine.rbac import (
     RoleRef,
     Rule,
     Snapshot,
-    snapshot_from_objects,
     subject_keys,
     user_keys,
 )

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from app.engine.decide import ParentUnavailable
+from app.engine.context import ParentUnavailable
 from app.engine.model import Request
 from app.server import NOT_SYNCED, create_app
 from app.settings import Settings

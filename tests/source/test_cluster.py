@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import yaml
 
-from app.engine.decide import ParentUnavailable
+from app.engine.context import ParentUnavailable
+from app.engine.kinds import KINDS
 from app.engine.model import Request, Resource
 from app.server import Decider, create_app
 from app.settings import Settings
 from app.source.api import object_path
 from app.source.cluster import PARENT_RESOURCES
-from app.source.informer import KINDS
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import (
     FAST,

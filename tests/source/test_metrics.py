@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.decide import ParentUnavailable
+from app.engine.context import ParentUnavailable
 from app.metrics import Metrics
 from app.serve import multiprocess_dir
 from app.server import create_app

@@ -1,0 +1,50 @@
+"""What every rule set may read besides the request: settings, the snapshot, parent lookups.
+
+This module sits below the rule sets (``node``, ``escalation``, the label rule) and the pipelines
+that combine them, so each rule set imports it and none imports another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine.model import Decision, Request
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import Compiler, Snapshot
+
+
+class ParentUnavailable(Exception):
+    """An object the decision needs could not be read; the message says what and why."""
+
+
+ParentLookup = Callable[[Request], Mapping[str, Any]]
+
+
+def no_parent_lookup(request: Request) -> Mapping[str, Any]:
+    raise ParentUnavailable(
+        f'{request.resource.resource} "{request.name}" is not in this request and this webhook '
+        "runs without cluster access (static --rbac-dir), so it cannot read it"
+    )
+
+
+@dataclass(frozen=True)
+class Options:
+    """Engine settings (a subset of the server settings)."""
+
+    compiler: Compiler = field(default_factory=lambda: Compiler((DEFAULT_ANNOTATION_KEY,)))
+    allow_unlabeled: bool = False
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a check may read besides the request."""
+
+    snapshot: Snapshot
+    options: Options = field(default_factory=Options)
+    lookup: ParentLookup = no_parent_lookup
+
+
+# A rule: ``(Request, Context) -> Decision | None`` (None: no objection).
+Check = Callable[[Request, Context], "Decision | None"]

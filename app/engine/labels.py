@@ -1,0 +1,190 @@
+"""The label rule: which of the user's roles grant a request, and which labels they permit.
+
+``find_grants`` is the one place that answers "which roles granted this, and with what label
+limits"; the admission rule (``check_labels``) and any other front door build on it, so they
+agree on bindings, rule matching, annotation entries and their specificity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from app.engine.context import Context, ParentLookup, ParentUnavailable
+from app.engine.model import Decision, Request, Resource, UserInfo, labels_of
+from app.engine.policy import Entry
+from app.engine.rbac import CompiledRole, Snapshot
+
+Restriction = tuple[CompiledRole, tuple[Entry, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Grants:
+    """The granting roles of one request, sorted by what they mean for labels.
+
+    ``unrestricted`` is a role granting the request without label limits (then labels do not
+    matter); ``restricted`` pairs each limiting role with the entries that decide for the
+    resource (all must pass: they AND); ``invalid`` roles grant nothing through this webhook.
+    """
+
+    any: bool
+    unrestricted: CompiledRole | None
+    restricted: tuple[Restriction, ...]
+    invalid: tuple[CompiledRole, ...]
+
+    def passing(self, labels: Mapping[str, str], allow_unlabeled: bool) -> list[Restriction]:
+        """The restricted roles whose entries all permit ``labels``."""
+        return [
+            (role, entries)
+            for role, entries in self.restricted
+            if all(e.violation(labels, allow_unlabeled) is None for e in entries)
+        ]
+
+    def allowances(self) -> str:
+        """``role t1/team-a allows team in [a]; ...`` — what the restricted roles permit."""
+        return "; ".join(
+            f"{role.ref} allows {' and '.join(e.describe() for e in entries)}"
+            for role, entries in self.restricted
+        )
+
+    def broken(self) -> str:
+        return "; ".join(f"{role.ref} grants nothing here: {role.error}" for role in self.invalid)
+
+
+def find_grants(
+    snapshot: Snapshot,
+    user: UserInfo,
+    namespace: str,
+    verbs: Sequence[str],
+    resource: Resource,
+    name: str,
+) -> Grants:
+    """Classify the roles that authorize ``verbs`` on ``resource`` for ``user`` in RBAC."""
+    granting = snapshot.granting_roles(user, namespace, verbs, resource, name)
+    restricted: list[Restriction] = []
+    invalid: list[CompiledRole] = []
+    for role in granting:
+        if role.error is not None:
+            invalid.append(role)
+            continue
+        entries = role.permissions.entries_for(resource) if role.permissions else ()
+        if not entries:
+            return Grants(True, role, (), ())
+        restricted.append((role, entries))
+    return Grants(bool(granting), None, tuple(restricted), tuple(invalid))
+
+
+def _plurals(kind: str) -> tuple[str, ...]:
+    """Plural spellings a resource of this kind may have (``Policy`` → policies, policys...)."""
+    lower = kind.lower()
+    return (lower, lower + "s", lower + "es", lower[:-1] + "ies")
+
+
+def object_is_parent(request: Request) -> bool:
+    """Whether the request's object is the resource itself (so its labels are the ones to judge).
+
+    Subresources such as ``status`` carry the parent; ``exec``, ``eviction`` or ``scale`` carry an
+    options/Eviction/Scale object whose labels say nothing about the parent. When in doubt the
+    answer is False, which costs a lookup rather than judging the wrong labels.
+    """
+    if request.operation == "CONNECT":
+        return False
+    if not request.resource.subresource:
+        return True
+    return bool(request.kind) and request.resource.resource in _plurals(request.kind)
+
+
+def label_states(request: Request, lookup: ParentLookup) -> list[tuple[bool, Mapping[str, str]]]:
+    """The label sets that must be permitted, each flagged ``existing`` (stored) or new.
+
+    Raises ``ParentUnavailable`` when the labels have to be looked up and cannot be.
+    """
+    if not object_is_parent(request):
+        return [(True, labels_of(lookup(request)))]
+    if request.operation == "CREATE":
+        return [(False, labels_of(request.object))]
+    if request.operation == "UPDATE":
+        if request.old_object is None:
+            raise ParentUnavailable("the request carries no oldObject to compare with")
+        return [(True, labels_of(request.old_object)), (False, labels_of(request.object))]
+    # DELETE: the API server sends the stored object as oldObject (object is null).
+    stored = request.old_object if request.old_object is not None else lookup(request)
+    return [(True, labels_of(stored))]
+
+
+def who(request: Request) -> str:
+    verb = request.verbs[0] if request.verbs else request.operation.lower()
+    return f'user "{request.user.username}" may not {verb} {request.describe()}'
+
+
+def judge_labels(
+    request: Request,
+    grants: Grants,
+    states: Sequence[tuple[bool, Mapping[str, str]]],
+    allow_unlabeled: bool,
+) -> Decision:
+    """Every label set in ``states`` must be permitted by some restricted granting role."""
+    explanation: list[str] = []
+    warnings: list[str] = []
+    for existing, labels in states:
+        passing = grants.passing(labels, allow_unlabeled)
+        if not passing:
+            role, entries = grants.restricted[0]
+            violation = next(
+                v for e in entries if (v := e.violation(labels, allow_unlabeled)) is not None
+            )
+            detail = grants.allowances() + (f"; {grants.broken()}" if grants.invalid else "")
+            return Decision.deny(
+                "LabelNotPermitted",
+                f"{who(request)}: {violation.describe(existing)} ({detail})",
+                *(
+                    f"{r.ref}: {' and '.join(e.describe() for e in es)}"
+                    for r, es in grants.restricted
+                ),
+            )
+        # Prefer a role the labels satisfy outright: only when every passing role relied on a
+        # tolerated missing label was the object "allowed only because" of --allow-unlabeled.
+        strict = next(
+            (p for p in passing if all(e.violation(labels, False) is None for e in p[1])), None
+        )
+        role, entries = strict or passing[0]
+        explanation.append(f"{'existing' if existing else 'new'} labels permitted by {role.ref}")
+        if strict is None:
+            missing = sorted({r.key for e in entries for r in e.requirements} - set(labels))
+            if missing:
+                warnings.append(
+                    f"object has no label {', '.join(missing)}; allowed only because "
+                    "unlabeled objects are permitted (--allow-unlabeled)"
+                )
+    return Decision.allow("LabelsPermitted", *explanation, warnings=tuple(dict.fromkeys(warnings)))
+
+
+def grant_decision(request: Request, grants: Grants) -> Decision | None:
+    """The decision when labels do not matter (no grant, unrestricted, only invalid roles)."""
+    if not grants.any:
+        return Decision.allow("NoGrantingRole", "no role bound to the user grants this request")
+    if grants.unrestricted is not None:
+        return Decision.allow(
+            "Unrestricted", f"{grants.unrestricted.ref} grants this without label limits"
+        )
+    if not grants.restricted:
+        return Decision.deny("InvalidAnnotation", f"{who(request)}: {grants.broken()}")
+    return None
+
+
+def check_labels(request: Request, ctx: Context) -> Decision:
+    """The admission label rule: allow iff some granting role is unrestricted or satisfied."""
+    grants = find_grants(
+        ctx.snapshot, request.user, request.namespace, request.verbs, request.resource, request.name
+    )
+    decided = grant_decision(request, grants)
+    if decided is not None:
+        return decided
+    try:
+        states = label_states(request, ctx.lookup)
+    except ParentUnavailable as exc:
+        return Decision.deny(
+            "ParentUnavailable",
+            f"{who(request)}: its label permissions cannot be checked: {exc}",
+        )
+    return judge_labels(request, grants, states, ctx.options.allow_unlabeled)
