@@ -212,7 +212,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if snapshot is None:
         print(f"check: could not load {args.rbac_dir}", file=sys.stderr)
         return 2
-    decision = evaluate(request, Context(snapshot, settings.engine_options, source.fetch_parent))
+    decision = evaluate(
+        request,
+        Context(snapshot, settings.engine_options, source.fetch_parent, source.fetch_metadata),
+    )
     _print_decision(decision)
     return 0 if decision.allowed else 1
 

@@ -89,7 +89,15 @@ class Decider:
                     code=503,
                 )
         try:
-            return evaluate(request, Context(snapshot, self._options, self._source.fetch_parent))
+            return evaluate(
+                request,
+                Context(
+                    snapshot,
+                    self._options,
+                    self._source.fetch_parent,
+                    self._source.fetch_metadata,
+                ),
+            )
         except Exception:
             # A bug must not turn into an allow or a 5xx: log (no bodies) and deny.
             log.exception("internal error deciding uid=%s", request.uid)

@@ -116,6 +116,7 @@ class Recorded:
     path: str
     query: dict[str, str]
     authorization: str
+    accept: str = ""
 
 
 class FakeKubeAPI:
@@ -137,6 +138,8 @@ class FakeKubeAPI:
         self.collections: dict[str, Collection] = {}
         self.objects: dict[str, dict[str, Any]] = {}
         self.get_delay = 0.0
+        # False: answer metadata-only GETs with the whole object (a server that ignores ``as=``).
+        self.partial_metadata = True
         self.get_faults: dict[str, int] = {}
         self.requests: list[Recorded] = []
         self.serving = False
@@ -408,7 +411,15 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.server.api
         url = urlsplit(self.path)
         query = dict(parse_qsl(url.query, keep_blank_values=True))
-        api._record(Recorded("GET", url.path, query, self.headers.get("Authorization") or ""))
+        api._record(
+            Recorded(
+                "GET",
+                url.path,
+                query,
+                self.headers.get("Authorization") or "",
+                self.headers.get("Accept") or "",
+            )
+        )
         if not api.serving:
             _abort(self.connection)
             self.close_connection = True
@@ -419,7 +430,9 @@ class _Handler(BaseHTTPRequestHandler):
         coll = api._collection_at(url.path)
         try:
             if coll is None:
-                self._get(url.path)
+                self._get(
+                    url.path, "as=PartialObjectMetadata" in (self.headers.get("Accept") or "")
+                )
             elif query.get("watch") in ("true", "1"):
                 self._watch(coll, query)
             else:
@@ -435,7 +448,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _get(self, path: str) -> None:
+    def _get(self, path: str, metadata_only: bool = False) -> None:
         api = self.server.api
         if api.get_delay:
             time.sleep(api.get_delay)
@@ -448,6 +461,9 @@ class _Handler(BaseHTTPRequestHandler):
             name = path.rsplit("/", 1)[-1]
             self._send_json(404, status(404, "NotFound", f'"{name}" not found'))
             return
+        if metadata_only and api.partial_metadata:  # as the real server answers ``as=...``
+            meta = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata"}
+            obj = {**meta, "metadata": obj.get("metadata") or {}}
         self._send_json(200, obj)
 
     def _list(self, coll: Collection, query: Mapping[str, str]) -> None:

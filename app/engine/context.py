@@ -22,10 +22,37 @@ class ParentUnavailable(Exception):
 ParentLookup = Callable[[Request], Mapping[str, Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """An object by its API coordinates (``namespace`` empty for cluster-scoped objects)."""
+
+    group: str
+    version: str
+    resource: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        kind = f"{self.resource}.{self.group}" if self.group else self.resource
+        where = f' in namespace "{self.namespace}"' if self.namespace else ""
+        return f'{kind} "{self.name}"{where}'
+
+
+# The metadata of any object (a ``PartialObjectMetadata``: ``{"metadata": {...}}``, never a body;
+# Secrets are among the objects read). Raises ``ParentUnavailable`` when it cannot be read.
+MetadataLookup = Callable[[ObjectRef], Mapping[str, Any]]
+
+
 def no_parent_lookup(request: Request) -> Mapping[str, Any]:
     raise ParentUnavailable(
         f'{request.resource.resource} "{request.name}" is not in this request and this webhook '
         "runs without cluster access (static --rbac-dir), so it cannot read it"
+    )
+
+
+def no_metadata_lookup(ref: ObjectRef) -> Mapping[str, Any]:
+    raise ParentUnavailable(
+        f"{ref} cannot be read: this webhook runs without cluster access (static --rbac-dir)"
     )
 
 
@@ -44,6 +71,7 @@ class Context:
     snapshot: Snapshot
     options: Options = field(default_factory=Options)
     lookup: ParentLookup = no_parent_lookup
+    metadata: MetadataLookup = no_metadata_lookup
 
 
 # A rule: ``(Request, Context) -> Decision | None`` (None: no objection).

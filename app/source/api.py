@@ -126,6 +126,11 @@ def unreachable(exc: BaseException, context: str = "") -> Unreachable:
     return Unreachable(f"{context}{text}", connection_lost=lost)
 
 
+JSON = "application/json"
+# Content negotiation for metadata only (as kubectl and client-go's metadata client ask for it).
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
+
 def object_path(
     group: str, version: str, resource: str, namespace: str = "", name: str = ""
 ) -> str:
@@ -242,12 +247,14 @@ class KubeClient:
     def close(self) -> None:
         self._api.close()
 
-    def _open(self, path: str, query: Query, timeout: float | Timeout) -> urllib3.BaseHTTPResponse:
+    def _open(
+        self, path: str, query: Query, timeout: float | Timeout, accept: str = JSON
+    ) -> urllib3.BaseHTTPResponse:
         method, url, headers, _, _ = self._api.param_serialize(
             "GET",
             path,
             query_params=list(query),
-            header_params={"Accept": "application/json"},
+            header_params={"Accept": accept},
             auth_settings=["BearerToken"],
         )
         try:
@@ -274,12 +281,24 @@ class KubeClient:
         status["code"] = response.status
         return ApiError.from_status(status)
 
-    def get(self, path: str, query: Query = (), timeout: float | Timeout = 10.0) -> dict[str, Any]:
-        """One JSON document. ``timeout`` as a number bounds the whole request."""
+    def get(
+        self,
+        path: str,
+        query: Query = (),
+        timeout: float | Timeout = 10.0,
+        *,
+        metadata_only: bool = False,
+    ) -> dict[str, Any]:
+        """One JSON document. ``timeout`` as a number bounds the whole request.
+
+        ``metadata_only`` asks for a ``PartialObjectMetadata``: the API server then sends no
+        ``spec``, ``data`` or ``status``, so Secret contents never reach this process.
+        """
+        accept = METADATA_ONLY if metadata_only else JSON
         deadline = time.monotonic() + (timeout if isinstance(timeout, int | float) else 1e9)
         for attempt in (1, 2):
             try:
-                response = self._open(path, query, timeout)
+                response = self._open(path, query, timeout, accept)
                 try:
                     body = response.read()
                 except (urllib3.exceptions.HTTPError, OSError) as exc:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.engine.context import ObjectRef
 from app.engine.model import Request
 from app.engine.rbac import Snapshot
 
@@ -40,6 +41,12 @@ class RbacSource(Protocol):
 
     def fetch_parent(self, request: Request) -> Mapping[str, Any]:
         """The parent object of a subresource/CONNECT request.
+
+        Raises ``app.engine.context.ParentUnavailable`` when it cannot be read.
+        """
+
+    def fetch_metadata(self, ref: ObjectRef) -> Mapping[str, Any]:
+        """The metadata of any object (``{"metadata": {...}}``), never its body.
 
         Raises ``app.engine.context.ParentUnavailable`` when it cannot be read.
         """

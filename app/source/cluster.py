@@ -18,7 +18,7 @@ from collections.abc import Hashable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.engine.context import ParentUnavailable
+from app.engine.context import ObjectRef, ParentUnavailable
 from app.engine.kinds import KINDS, build_snapshot
 from app.engine.model import Request, Resource
 from app.engine.rbac import Compiler, Snapshot
@@ -210,36 +210,48 @@ class ClusterSource:
     def fetch_parent(self, request: Request) -> Mapping[str, Any]:
         """GET the parent object of the request (cached for ``tuning.parent_ttl`` seconds)."""
         res = request.resource
-        parent = Resource(res.group, res.resource)
-        what = f'{parent} "{request.name}"'
-        if request.namespace:
-            what += f' in namespace "{request.namespace}"'
         version = self._parent_versions.get((res.group, res.resource))
+        ref = ObjectRef(res.group, version or "", res.resource, request.namespace, request.name)
         if version is None:
-            self._observer.parent_lookup(str(parent), "unsupported")
+            self._observer.parent_lookup(_metric_name(ref), "unsupported")
             raise ParentUnavailable(
-                f"could not read {what}: label-rbac is not set up to look up {parent}"
+                f"could not read {ref}: label-rbac is not set up to look up "
+                f"{Resource(res.group, res.resource)}"
             )
-        if not request.name:
-            raise ParentUnavailable(f"could not read {parent}: the request names no object")
-        key = (str(parent), request.namespace, request.name)
+        return self._get(ref, metadata_only=False)
+
+    def fetch_metadata(self, ref: ObjectRef) -> Mapping[str, Any]:
+        """GET an object's metadata only (``PartialObjectMetadata``), cached like parents.
+
+        Only ``metadata`` is kept, even if the server answered with the whole object.
+        """
+        return self._get(ref, metadata_only=True)
+
+    def _get(self, ref: ObjectRef, *, metadata_only: bool) -> Mapping[str, Any]:
+        name = _metric_name(ref)
+        if not ref.name:
+            raise ParentUnavailable(f"could not read {name}: the request names no object")
+        key = (ref, metadata_only)
         found = self._parents.get(key)
         if found is not None:
-            self._observer.parent_lookup(str(parent), "cached")
+            self._observer.parent_lookup(name, "cached")
             return found
-        path = object_path(res.group, version, res.resource, request.namespace, request.name)
+        path = object_path(ref.group, ref.version, ref.resource, ref.namespace, ref.name)
         timeout = self._tuning.parent_timeout
         try:
-            obj = self._client.get(path, timeout=timeout)
+            obj = self._client.get(path, timeout=timeout, metadata_only=metadata_only)
         except ApiError as exc:
-            self._observer.parent_lookup(str(parent), str(exc.status))
+            self._observer.parent_lookup(name, str(exc.status))
             reason = f" {exc.reason}" if exc.reason else ""
-            raise ParentUnavailable(f"could not read {what}: HTTP {exc.status}{reason}") from None
+            raise ParentUnavailable(f"could not read {ref}: HTTP {exc.status}{reason}") from None
         except KubeError as exc:
-            self._observer.parent_lookup(str(parent), "unreachable")
-            raise ParentUnavailable(f"could not read {what}: {exc} (limit {timeout:g}s)") from None
+            self._observer.parent_lookup(name, "unreachable")
+            raise ParentUnavailable(f"could not read {ref}: {exc} (limit {timeout:g}s)") from None
+        if metadata_only:
+            metadata = obj.get("metadata")
+            obj = {"metadata": metadata if isinstance(metadata, Mapping) else {}}
         self._parents.put(key, obj)
-        self._observer.parent_lookup(str(parent), "ok")
+        self._observer.parent_lookup(name, "ok")
         return obj
 
     # Beyond the protocol.
@@ -301,3 +313,8 @@ class ClusterSource:
             # A disconnected informer re-lists when needed anyway; skip its turn.
             if informer.synced and informer.connected:
                 informer.request_resync()
+
+
+def _metric_name(ref: ObjectRef) -> str:
+    """The resource as the lookup metric labels it (``pods``, ``deployments.apps``)."""
+    return str(Resource(ref.group, ref.resource))

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from app.engine.context import no_parent_lookup
+from app.engine.context import ObjectRef, no_metadata_lookup, no_parent_lookup
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Request
 from app.engine.rbac import Compiler, Snapshot
@@ -83,3 +83,6 @@ class StaticSource:
 
     def fetch_parent(self, request: Request) -> Mapping[str, Any]:
         return no_parent_lookup(request)
+
+    def fetch_metadata(self, ref: ObjectRef) -> Mapping[str, Any]:
+        return no_metadata_lookup(ref)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.engine.context import ParentUnavailable
+from app.engine.context import ObjectRef, ParentUnavailable
 from app.engine.kinds import KINDS
 from app.engine.model import Request, Resource
 from app.server import Decider, create_app
@@ -216,6 +216,38 @@ def test_parent_lookup_times_out(kubeapi: FakeKubeAPI, make_source: MakeSource) 
     with pytest.raises(ParentUnavailable, match=r'could not read pods "app" .*: timed out'):
         source.fetch_parent(exec_request())
     assert time.monotonic() - started < 2.5
+
+
+def test_metadata_lookup_never_brings_a_body(kubeapi: FakeKubeAPI, make_source: MakeSource) -> None:
+    path = "/api/v1/namespaces/default/secrets/db"
+    secret = {"kind": "Secret", "metadata": {"name": "db", "labels": {"team": "a"}}}
+    kubeapi.put_object(path, {**secret, "data": {"password": "c2VjcmV0"}})
+    source = make_source()
+    ref = ObjectRef("", "v1", "secrets", "default", "db")
+
+    assert source.fetch_metadata(ref) == {"metadata": secret["metadata"]}
+    assert source.fetch_metadata(ref) == {"metadata": secret["metadata"]}  # cached
+    (sent,) = [r for r in kubeapi.recorded() if r.path == path]
+    assert "as=PartialObjectMetadata;g=meta.k8s.io;v=v1" in sent.accept
+
+    missing = ObjectRef("", "v1", "secrets", "default", "gone")
+    with pytest.raises(ParentUnavailable, match='secrets "gone" in namespace "default": HTTP 404'):
+        source.fetch_metadata(missing)
+
+
+def test_metadata_lookup_keeps_only_metadata_from_a_full_answer(
+    kubeapi: FakeKubeAPI, make_source: MakeSource
+) -> None:
+    """A server that ignores the content negotiation still leaves no body in the cache."""
+    path = "/apis/example.com/v1/namespaces/default/widgets/w"
+    kubeapi.put_object(path, {"kind": "Widget", "metadata": {"name": "w"}, "spec": {"x": 1}})
+    kubeapi.objects[path]["metadata"] = {"name": "w", "labels": {"team": "b"}}
+    kubeapi.partial_metadata = False
+    source = make_source()
+    ref = ObjectRef("example.com", "v1", "widgets", "default", "w")
+    found = source.fetch_metadata(ref)
+    assert set(found) == {"metadata"}
+    assert found["metadata"]["labels"] == {"team": "b"}
 
 
 def test_scale_parent_is_read_from_its_group(kubeapi: FakeKubeAPI, make_source: MakeSource) -> None:
