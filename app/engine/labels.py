@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from app.engine.context import Context, ParentLookup, ParentUnavailable
 from app.engine.model import Decision, Request, Resource, UserInfo, labels_of
-from app.engine.policy import Entry
+from app.engine.policy import Entry, Requirement
 from app.engine.rbac import CompiledRole, Snapshot
+from app.engine.selectors import Selector, confinement
 
 Restriction = tuple[CompiledRole, tuple[Entry, ...]]
 
@@ -40,6 +41,20 @@ class Grants:
             if all(e.violation(labels, allow_unlabeled) is None for e in entries)
         ]
 
+    def within(self, selector: Selector | None, allow_unlabeled: bool) -> list[Restriction]:
+        """The restricted roles that permit every object ``selector`` can match.
+
+        Each key a role's deciding entries restrict must be confined by the selector to values
+        the entry permits ("absent" only with ``allow_unlabeled``).
+        """
+        return [
+            (role, entries)
+            for role, entries in self.restricted
+            if all(
+                _confined(selector, req, allow_unlabeled) for e in entries for req in e.requirements
+            )
+        ]
+
     def allowances(self) -> str:
         """``role t1/team-a allows team in [a]; ...`` — what the restricted roles permit."""
         return "; ".join(
@@ -49,6 +64,13 @@ class Grants:
 
     def broken(self) -> str:
         return "; ".join(f"{role.ref} grants nothing here: {role.error}" for role in self.invalid)
+
+
+def _confined(selector: Selector | None, req: Requirement, allow_unlabeled: bool) -> bool:
+    values = confinement(selector, req.key)
+    if values is None:
+        return False
+    return all(req.allows(v) if v is not None else allow_unlabeled for v in values)
 
 
 def find_grants(

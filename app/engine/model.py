@@ -5,6 +5,7 @@ These are frozen so a decision can be cached, logged and compared without defens
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,54 @@ class Decision:
     @classmethod
     def deny(cls, reason: str, message: str, *explanation: str, code: int = 403) -> Decision:
         return cls(False, code, reason, message, (), explanation)
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One authorization question (a SubjectAccessReview's resource attributes).
+
+    ``labels``/``fields`` are the request's selectors as requirements (``None``: no usable
+    selector); they are typed loosely here so this module stays at the bottom of the engine.
+    """
+
+    user: UserInfo
+    verb: str
+    resource: Resource
+    version: str = ""
+    namespace: str = ""
+    name: str = ""
+    labels: tuple[Any, ...] | None = None
+    fields: tuple[Any, ...] | None = None
+
+
+class Verdict(enum.Enum):
+    """What an authorizer in a chain may answer."""
+
+    ALLOW = "Allow"
+    DENY = "Deny"  # no later authorizer is asked
+    NO_OPINION = "NoOpinion"  # the next authorizer (RBAC) decides
+
+
+@dataclass(frozen=True, slots=True)
+class AccessDecision:
+    """The answer to an ``Access``: verdict, a machine reason and a tenant-readable message."""
+
+    verdict: Verdict
+    reason: str
+    message: str = ""
+    explanation: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def allow(cls, reason: str, message: str = "", *explanation: str) -> AccessDecision:
+        return cls(Verdict.ALLOW, reason, message, explanation)
+
+    @classmethod
+    def deny(cls, reason: str, message: str, *explanation: str) -> AccessDecision:
+        return cls(Verdict.DENY, reason, message, explanation)
+
+    @classmethod
+    def no_opinion(cls, reason: str, *explanation: str) -> AccessDecision:
+        return cls(Verdict.NO_OPINION, reason, "", explanation)
 
 
 def _metadata_map(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, str]:
