@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import app
 from app.engine.context import Context
 from app.engine.decide import evaluate
 from app.engine.kinds import ROLE_KINDS
@@ -60,10 +61,11 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m app", description="label-rbac: label-based permissions for Kubernetes"
+        prog=prog, description="label-rbac: label-based permissions for Kubernetes"
     )
+    parser.add_argument("--version", action="version", version=f"label-rbac {app.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     policy = _policy_flags()
 
@@ -100,13 +102,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--rbac-dir", type=Path, required=True)
     check.add_argument("--review", type=Path, help="an AdmissionReview JSON file to decide")
-    check.add_argument("--user")
-    check.add_argument("--group", action="append", default=[])
+    check.add_argument("--as", "--user", dest="user", metavar="USER")
+    check.add_argument(
+        "--as-group", "--group", dest="group", action="append", default=[], metavar="GROUP"
+    )
     check.add_argument("--verb", choices=sorted(OPERATION_FOR_VERB))
     check.add_argument("--resource", help="res[.group][/subresource], e.g. deployments.apps")
-    check.add_argument("--namespace", default="")
+    check.add_argument("-n", "--namespace", default="")
     check.add_argument("--name", default="")
-    check.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    check.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE")
 
     certs = sub.add_parser("gen-certs", help="write a CA and serving certificate")
     certs.add_argument("--out", type=Path, required=True)
@@ -249,8 +253,8 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     return 1 if any(role.error is not None for role in roles) else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
+    args = _parser(prog).parse_args(argv)
     handler = {
         "serve": _cmd_serve,
         "check": _cmd_check,
@@ -258,3 +262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "lint": _cmd_lint,
     }[args.command]
     return handler(args)
+
+
+def entry() -> int:
+    """The ``label-rbac`` console script."""
+    return main(prog="label-rbac")
+
+
+def plugin_main() -> int:
+    """The ``kubectl-label_rbac`` console script: kubectl runs it for ``kubectl label-rbac``."""
+    return main(prog="kubectl label-rbac")
