@@ -17,8 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from app.engine import podrefs
 from app.engine.context import Context, ParentUnavailable
-from app.engine.model import Decision, Request, annotations_of, labels_of, mapping_items
+from app.engine.model import Decision, Request, annotations_of, labels_of
+from app.engine.podrefs import pod_references
 
 NODE_USER_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"
@@ -51,20 +53,6 @@ RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io")
 # Labels in this domain exist precisely so that a node cannot claim them (for isolating nodes).
 NODE_RESTRICTION_DOMAIN = "node-restriction.kubernetes.io"
 
-# Volume sources that carry a reference to a Secret, and the field holding it.
-SECRET_VOLUME_FIELDS: Mapping[str, str] = {
-    "secret": "secretName",
-    "azureFile": "secretName",
-    "cephfs": "secretRef",
-    "cinder": "secretRef",
-    "flexVolume": "secretRef",
-    "iscsi": "secretRef",
-    "rbd": "secretRef",
-    "scaleIO": "secretRef",
-    "storageos": "secretRef",
-    "csi": "nodePublishSecretRef",
-}
-
 # API objects a node may not make a mirror pod reference, in the order they are reported. The
 # node authorizer grants a node read access to whatever its pods reference, so a mirror pod that
 # referenced them would be a way around it.
@@ -86,21 +74,19 @@ REFERENCE_ORDER = (
     CSI_VOLUMES,
     RESOURCE_CLAIMS,
 )
-
-
-# Volume sources, and projected-volume sources, that reference an API object by being present.
-VOLUME_REFERENCES: Mapping[str, str] = {
-    "configMap": CONFIGMAPS,
-    "persistentVolumeClaim": PVCS,
-    "ephemeral": EPHEMERAL_VOLUMES,
-    "csi": CSI_VOLUMES,
-}
-PROJECTED_REFERENCES: Mapping[str, str] = {
-    "secret": SECRETS,
-    "configMap": CONFIGMAPS,
-    "clusterTrustBundle": CLUSTER_TRUST_BUNDLES,
-    # A token projection mints a token for the pod's service account.
-    "serviceAccountToken": SERVICE_ACCOUNT,
+# Each kind of pod reference (``app.engine.podrefs``) as the denial names it. A token projection
+# mints a token for the pod's service account, so it counts as using one.
+REFERENCE_NAMES: Mapping[str, str] = {
+    podrefs.SERVICE_ACCOUNTS: SERVICE_ACCOUNT,
+    podrefs.SERVICE_ACCOUNT_TOKEN: SERVICE_ACCOUNT,
+    podrefs.SECRETS: SECRETS,
+    podrefs.CONFIGMAPS: CONFIGMAPS,
+    podrefs.CLUSTER_TRUST_BUNDLES: CLUSTER_TRUST_BUNDLES,
+    podrefs.PERSISTENT_VOLUME_CLAIMS: PVCS,
+    podrefs.EPHEMERAL_VOLUMES: EPHEMERAL_VOLUMES,
+    podrefs.CSI_VOLUMES: CSI_VOLUMES,
+    podrefs.RESOURCE_CLAIMS: RESOURCE_CLAIMS,
+    podrefs.RESOURCE_CLAIM_TEMPLATES: RESOURCE_CLAIMS,
 }
 
 
@@ -352,47 +338,7 @@ def allowed_label_keys(value: str) -> frozenset[str]:
 
 def pod_api_references(pod: Mapping[str, Any]) -> set[str]:
     """Which kinds of API object (``REFERENCE_ORDER`` names) a pod's spec references."""
-    spec = _spec(pod)
-    found: set[str] = set()
-    if spec.get("serviceAccountName") or spec.get("serviceAccount"):
-        found.add(SERVICE_ACCOUNT)
-    if spec.get("imagePullSecrets"):
-        found.add(SECRETS)
-    if spec.get("resourceClaims"):
-        found.add(RESOURCE_CLAIMS)
-    for container in _containers(spec):
-        for env in mapping_items(container.get("env")):
-            value_from = env.get("valueFrom")
-            if isinstance(value_from, Mapping):
-                if value_from.get("secretKeyRef"):
-                    found.add(SECRETS)
-                if value_from.get("configMapKeyRef"):
-                    found.add(CONFIGMAPS)
-        for env_from in mapping_items(container.get("envFrom")):
-            if env_from.get("secretRef"):
-                found.add(SECRETS)
-            if env_from.get("configMapRef"):
-                found.add(CONFIGMAPS)
-    for volume in mapping_items(spec.get("volumes")):
-        found.update(_volume_references(volume))
-    return found
-
-
-def _volume_references(volume: Mapping[str, Any]) -> set[str]:
-    found: set[str] = set()
-    for plugin, field in SECRET_VOLUME_FIELDS.items():
-        source = volume.get(plugin)
-        # A secret volume names its Secret by definition; the others only when the field is set.
-        if isinstance(source, Mapping) and (plugin == "secret" or source.get(field)):
-            found.add(SECRETS)
-    found.update(kind for field, kind in VOLUME_REFERENCES.items() if volume.get(field) is not None)
-    projected = volume.get("projected")
-    sources = projected.get("sources") if isinstance(projected, Mapping) else None
-    for source in mapping_items(sources):
-        found.update(
-            kind for field, kind in PROJECTED_REFERENCES.items() if source.get(field) is not None
-        )
-    return found
+    return {REFERENCE_NAMES[ref.kind] for ref in pod_references(_spec(pod))}
 
 
 def _admit_pod_status(node: str, request: Request) -> Decision | None:
@@ -466,8 +412,3 @@ def _name(obj: Mapping[str, Any] | None) -> str:
 
 def _bound_to(pod: Mapping[str, Any] | None) -> str:
     return _spec(pod).get("nodeName") or ""
-
-
-def _containers(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    for field in ("containers", "initContainers", "ephemeralContainers"):
-        yield from mapping_items(spec.get(field))
