@@ -41,6 +41,9 @@ class AdmissionRequest(TypedDict):
     operation: str
     userInfo: UserInfoWire
     subResource: NotRequired[str]
+    requestKind: NotRequired[GroupVersionKind]
+    requestResource: NotRequired[GroupVersionResource]
+    requestSubResource: NotRequired[str]
     name: NotRequired[str]
     namespace: NotRequired[str]
     object: NotRequired[dict[str, Any] | None]
@@ -124,6 +127,24 @@ def _object(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     return value
 
 
+def _request_resource(request: Mapping[str, Any]) -> Resource | None:
+    """What the client asked for and RBAC authorized. Under ``matchPolicy: Equivalent`` the API
+    server may convert a request to an equivalent resource for the webhook (``resource``,
+    ``object``); ``requestResource`` keeps the original. None when absent (before 1.15).
+
+    ``requestSubResource`` is omitted when empty: with ``requestResource`` present, an absent
+    one means no subresource, whatever ``subResource`` says.
+    """
+    if request.get("requestResource") is None:
+        return None
+    requested = _field(request, "requestResource", Mapping, "request")
+    return Resource(
+        group=_field(requested, "group", str, "request.requestResource", ""),
+        resource=_field(requested, "resource", str, "request.requestResource"),
+        subresource=_field(request, "requestSubResource", str, "request", ""),
+    )
+
+
 def parse_review(document: Any) -> Review:
     """Validate the envelope and reduce it to an engine ``Request``. Raises ``ReviewError``."""
     if not isinstance(document, Mapping):
@@ -169,6 +190,7 @@ def parse_review(document: Any) -> Review:
             object=_object(request, "object"),
             old_object=_object(request, "oldObject"),
             dry_run=_field(request, "dryRun", bool, "request", False),
+            request_resource=_request_resource(request),
         ),
     )
 

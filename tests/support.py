@@ -20,11 +20,13 @@ FIXTURES = Path(
 )
 REVIEWS = FIXTURES / "admission-reviews"
 API = FIXTURES / "api"
+# The same recordings from a current API server (server-side apply, real deletecollection...).
+RECENT = FIXTURES.parent / "kube-apiserver-v1.35"
 
 
-def load_review(name: str) -> dict[str, Any]:
+def load_review(name: str, fixtures: Path = FIXTURES) -> dict[str, Any]:
     """One recorded AdmissionReview by file stem, e.g. ``a003-create-mwan3policies``."""
-    return json.loads((REVIEWS / f"{name}.json").read_text())
+    return json.loads((fixtures / "admission-reviews" / f"{name}.json").read_text())
 
 
 def meta(name: str, namespace: str = "", **extra: Any) -> dict[str, Any]:
@@ -115,10 +117,15 @@ def make_review(
     api_version: str = "admission.k8s.io/v1",
     uid: str = "0f0e0d0c-0000-4000-8000-000000000001",
     extra_object: dict[str, Any] | None = None,
+    request_resource: str = "",
+    dry_run: bool = False,
+    user_extra: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """An AdmissionReview as the API server would send it (``resource`` is ``res[.group][/sub]``).
 
     ``labels`` builds ``object`` (omitted for DELETE); ``old_labels`` builds ``oldObject``.
+    ``request_resource`` is what the client asked for when the API server converted the request
+    to ``resource`` (``matchPolicy: Equivalent``); by default the same, as the API server sends.
     """
     base, _, sub = resource.partition("/")
     res, _, group = base.partition(".")
@@ -147,6 +154,16 @@ def make_review(
     }
     if sub:
         request["subResource"] = sub
+    req_base, _, req_sub = (request_resource or resource).partition("/")
+    req_res, _, req_group = req_base.partition(".")
+    request["requestKind"] = {"group": req_group, "version": "v1", "kind": kind or "Object"}
+    request["requestResource"] = {"group": req_group, "version": "v1", "resource": req_res}
+    if req_sub:
+        request["requestSubResource"] = req_sub
+    if dry_run:
+        request["dryRun"] = True
+    if user_extra:
+        request["userInfo"]["extra"] = user_extra
     if namespace:
         request["namespace"] = namespace
     return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}

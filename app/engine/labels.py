@@ -32,6 +32,7 @@ class Grants:
     unrestricted: CompiledRole | None
     restricted: tuple[Restriction, ...]
     invalid: tuple[CompiledRole, ...]
+    verb: str | None = None  # the verb denial messages name; None: the request's
 
     def passing(self, labels: Mapping[str, str], allow_unlabeled: bool) -> list[Restriction]:
         """The restricted roles whose entries all permit ``labels``."""
@@ -82,7 +83,27 @@ def find_grants(
     name: str,
 ) -> Grants:
     """Classify the roles that authorize ``verbs`` on ``resource`` for ``user`` in RBAC."""
-    granting = snapshot.granting_roles(user, namespace, verbs, resource, name)
+    return classify(snapshot.granting_roles(user, namespace, verbs, resource, name), resource)
+
+
+def request_grants(request: Request, snapshot: Snapshot) -> list[Grants]:
+    """The granting roles of each authorization the request passed (see ``authorizations``),
+    matched on the resource RBAC authorized."""
+    resource = request.authorized_resource
+    return [
+        classify(
+            snapshot.authorizing_roles(request.user, request.namespace, resource, alternatives),
+            resource,
+            alternatives[0].verb,
+        )
+        for alternatives in request.authorizations
+    ]
+
+
+def classify(
+    granting: Sequence[CompiledRole], resource: Resource, verb: str | None = None
+) -> Grants:
+    """Sort granting roles into unrestricted, restricted (with their entries) and invalid."""
     restricted: list[Restriction] = []
     invalid: list[CompiledRole] = []
     for role in granting:
@@ -91,9 +112,9 @@ def find_grants(
             continue
         entries = role.permissions.entries_for(resource) if role.permissions else ()
         if not entries:
-            return Grants(True, role, (), ())
+            return Grants(True, role, (), (), verb)
         restricted.append((role, entries))
-    return Grants(bool(granting), None, tuple(restricted), tuple(invalid))
+    return Grants(bool(granting), None, tuple(restricted), tuple(invalid), verb)
 
 
 def _plurals(kind: str) -> tuple[str, ...]:
@@ -134,9 +155,9 @@ def label_states(request: Request, lookup: ParentLookup) -> list[tuple[bool, Map
     return [(True, labels_of(stored))]
 
 
-def who(request: Request) -> str:
-    verb = request.verbs[0] if request.verbs else request.operation.lower()
-    return f'user "{request.user.username}" may not {verb} {request.describe()}'
+def who(request: Request, verb: str | None = None) -> str:
+    verb = request.verb if verb is None else verb
+    return f'user "{request.user.username}" may not {verb or "connect to"} {request.describe()}'
 
 
 def judge_labels(
@@ -158,7 +179,7 @@ def judge_labels(
             detail = grants.allowances() + (f"; {grants.broken()}" if grants.invalid else "")
             return Decision.deny(
                 "LabelNotPermitted",
-                f"{who(request)}: {violation.describe(existing)} ({detail})",
+                f"{who(request, grants.verb)}: {violation.describe(existing)} ({detail})",
                 *(
                     f"{r.ref}: {' and '.join(e.describe() for e in es)}"
                     for r, es in grants.restricted
@@ -190,23 +211,45 @@ def grant_decision(request: Request, grants: Grants) -> Decision | None:
             "Unrestricted", f"{grants.unrestricted.ref} grants this without label limits"
         )
     if not grants.restricted:
-        return Decision.deny("InvalidAnnotation", f"{who(request)}: {grants.broken()}")
+        return Decision.deny(
+            "InvalidAnnotation", f"{who(request, grants.verb)}: {grants.broken()}"
+        )
     return None
 
 
 def check_labels(request: Request, ctx: Context) -> Decision:
-    """The admission label rule: allow iff some granting role is unrestricted or satisfied."""
-    grants = find_grants(
-        ctx.snapshot, request.user, request.namespace, request.verbs, request.resource, request.name
+    """The admission label rule: for every authorization the request passed, some role granting
+    it must be unrestricted or permit the labels."""
+    decisions: list[Decision] = []
+    states: list[tuple[bool, Mapping[str, str]]] | None = None
+    for grants in request_grants(request, ctx.snapshot):
+        decided = grant_decision(request, grants)
+        if decided is None:
+            if states is None:
+                try:
+                    states = label_states(request, ctx.lookup)
+                except ParentUnavailable as exc:
+                    return Decision.deny(
+                        "ParentUnavailable",
+                        f"{who(request, grants.verb)}: its label permissions cannot be "
+                        f"checked: {exc}",
+                    )
+            decided = judge_labels(request, grants, states, ctx.options.allow_unlabeled)
+        if not decided.allowed:
+            return decided
+        decisions.append(decided)
+    return _combine(decisions)
+
+
+def _combine(decisions: Sequence[Decision]) -> Decision:
+    """One allowing decision for several authorizations: the first that judged something."""
+    if not decisions:
+        return Decision.allow("NoGrantingRole", "no role bound to the user grants this request")
+    if len(decisions) == 1:
+        return decisions[0]
+    judged = [d for d in decisions if d.reason != "NoGrantingRole"] or decisions[:1]
+    return Decision.allow(
+        judged[0].reason,
+        *dict.fromkeys(line for d in judged for line in d.explanation),
+        warnings=tuple(dict.fromkeys(w for d in judged for w in d.warnings)),
     )
-    decided = grant_decision(request, grants)
-    if decided is not None:
-        return decided
-    try:
-        states = label_states(request, ctx.lookup)
-    except ParentUnavailable as exc:
-        return Decision.deny(
-            "ParentUnavailable",
-            f"{who(request)}: its label permissions cannot be checked: {exc}",
-        )
-    return judge_labels(request, grants, states, ctx.options.allow_unlabeled)

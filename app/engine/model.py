@@ -13,14 +13,24 @@ from typing import Any
 # Operations the API server sends to validating webhooks.
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
-# The RBAC verbs that may have authorized an admission operation. PATCH reaches admission as
-# UPDATE and a collection delete as one DELETE per object, so each operation maps to two verbs.
+# Every RBAC verb that may have authorized an admission operation (see ``authorizations``).
+# PATCH reaches admission as UPDATE and a collection delete as one DELETE per object; CONNECT
+# carries the verb of the HTTP method, which the review does not say.
 VERBS_FOR_OPERATION: Mapping[str, tuple[str, ...]] = {
     "CREATE": ("create",),
     "UPDATE": ("update", "patch"),
     "DELETE": ("delete", "deletecollection"),
-    "CONNECT": ("create", "get"),
+    "CONNECT": ("create", "get", "update", "patch", "delete"),
 }
+
+# Subresources whose CONNECT is an interactive session on a pod. The API server serves them for
+# GET (the WebSocket upgrade, verb ``get``) and POST (SPDY, verb ``create``); since 1.35 it also
+# authorizes ``create`` for the WebSocket upgrade (AuthorizePodWebsocketUpgradeCreatePermission).
+SESSION_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
+# Every other CONNECT (``pods/proxy``, ``services/proxy``, ``nodes/proxy``) is served for GET,
+# HEAD, POST, PUT, PATCH, DELETE and OPTIONS, each authorized as its method's verb: HEAD is
+# ``get``, OPTIONS has no verb at all ("": only a ``*`` rule grants it).
+PROXY_VERBS = ("get", "create", "update", "patch", "delete", "")
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
@@ -57,8 +67,69 @@ class Resource:
 
 
 @dataclass(frozen=True, slots=True)
+class Authorization:
+    """One authorization the API server made before admission, as the RBAC authorizer saw it.
+
+    ``name`` is the name in the URL, "" when it named none (a POST to the collection, a
+    collection delete). ``after``: the API server makes this check only after one of these verbs
+    was authorized on the same name (a server-side apply is authorized as ``patch`` and, when it
+    creates the object, then as ``create``).
+    """
+
+    verb: str
+    name: str = ""
+    after: tuple[str, ...] = ()
+
+
+# One or more authorizations of which the request passed at least one (the review does not say
+# which: a POST or an apply, a PUT or a PATCH). Granting the same outcome, they are judged
+# together: the roles granting any of them.
+Alternatives = tuple[Authorization, ...]
+
+
+def authorizations(operation: str, resource: Resource, name: str) -> tuple[Alternatives, ...]:
+    """What RBAC authorized for an admission request: every entry was passed (they AND); within
+    an entry, at least one alternative. The README's "The decision" table, step 1, explains
+    each row; tests/engine/test_attributes.py holds one test per row."""
+    if operation == "CREATE":
+        if resource.subresource:
+            # POST .../<name>/eviction, /binding, /token: the URL names the parent.
+            return ((Authorization("create", name),),)
+        # A POST names no object, so RBAC saw none and a resourceNames rule cannot match. A PUT
+        # of a missing object (update.go) or a server-side apply that creates it (patch.go) is
+        # authorized as "update"/"patch" and then as "create" *with the name*, so a rule with
+        # resourceNames can grant a create. The review does not say which of the three it was.
+        # Counting such a rule whenever the user also holds update or patch on that name is
+        # sound: through that rule the user can make the very same object with PUT or apply
+        # anyway. Without update or patch on the name, the rule cannot have been used.
+        return (
+            (Authorization("create"), Authorization("create", name, after=("update", "patch"))),
+        )
+    if operation == "UPDATE":
+        # PUT is "update", PATCH (apply included) is "patch". Either yields the same object, so
+        # a user holding one can reach what the other did.
+        return ((Authorization("update", name), Authorization("patch", name)),)
+    if operation == "DELETE":
+        # A collection delete (DELETE on the collection URL) is "deletecollection" without a
+        # name; each object then reaches admission as a DELETE with an empty name.
+        return ((Authorization("delete", name),) if name else (Authorization("deletecollection"),),)
+    if operation == "CONNECT":
+        # The HTTP method, hence the verb, is not in the review. The verbs lead to different
+        # outcomes (a POST to a proxied service is not a GET), so every verb the user holds
+        # must permit the request.
+        verbs = ("create", "get") if resource.subresource in SESSION_SUBRESOURCES else PROXY_VERBS
+        return tuple((Authorization(verb, name),) for verb in verbs)
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
-    """One admission request, reduced to what the engine decides on."""
+    """One admission request, reduced to what the engine decides on.
+
+    ``resource`` and ``kind`` describe ``object`` and ``oldObject``. ``request_resource`` is
+    what the client asked for and RBAC authorized, when the API server converted the request to
+    an equivalent resource for this webhook (``matchPolicy: Equivalent``); None when the same.
+    """
 
     uid: str
     operation: str
@@ -70,14 +141,31 @@ class Request:
     object: Mapping[str, Any] | None = None
     old_object: Mapping[str, Any] | None = None
     dry_run: bool = False
+    request_resource: Resource | None = None
 
     @property
     def verbs(self) -> tuple[str, ...]:
         return VERBS_FOR_OPERATION.get(self.operation, ())
 
+    @property
+    def authorized_resource(self) -> Resource:
+        """The resource RBAC authorized: the one roles and annotation entries are matched on."""
+        return self.request_resource or self.resource
+
+    @property
+    def authorizations(self) -> tuple[Alternatives, ...]:
+        return authorizations(self.operation, self.authorized_resource, self.name)
+
+    @property
+    def verb(self) -> str:
+        """The verb a denial message names: the first RBAC verb of the request."""
+        for alternatives in self.authorizations:
+            return alternatives[0].verb
+        return self.operation.lower()
+
     def describe(self) -> str:
         """``configmaps "c2" in namespace "t1"`` — the object as a denial message names it."""
-        text = str(self.resource)
+        text = str(self.authorized_resource)
         if self.name:
             text += f' "{self.name}"'
         if self.namespace:

@@ -1,8 +1,9 @@
 """RBAC as the engine needs it: compiled rules, roles, bindings and the indexed ``Snapshot``.
 
-Rule matching follows the Kubernetes RBAC authorizer (verbs, apiGroups, resources with ``*``,
-``res/sub`` and ``*/sub``, resourceNames). Objects are compiled once, when loaded or when a watch
-event arrives; a ``Snapshot`` is immutable, so the request path reads it without locks.
+Rule matching follows the Kubernetes RBAC authorizer, one predicate per rule field (verbs,
+apiGroups, resources with ``*``, ``res/sub`` and ``*/sub``, resourceNames). Objects are compiled
+once, when loaded or when a watch event arrives; a ``Snapshot`` is immutable, so the request path
+reads it without locks.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from app.engine.model import (
     SERVICE_ACCOUNT_PREFIX,
+    Authorization,
     Resource,
     UserInfo,
     annotations_of,
@@ -66,12 +68,19 @@ class Rule:
             names=_strings(rule, "resourceNames"),
         )
 
+    # One predicate per rule field, as pkg/apis/rbac/v1/evaluation_helpers.go: VerbMatches,
+    # APIGroupMatches, ResourceMatches, ResourceNameMatches. Which verb and name RBAC saw for an
+    # admission request is the mapping's business (``model.authorizations``), not the rule's.
+
     def allows_verb(self, verb: str) -> bool:
         return "*" in self.verbs or verb in self.verbs
 
-    def covers_resource(self, res: Resource) -> bool:
-        if "*" not in self.groups and res.group not in self.groups:
-            return False
+    def allows_group(self, group: str) -> bool:
+        # An empty apiGroups list matches nothing; [""] is the core group.
+        return "*" in self.groups or group in self.groups
+
+    def allows_resource(self, res: Resource) -> bool:
+        """``*``, the exact ``res`` or ``res/sub``, or ``*/sub`` for any resource's ``sub``."""
         if "*" in self.resources:
             return True
         if not res.subresource:
@@ -81,20 +90,20 @@ class Rule:
             or f"*/{res.subresource}" in self.resources
         )
 
-    def covers_name(self, verb: str, res: Resource, name: str) -> bool:
-        if not self.names:
-            return True
-        # The RBAC authorizer never sees a name for create of a top-level resource nor for
-        # deletecollection, so a rule with resourceNames cannot have authorized those.
-        if not name or verb == "deletecollection" or (verb == "create" and not res.subresource):
-            return False
-        return name in self.names
+    def allows_name(self, name: str) -> bool:
+        """No resourceNames: any name. Otherwise the name RBAC saw must be listed, so a rule
+        with resourceNames never grants a request whose URL named no object."""
+        return not self.names or name in self.names
+
+    def covers_resource(self, res: Resource) -> bool:
+        return self.allows_group(res.group) and self.allows_resource(res)
 
     def matches(self, verb: str, res: Resource, name: str) -> bool:
         return (
             self.allows_verb(verb)
-            and self.covers_resource(res)
-            and self.covers_name(verb, res, name)
+            and self.allows_group(res.group)
+            and self.allows_resource(res)
+            and self.allows_name(name)
         )
 
 
@@ -298,4 +307,18 @@ class Snapshot:
         for _, role in self.roles_for(user, namespace):
             if role.grants(verbs, res, name) and all(r is not role for r in found):
                 found.append(role)
+        return found
+
+    def authorizing_roles(
+        self, user: UserInfo, namespace: str, res: Resource, alternatives: Sequence[Authorization]
+    ) -> list[CompiledRole]:
+        """Distinct roles granting any of ``alternatives``, in binding order. An alternative
+        made only ``after`` other verbs counts when the user holds one of them on that name."""
+        found: list[CompiledRole] = []
+        for alt in alternatives:
+            if alt.after and not self.granting_roles(user, namespace, alt.after, res, alt.name):
+                continue
+            for role in self.granting_roles(user, namespace, (alt.verb,), res, alt.name):
+                if all(r is not role for r in found):
+                    found.append(role)
         return found

@@ -375,9 +375,19 @@ CASES = [
     ),
     pytest.param(
         (COLLECTION_ROLE, BOB_COLLECTION),
+        request("bob", "DELETE", name="", old=CREATE_B),
+        no(
+            "LabelNotPermitted",
+            'user "bob" may not deletecollection configmaps in namespace "t1": '
+            'the existing object\'s label team="b" is not permitted (role t1/sweeper',
+        ),
+        id="deletecollection-judges-each-object",
+    ),
+    pytest.param(
+        (COLLECTION_ROLE, BOB_COLLECTION),
         request("bob", "DELETE", old=CREATE_B),
-        no("LabelNotPermitted", "role t1/sweeper"),
-        id="deletecollection-verb-grants-delete",
+        ok("NoGrantingRole"),
+        id="named-delete-is-not-deletecollection",
     ),
     pytest.param(
         (TEAM_A_ROLE, BOB_TEAM_A),
@@ -401,8 +411,8 @@ CASES = [
     pytest.param(
         (NAMED_ROLE, BOB_NAMED),
         request("bob", "CREATE", name="c1", labels=CREATE_B),
-        ok("NoGrantingRole"),
-        id="resource-names-never-grant-create",
+        no("LabelNotPermitted", "role t1/c1-only"),
+        id="resource-names-restrict-a-create-by-apply",
     ),
     # -- requests whose object is not the parent: the parent's labels must be looked up
     pytest.param(
