@@ -14,7 +14,7 @@ from app.engine.context import Context
 from app.engine.decide import evaluate
 from app.engine.kinds import ROLE_KINDS
 from app.engine.model import Decision, Request, Resource, UserInfo
-from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, resource_pattern
 from app.settings import Settings
 from app.source.static import ManifestError, StaticSource, read_manifests
 from app.wire import ReviewError, parse_review
@@ -27,6 +27,14 @@ OPERATION_FOR_VERB = {
     "deletecollection": "DELETE",
     "connect": "CONNECT",
 }
+
+
+def _read_pattern(text: str) -> str:
+    try:
+        resource_pattern(text)
+    except AnnotationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _policy_flags() -> argparse.ArgumentParser:
@@ -49,6 +57,15 @@ def _policy_flags() -> argparse.ArgumentParser:
         action="store_true",
         help="let objects that lack a restricted label pass (migration aid)",
     )
+    group.add_argument(
+        "--unrestricted-reads",
+        action="append",
+        type=_read_pattern,
+        default=[],
+        metavar="PATTERN",
+        help="resource pattern whose reads are not label-scoped, only its writes "
+        "(repeatable; e.g. configmaps, *.apps)",
+    )
     return parent
 
 
@@ -57,6 +74,7 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
         annotation_keys=tuple(args.annotation_keys or (DEFAULT_ANNOTATION_KEY,)),
         default_label_key=args.default_label_key,
         allow_unlabeled=args.allow_unlabeled,
+        unrestricted_reads=tuple(args.unrestricted_reads),
         **extra,  # type: ignore[arg-type]
     )
 

@@ -26,7 +26,8 @@ from prometheus_client import (
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from app.engine.model import Decision, Request
+from app.engine.model import AccessDecision, Decision, Request
+from app.wire_sar import AccessReview
 
 LAST_EVENT = "label_rbac_last_event_timestamp_seconds"
 SINCE_LAST_EVENT = "label_rbac_seconds_since_last_event"
@@ -55,6 +56,18 @@ class Metrics:
         self.decision_seconds = Histogram(
             "label_rbac_decision_seconds",
             "Time to decide one AdmissionReview (parsing to response).",
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
+        self.authorizations = Counter(
+            "label_rbac_authorizations",
+            "SubjectAccessReview answers, by verdict (Allow, Deny, NoOpinion) and reason.",
+            ["verdict", "reason"],
+            registry=r,
+        )
+        self.authorization_seconds = Histogram(
+            "label_rbac_authorization_seconds",
+            "Time to answer one SubjectAccessReview (parsing to response).",
             buckets=DECISION_BUCKETS,
             registry=r,
         )
@@ -100,6 +113,12 @@ class Metrics:
     def observe_decision(self, request: Request, decision: Decision, seconds: float) -> None:
         self.decisions.labels("true" if decision.allowed else "false", decision.reason).inc()
         self.decision_seconds.observe(seconds)
+
+    def observe_access(
+        self, review: AccessReview, decision: AccessDecision, seconds: float
+    ) -> None:
+        self.authorizations.labels(decision.verdict.value, decision.reason).inc()
+        self.authorization_seconds.observe(seconds)
 
     # SourceObserver
 

@@ -67,7 +67,13 @@ def build_app(settings: Settings) -> Flask:
     metrics = Metrics()
     source = make_source(settings, metrics)
     source.start()
-    return create_app(settings, source, (metrics.observe_decision,), metrics.render)
+    return create_app(
+        settings,
+        source,
+        (metrics.observe_decision,),
+        metrics.render,
+        access_observers=(metrics.observe_access,),
+    )
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -1,8 +1,9 @@
-"""The HTTP layer: a Flask app factory serving /validate, /healthz, /readyz and /metrics.
+"""The HTTP layer: a Flask app factory serving /validate, /authorize, /healthz, /readyz, /metrics.
 
 The app holds no global state: ``create_app(settings, source)`` wires one RBAC source into one
-app. Malformed envelopes get HTTP 400 with a JSON error; every policy outcome, including internal
-failures, is an HTTP 200 AdmissionReview that fails closed.
+app; admission (/validate) and authorization (/authorize) read the same snapshot. Malformed
+envelopes get HTTP 400 with a JSON error; every policy outcome, including internal failures, is
+an HTTP 200 review that fails closed.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from collections.abc import Callable
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from app.engine.authorize import authorize
 from app.engine.context import Context
 from app.engine.decide import evaluate
-from app.engine.model import Decision, Request
+from app.engine.model import AccessDecision, Decision, Request
+from app.engine.rbac import Snapshot
 from app.settings import Settings
 from app.source.base import RbacSource
 from app.wire import ReviewError, build_response, parse_review
+from app.wire_sar import AccessReview, build_access_response, parse_access_review
 
 log = logging.getLogger("label_rbac.decisions")
 
@@ -28,6 +32,8 @@ NOT_SYNCED = "label-rbac policy cache not synced yet"
 
 # Called after every decision with (request, decision, seconds); metrics subscribe here.
 DecisionObserver = Callable[[Request, Decision, float], None]
+# Called after every SubjectAccessReview with (review, decision, seconds).
+AccessObserver = Callable[[AccessReview, AccessDecision, float], None]
 # Renders /metrics: (body, content type).
 Exposition = Callable[[], tuple[bytes, str]]
 
@@ -67,6 +73,37 @@ def log_decision(request: Request, decision: Decision, seconds: float) -> None:
     log.info(json.dumps(record, separators=(",", ":")))
 
 
+def log_access(review: AccessReview, decision: AccessDecision, seconds: float) -> None:
+    """One structured line per SubjectAccessReview (it carries no bodies, only attributes)."""
+    record: dict[str, object] = {"user": review.user.username}
+    if review.access is not None:
+        access = review.access
+        record.update(
+            verb=access.verb,
+            resource=str(access.resource),
+            namespace=access.namespace,
+            name=access.name,
+            selector=",".join(map(str, access.labels)) if access.labels else "",
+        )
+    elif review.non_resource is not None:
+        record.update(verb=review.non_resource.verb, path=review.non_resource.path)
+    record.update(
+        verdict=decision.verdict.value, reason=decision.reason, ms=round(seconds * 1000, 3)
+    )
+    if decision.message:
+        record["message"] = decision.message
+    log.info(json.dumps(record, separators=(",", ":")))
+
+
+class Unavailable(Exception):
+    """The policy cannot be decided right now (not synced, or too stale): fail closed."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 class Decider:
     """Turns one engine request into a decision against the source's current snapshot."""
 
@@ -75,34 +112,48 @@ class Decider:
         self._options = settings.engine_options
         self._max_staleness = settings.max_staleness
 
-    def __call__(self, request: Request) -> Decision:
-        snapshot = self._source.snapshot()
+    def _context(self) -> Context:
+        """A context on the current snapshot; raises ``Unavailable`` when it cannot be trusted."""
+        snapshot: Snapshot | None = self._source.snapshot()
         if snapshot is None:
-            return Decision.deny("NotSynced", NOT_SYNCED, code=503)
+            raise Unavailable("NotSynced", NOT_SYNCED)
         if self._max_staleness is not None:
             stale = self._source.status().stale_seconds
             if stale is not None and stale > self._max_staleness:
-                return Decision.deny(
+                raise Unavailable(
                     "Stale",
                     f"label-rbac policy cache is {stale:.0f}s stale (limit "
                     f"{self._max_staleness:.0f}s): the API server has not been reachable",
-                    code=503,
                 )
+        return Context(
+            snapshot, self._options, self._source.fetch_parent, self._source.fetch_metadata
+        )
+
+    def __call__(self, request: Request) -> Decision:
         try:
-            return evaluate(
-                request,
-                Context(
-                    snapshot,
-                    self._options,
-                    self._source.fetch_parent,
-                    self._source.fetch_metadata,
-                ),
-            )
+            return evaluate(request, self._context())
+        except Unavailable as exc:
+            return Decision.deny(exc.reason, exc.message, code=503)
         except Exception:
             # A bug must not turn into an allow or a 5xx: log (no bodies) and deny.
             log.exception("internal error deciding uid=%s", request.uid)
             return Decision.deny(
                 "InternalError", "label-rbac could not evaluate this request", code=500
+            )
+
+    def access(self, review: AccessReview) -> AccessDecision:
+        """Answer a SubjectAccessReview: no opinion for non-resource requests, else the
+        authorization pipeline; fails closed (deny) when the policy cannot be read."""
+        if review.access is None:
+            return AccessDecision.no_opinion("NonResource", "non-resource requests are RBAC's")
+        try:
+            return authorize(review.access, self._context())
+        except Unavailable as exc:
+            return AccessDecision.deny(exc.reason, exc.message)
+        except Exception:
+            log.exception("internal error authorizing user=%s", review.user.username)
+            return AccessDecision.deny(
+                "InternalError", "label-rbac could not evaluate this request"
             )
 
 
@@ -111,11 +162,13 @@ def create_app(
     source: RbacSource,
     observers: tuple[DecisionObserver, ...] = (),
     exposition: Exposition = default_exposition,
+    access_observers: tuple[AccessObserver, ...] = (),
 ) -> Flask:
     app = Flask("label_rbac")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     decide = Decider(settings, source)
     notify = (log_decision, *observers)
+    notify_access = (log_access, *access_observers)
 
     @app.post("/validate")
     def validate() -> Response:
@@ -133,6 +186,23 @@ def create_app(
         for observer in notify:
             observer(review.request, decision, elapsed)
         return _json(build_response(review.api_version, review.request.uid, decision))
+
+    @app.post("/authorize")
+    def authorize_review() -> Response:
+        started = time.perf_counter()
+        try:
+            document = json.loads(request.get_data(cache=False))
+        except ValueError:
+            return _error(400, "body is not valid JSON")
+        try:
+            review = parse_access_review(document)
+        except ReviewError as exc:
+            return _error(400, f"not a SubjectAccessReview: {exc}")
+        decision = decide.access(review)
+        elapsed = time.perf_counter() - started
+        for access_observer in notify_access:
+            access_observer(review, decision, elapsed)
+        return _json(build_access_response(review.api_version, decision))
 
     @app.get("/healthz")
     def healthz() -> Response:

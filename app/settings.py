@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.context import Options
-from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import Compiler
 
 # etcd's default request limit is 1.5 MiB per object; an UPDATE review carries object and
@@ -19,6 +19,8 @@ class Settings:
     annotation_keys: tuple[str, ...] = (DEFAULT_ANNOTATION_KEY,)
     default_label_key: str | None = None
     allow_unlabeled: bool = False
+    # Resource patterns (as in the annotation) whose reads are not label-scoped.
+    unrestricted_reads: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # Where RBAC comes from: a directory of manifests, or a cluster (kubeconfig / in-cluster).
     rbac_dir: Path | None = None
@@ -40,5 +42,8 @@ class Settings:
 
     @property
     def engine_options(self) -> Options:
-        return Options(compiler=self.compiler, allow_unlabeled=self.allow_unlabeled)
-
+        return Options(
+            compiler=self.compiler,
+            allow_unlabeled=self.allow_unlabeled,
+            unrestricted_reads=tuple(map(resource_pattern, self.unrestricted_reads)),
+        )

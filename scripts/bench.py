@@ -63,12 +63,29 @@ def cluster_objects(tenant_namespaces: int) -> list[tuple[str, dict[str, Any]]]:
         ns = f"tenant-{i}"
         objects.append(("Namespace", {"metadata": {"name": ns}}))
         for team in ("a", "b"):
-            objects.append(("Role", {
-                "metadata": {"name": f"team-{team}", "namespace": ns, "annotations": {
-                    "labelrbac.io/permissions": json.dumps({"configmaps": {"team": [team]}})}},
-                "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets"],
-                           "verbs": ["*"]}],
-            }))
+            objects.append(
+                (
+                    "Role",
+                    {
+                        "metadata": {
+                            "name": f"team-{team}",
+                            "namespace": ns,
+                            "annotations": {
+                                "labelrbac.io/permissions": json.dumps(
+                                    {"configmaps": {"team": [team]}}
+                                )
+                            },
+                        },
+                        "rules": [
+                            {
+                                "apiGroups": [""],
+                                "resources": ["configmaps", "secrets"],
+                                "verbs": ["*"],
+                            }
+                        ],
+                    },
+                )
+            )
             objects.append(("RoleBinding", {
                 "metadata": {"name": f"team-{team}", "namespace": ns},
                 "roleRef": {"kind": "Role", "name": f"team-{team}"},

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.kinds import snapshot_from_objects
+from app.engine.model import Resource
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 
@@ -167,3 +168,65 @@ def make_review(
     if namespace:
         request["namespace"] = namespace
     return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
+
+
+# The v1.35 recording: SubjectAccessReviews to an authorization webhook, and AdmissionReviews.
+V135 = FIXTURES.parent / "kube-apiserver-v1.35"
+ACCESS_REVIEWS = V135 / "subject-access-reviews"
+V135_REVIEWS = V135 / "admission-reviews"
+# The recording's RBAC, written from its README.
+V135_RBAC = ROOT / "tests" / "scenarios" / "v135-rbac.yaml"
+
+
+def load_access_review(name: str) -> dict[str, Any]:
+    """One recorded SubjectAccessReview by file stem, e.g. ``c005-tenant-list-configmaps``."""
+    return json.loads((ACCESS_REVIEWS / f"{name}.json").read_text())
+
+
+def make_access_review(
+    user: str,
+    verb: str,
+    resource: str,
+    *,
+    groups: tuple[str, ...] = (),
+    namespace: str = "",
+    name: str = "",
+    version: str = "v1",
+    selector: list[tuple[str, str, list[str]]] | None = None,
+    raw_selector: str | None = None,
+    api_version: str = "authorization.k8s.io/v1",
+) -> dict[str, Any]:
+    """A SubjectAccessReview as the API server sends it (``resource`` is ``res[.group][/sub]``).
+
+    ``selector`` is the parsed label selector as ``(key, operator, values)`` requirements;
+    ``raw_selector`` is what the server sends instead when it could not parse one.
+    """
+    parsed = Resource.parse(resource)
+    attributes: dict[str, Any] = {"verb": verb, "resource": parsed.resource, "version": version}
+    for key, value in (
+        ("group", parsed.group),
+        ("subresource", parsed.subresource),
+        ("namespace", namespace),
+        ("name", name),
+    ):
+        if value:
+            attributes[key] = value
+    if selector is not None or raw_selector is not None:
+        label_selector: dict[str, Any] = {}
+        if selector is not None:
+            label_selector["requirements"] = [
+                {"key": k, "operator": op, **({"values": v} if v else {})} for k, op, v in selector
+            ]
+        if raw_selector is not None:
+            label_selector["rawSelector"] = raw_selector
+        attributes["labelSelector"] = label_selector
+    all_groups = [*groups, "system:authenticated"]
+    spec: dict[str, Any] = {"user": user, "uid": user, "resourceAttributes": attributes}
+    spec["group" if api_version.endswith("v1beta1") else "groups"] = all_groups
+    return {
+        "apiVersion": api_version,
+        "kind": "SubjectAccessReview",
+        "metadata": {},
+        "spec": spec,
+        "status": {"allowed": False},
+    }

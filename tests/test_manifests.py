@@ -65,4 +65,3 @@ def test_webhook_service_account_may_only_read() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "label-rbac", "namespace": "label-rbac"}
     ]
-

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.model import Decision, Request
-from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.policy import DEFAULT_ANNOTATION_KEY, Entry
 from app.engine.rbac import Compiler, Snapshot
 
 
@@ -62,6 +62,8 @@ class Options:
 
     compiler: Compiler = field(default_factory=lambda: Compiler((DEFAULT_ANNOTATION_KEY,)))
     allow_unlabeled: bool = False
+    # Resource patterns whose reads are not label-scoped (only their writes are).
+    unrestricted_reads: tuple[Entry, ...] = ()
 
 
 @dataclass(frozen=True)

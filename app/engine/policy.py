@@ -190,6 +190,14 @@ class Permissions:
         return found
 
 
+def resource_pattern(pattern: str) -> Entry:
+    """A resource pattern alone (``configmaps``, ``*.apps``, ``pods/log``), matched as an
+    annotation entry's key is; ``rank(res) > 0`` says it applies. Raises ``AnnotationError``."""
+    if not re.match(_RESOURCE_PATTERN, pattern):
+        raise AnnotationError(f"{pattern!r} is not {_PATTERN_NAMES[_RESOURCE_PATTERN]}")
+    return _compile_entry(pattern, {}, None)
+
+
 def _compile_entry(pattern: str, value: Any, default_label_key: str | None) -> Entry:
     base, slash, sub = pattern.partition("/")
     resource, dot, group = base.partition(".")

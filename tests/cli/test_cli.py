@@ -145,7 +145,7 @@ def test_lint_reports_invalid_annotation(
     manifest.write_text(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
         "metadata:\n  name: broken\n  namespace: t1\n"
-        "  annotations:\n    labelrbac.io/permissions: '{\"configmaps\": {\"team\": []}}'\n"
+        '  annotations:\n    labelrbac.io/permissions: \'{"configmaps": {"team": []}}\'\n'
         "rules: []\n"
     )
     assert main(["lint", str(manifest)]) == 1
