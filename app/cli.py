@@ -13,7 +13,7 @@ import app
 from app.engine.context import Context
 from app.engine.decide import evaluate
 from app.engine.kinds import ROLE_KINDS
-from app.engine.model import Decision, Request, Resource, UserInfo
+from app.engine.model import ENFORCE, MODES, Decision, Request, Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, resource_pattern
 from app.settings import Settings
 from app.source.static import ManifestError, StaticSource, read_manifests
@@ -66,6 +66,13 @@ def _policy_flags() -> argparse.ArgumentParser:
         help="resource pattern whose reads are not label-scoped, only its writes "
         "(repeatable; e.g. configmaps, *.apps)",
     )
+    group.add_argument(
+        "--mode",
+        choices=MODES,
+        default=ENFORCE,
+        help="enforce denies; warn allows with a warning; audit allows and records an audit "
+        "annotation (default enforce; roles may be softer with labelrbac.io/mode)",
+    )
     return parent
 
 
@@ -75,6 +82,7 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
         default_label_key=args.default_label_key,
         allow_unlabeled=args.allow_unlabeled,
         unrestricted_reads=tuple(args.unrestricted_reads),
+        mode=args.mode,
         **extra,  # type: ignore[arg-type]
     )
 
@@ -208,7 +216,12 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
 
 
 def _print_decision(decision: Decision) -> None:
-    if decision.allowed:
+    if decision.softened:
+        print(
+            f"allowed in {decision.mode} mode, would be denied ({decision.reason}): "
+            f"{decision.message}"
+        )
+    elif decision.allowed:
         print(f"allowed ({decision.reason})")
     else:
         print(f"denied ({decision.code} {decision.reason}): {decision.message}")

@@ -49,8 +49,9 @@ class Metrics:
         r = self.registry
         self.decisions = Counter(
             "label_rbac_decisions",
-            "Admission decisions, by outcome and reason.",
-            ["allowed", "reason"],
+            "Admission decisions, by outcome, reason and mode (warn or audit: a denial that was "
+            "not enforced).",
+            ["allowed", "reason", "mode"],
             registry=r,
         )
         self.decision_seconds = Histogram(
@@ -111,7 +112,9 @@ class Metrics:
     # DecisionObserver
 
     def observe_decision(self, request: Request, decision: Decision, seconds: float) -> None:
-        self.decisions.labels("true" if decision.allowed else "false", decision.reason).inc()
+        self.decisions.labels(
+            "true" if decision.allowed else "false", decision.reason, decision.mode
+        ).inc()
         self.decision_seconds.observe(seconds)
 
     def observe_access(

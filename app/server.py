@@ -68,7 +68,9 @@ def log_decision(request: Request, decision: Decision, seconds: float) -> None:
         "reason": decision.reason,
         "ms": round(seconds * 1000, 3),
     }
-    if not decision.allowed:
+    if decision.softened:
+        record["mode"] = decision.mode
+    if not decision.allowed or decision.softened:
         record["message"] = decision.message
     log.info(json.dumps(record, separators=(",", ":")))
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.context import Options
+from app.engine.model import ENFORCE
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import Compiler
 
@@ -21,6 +22,7 @@ class Settings:
     allow_unlabeled: bool = False
     # Resource patterns (as in the annotation) whose reads are not label-scoped.
     unrestricted_reads: tuple[str, ...] = ()
+    mode: str = ENFORCE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # Where RBAC comes from: a directory of manifests, or a cluster (kubeconfig / in-cluster).
     rbac_dir: Path | None = None
@@ -46,4 +48,5 @@ class Settings:
             compiler=self.compiler,
             allow_unlabeled=self.allow_unlabeled,
             unrestricted_reads=tuple(map(resource_pattern, self.unrestricted_reads)),
+            mode=self.mode,
         )

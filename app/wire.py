@@ -65,6 +65,7 @@ class AdmissionResponse(TypedDict):
     allowed: bool
     status: NotRequired[StatusWire]
     warnings: NotRequired[list[str]]
+    auditAnnotations: NotRequired[dict[str, str]]
 
 
 class AdmissionReviewResponse(TypedDict):
@@ -208,6 +209,14 @@ def build_response(api_version: str, uid: str, decision: Decision) -> AdmissionR
         }
     if decision.warnings:
         response["warnings"] = list(decision.warnings)
+    if decision.softened:
+        # The API server prefixes each key with the webhook's name in the audit event, e.g.
+        # "validate.labelrbac.io/would-deny".
+        response["auditAnnotations"] = {
+            "mode": decision.mode,
+            "would-deny-reason": decision.reason,
+            "would-deny": decision.message,
+        }
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
-from app.engine.rbac import Compiler, Snapshot
+from app.engine.rbac import MODE_ANNOTATION, Compiler, Snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recorded kube-apiserver traffic lives beside the repository (../shared/fixtures).
@@ -43,13 +43,17 @@ def role(
     rules: list[dict[str, Any]] | None = None,
     permissions: Any = None,
     annotation_key: str = DEFAULT_ANNOTATION_KEY,
+    mode: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """A Role (namespace given) or ClusterRole, with an optional permission annotation."""
+    """A Role (namespace given) or ClusterRole, with an optional permission annotation and
+    enforcement mode (``labelrbac.io/mode``)."""
     annotations = {}
     if permissions is not None:
         annotations[annotation_key] = (
             permissions if isinstance(permissions, str) else json.dumps(permissions)
         )
+    if mode is not None:
+        annotations[MODE_ANNOTATION] = mode
     kind = "Role" if namespace else "ClusterRole"
     obj = {
         "kind": kind,

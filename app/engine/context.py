@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.model import Decision, Request
+from app.engine.model import ENFORCE, Decision, Request
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, Entry
 from app.engine.rbac import Compiler, Snapshot
 
@@ -64,6 +64,8 @@ class Options:
     allow_unlabeled: bool = False
     # Resource patterns whose reads are not label-scoped (only their writes are).
     unrestricted_reads: tuple[Entry, ...] = ()
+    # The global enforcement mode: the strictest any denial is enforced (see decide.evaluate).
+    mode: str = ENFORCE
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,25 @@
 """The admission pipeline: every rule set in order, then the label rule.
 
-``evaluate`` runs the checks in ``PRE_CHECKS``; the first denial wins, then ``check_labels``
-decides. Each check is a plain function ``(Request, Context) -> Decision | None`` (None: no
-objection), so rule sets stay independent of each other and of this module.
+``evaluate`` runs the checks in ``PRE_CHECKS``; the first enforced denial wins, then
+``check_labels`` decides. Each check is a plain function ``(Request, Context) -> Decision | None``
+(None: no objection), so rule sets stay independent of each other and of this module.
+
+Enforcement modes are applied here, once, for every rule set: a denial is enforced in the softer
+of the global mode (``Options.mode``) and the mode the denying rule reports (``Decision.mode``,
+which only the label rule sets, from the roles that caused the denial). A softened denial lets
+the request through with a warning (``warn``) or only an audit record (``audit``), and the
+remaining checks still run, so an enforced denial further down is never hidden by it.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from app.engine.context import Check, Context
 from app.engine.escalation import check_escalation
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
 from app.engine.labels import check_labels
-from app.engine.model import OPERATIONS, Decision, Request
+from app.engine.model import ENFORCE, OPERATIONS, WARN, Decision, Request, softest, strictest
 from app.engine.node import check_node
 from app.engine.rbac import RBAC_GROUP
 
@@ -55,12 +63,62 @@ PRE_CHECKS: tuple[Check, ...] = (
 )
 
 
+# Policy denials, which a mode may soften. Malformed requests (400), internal errors (500) and an
+# unsynced or stale cache (503) say the webhook cannot judge at all: always enforced.
+SOFTENED_CODES = frozenset({403, 422})
+
+
+def apply_mode(decision: Decision, global_mode: str) -> Decision:
+    """A denial as enforced under ``global_mode``: unchanged, or allowed with its record kept."""
+    if decision.allowed:
+        return decision
+    mode = softest(decision.mode, global_mode)
+    if mode == ENFORCE or decision.code not in SOFTENED_CODES:
+        return dataclasses.replace(decision, mode=ENFORCE)
+    warnings = decision.warnings
+    if mode == WARN:
+        warnings += (f"{decision.message} (not enforced: {mode} mode)",)
+    return Decision(
+        True,
+        200,
+        decision.reason,
+        decision.message,
+        warnings,
+        (*decision.explanation, f"{mode} mode: would have been denied ({decision.reason})"),
+        mode,
+    )
+
+
+def _merge(softened: list[Decision], final: Decision) -> Decision:
+    """The allowed outcome, carrying every softened denial (the strictest mode among them)."""
+    if not softened:
+        return final
+    decisions = (*softened, final)
+    soft = [d for d in decisions if d.softened]
+    return Decision(
+        True,
+        200,
+        soft[0].reason,
+        "; ".join(dict.fromkeys(d.message for d in soft)),
+        tuple(dict.fromkeys(w for d in decisions for w in d.warnings)),
+        tuple(line for d in decisions for line in d.explanation),
+        strictest(d.mode for d in soft),
+    )
+
+
 def evaluate(
     request: Request, ctx: Context, pre_checks: tuple[Check, ...] = PRE_CHECKS
 ) -> Decision:
-    """Decide one request: the first objecting check wins, then the label rule decides."""
+    """Decide one request: the first enforced denial wins, then the label rule decides."""
+    softened: list[Decision] = []
     for check in pre_checks:
         decision = check(request, ctx)
         if decision is not None and not decision.allowed:
-            return decision
-    return check_labels(request, ctx)
+            decision = apply_mode(decision, ctx.options.mode)
+            if not decision.allowed:
+                return decision
+            softened.append(decision)
+    final = apply_mode(check_labels(request, ctx), ctx.options.mode)
+    if not final.allowed:
+        return final
+    return _merge(softened, final)

@@ -17,6 +17,11 @@ bind herself to an existing unrestricted Role. This check applies RBAC's rule to
 Wildcard grants (``*`` groups or resources) span resources no single annotation entry decides
 for, so they are compared through over-approximations of both sides: when coverage cannot be
 proven the grant is refused.
+
+Enforcement modes: the author's own roles count with their label limits whatever their mode (a
+role in ``warn`` or ``audit`` mode is still a restriction), while a role handed out in a softer
+mode than the author's role hands out limits that are not enforced, so it is compared as if it
+had none.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 from app.engine.context import Context
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
-from app.engine.model import VERBS_FOR_OPERATION, Decision, Request, Resource
+from app.engine.model import MODES, VERBS_FOR_OPERATION, Decision, Request, Resource
 from app.engine.policy import Entry, Glob, Permissions, Requirement
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
 
@@ -245,6 +250,18 @@ def compare(grant: Grant, new: Permissions | None, own: CompiledRole) -> Shortfa
     return None
 
 
+def _compare_modes(grant: Grant, target: Target, own: CompiledRole) -> Shortfall | None:
+    """``compare``, where limits enforced in a softer mode than the author's count as none."""
+    shortfall = compare(grant, target.permissions, own)
+    if shortfall is not None or MODES.index(target.mode) <= MODES.index(own.mode):
+        return shortfall
+    unenforced = compare(grant, None, own)
+    if unenforced is None:
+        return None
+    excess = f"in {target.mode} mode (its label limits are not enforced)"
+    return Shortfall(own, excess, unenforced.limit)
+
+
 # -- The check ------------------------------------------------------------------------------------
 
 
@@ -259,6 +276,7 @@ class Target:
     bypass_resource: str
     bypass_name: str
     via: str = ""  # for bindings, the role that grants
+    mode: str = "enforce"  # the handed-out role's enforcement mode
 
     def hint(self) -> str:
         name = f' "{self.bypass_name}"' if self.via else ""
@@ -278,7 +296,12 @@ def _role_target(request: Request, obj: Mapping[str, Any], compiler: Compiler) -
         # Unchanged grants hand out nothing new. RBAC exempts updates touching only the
         # garbage-collection fields (finalizers, ownerReferences); label edits grant nothing
         # either, so any update leaving rules and annotation as they were is exempt here.
-        if old.error is None and old.permissions == new.permissions and old.rules == new.rules:
+        if (
+            old.error is None
+            and old.permissions == new.permissions
+            and old.rules == new.rules
+            and old.mode == new.mode
+        ):
             return None
     return Target(
         rules=new.rules,
@@ -287,6 +310,7 @@ def _role_target(request: Request, obj: Mapping[str, Any], compiler: Compiler) -
         bypass_verb="escalate",
         bypass_resource=request.resource.resource,
         bypass_name=request.name,
+        mode=new.mode,
     )
 
 
@@ -318,6 +342,7 @@ def _binding_target(request: Request, obj: Mapping[str, Any], ctx: Context) -> T
         bypass_resource="roles" if binding.role.namespace else "clusterroles",
         bypass_name=binding.role.name,
         via=f" through {binding.role}",
+        mode=role.mode,
     )
 
 
@@ -393,7 +418,7 @@ def check_escalation(request: Request, ctx: Context) -> Decision | None:
         for role in own:
             if role.error is not None:
                 continue  # grants nothing through this webhook, so it covers nothing either
-            shortfall = compare(grant, target.permissions, role)
+            shortfall = _compare_modes(grant, target, role)
             if shortfall is None:
                 break
             shortfalls.append(shortfall)

@@ -11,7 +11,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.engine.context import Context, ParentLookup, ParentUnavailable
-from app.engine.model import Decision, Request, Resource, UserInfo, labels_of
+from app.engine.model import (
+    ENFORCE,
+    MODES,
+    Decision,
+    Request,
+    Resource,
+    UserInfo,
+    labels_of,
+    strictest,
+)
 from app.engine.policy import Entry, Requirement
 from app.engine.rbac import CompiledRole, Snapshot
 from app.engine.selectors import Selector, confinement
@@ -62,6 +71,13 @@ class Grants:
             f"{role.ref} allows {' and '.join(e.describe() for e in entries)}"
             for role, entries in self.restricted
         )
+
+    def mode(self) -> str:
+        """The mode of a denial these grants cause: every restricted role failed, so the
+        strictest of theirs; a void (invalid) role never softens one."""
+        if self.invalid:
+            return ENFORCE
+        return strictest(role.mode for role, _ in self.restricted)
 
     def broken(self) -> str:
         return "; ".join(f"{role.ref} grants nothing here: {role.error}" for role in self.invalid)
@@ -184,6 +200,7 @@ def judge_labels(
                     f"{r.ref}: {' and '.join(e.describe() for e in es)}"
                     for r, es in grants.restricted
                 ),
+                mode=grants.mode(),
             )
         # Prefer a role the labels satisfy outright: only when every passing role relied on a
         # tolerated missing label was the object "allowed only because" of --allow-unlabeled.
@@ -221,23 +238,29 @@ def check_labels(request: Request, ctx: Context) -> Decision:
     """The admission label rule: for every authorization the request passed, some role granting
     it must be unrestricted or permit the labels."""
     decisions: list[Decision] = []
+    denials: list[Decision] = []
     states: list[tuple[bool, Mapping[str, str]]] | None = None
     for grants in request_grants(request, ctx.snapshot):
         decided = grant_decision(request, grants)
         if decided is None:
-            if states is None:
-                try:
+            try:
+                if states is None:
                     states = label_states(request, ctx.lookup)
-                except ParentUnavailable as exc:
-                    return Decision.deny(
-                        "ParentUnavailable",
-                        f"{who(request, grants.verb)}: its label permissions cannot be "
-                        f"checked: {exc}",
-                    )
-            decided = judge_labels(request, grants, states, ctx.options.allow_unlabeled)
+                decided = judge_labels(request, grants, states, ctx.options.allow_unlabeled)
+            except ParentUnavailable as exc:
+                decided = Decision.deny(
+                    "ParentUnavailable",
+                    f"{who(request, grants.verb)}: its label permissions cannot be checked: {exc}",
+                    mode=grants.mode(),
+                )
         if not decided.allowed:
-            return decided
+            if decided.mode == ENFORCE:
+                return decided
+            denials.append(decided)  # not enforced, unless another authorization's denial is
+            continue
         decisions.append(decided)
+    if denials:
+        return min(denials, key=lambda d: MODES.index(d.mode))
     return _combine(decisions)
 
 

@@ -34,6 +34,20 @@ PROXY_VERBS = ("get", "create", "update", "patch", "delete", "")
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 
+# Enforcement modes, strictest first. ``enforce`` denies; ``warn`` allows with an admission
+# warning; ``audit`` allows and records the would-be denial as an audit annotation.
+ENFORCE, WARN, AUDIT = "enforce", "warn", "audit"
+MODES = (ENFORCE, WARN, AUDIT)
+
+
+def strictest(modes: Iterable[str]) -> str:
+    """The strictest of ``modes`` (``enforce`` when there are none)."""
+    return min(modes, key=MODES.index, default=ENFORCE)
+
+
+def softest(*modes: str) -> str:
+    return max(modes, key=MODES.index)
+
 
 @dataclass(frozen=True, slots=True)
 class UserInfo:
@@ -179,6 +193,9 @@ class Decision:
 
     ``reason`` is a short machine-readable cause (used in logs and metrics); ``message`` is what
     the tenant reads. ``explanation`` lists which roles and entries decided, for ``app check``.
+    ``mode``: on a denial, the mode of the rule that denied (the pipeline may soften it); on an
+    allowed decision, ``warn`` or ``audit`` when it is a denial that was not enforced, whose
+    reason and message are kept.
     """
 
     allowed: bool
@@ -187,14 +204,22 @@ class Decision:
     message: str = ""
     warnings: tuple[str, ...] = ()
     explanation: tuple[str, ...] = field(default=(), compare=False)
+    mode: str = ENFORCE
 
     @classmethod
     def allow(cls, reason: str, *explanation: str, warnings: tuple[str, ...] = ()) -> Decision:
         return cls(True, 200, reason, "", warnings, explanation)
 
     @classmethod
-    def deny(cls, reason: str, message: str, *explanation: str, code: int = 403) -> Decision:
-        return cls(False, code, reason, message, (), explanation)
+    def deny(
+        cls, reason: str, message: str, *explanation: str, code: int = 403, mode: str = ENFORCE
+    ) -> Decision:
+        return cls(False, code, reason, message, (), explanation, mode)
+
+    @property
+    def softened(self) -> bool:
+        """A denial let through by ``warn`` or ``audit`` mode."""
+        return self.allowed and self.mode != ENFORCE
 
 
 @dataclass(frozen=True, slots=True)

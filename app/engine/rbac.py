@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.model import (
+    ENFORCE,
+    MODES,
     SERVICE_ACCOUNT_PREFIX,
     Authorization,
     Resource,
@@ -24,6 +26,8 @@ from app.engine.model import (
 from app.engine.policy import AnnotationError, Permissions, permissions_of
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
+# A role's enforcement mode for its label limits, to roll a new restriction out gradually.
+MODE_ANNOTATION = "labelrbac.io/mode"
 USER = "User"
 GROUP = "Group"
 
@@ -130,6 +134,7 @@ class CompiledRole:
 
     ``error`` is set when the annotation is unusable: such a role grants nothing through this
     webhook for the resources it grants in RBAC (an invalid annotation never widens access).
+    ``mode`` (``labelrbac.io/mode``) says whether denials its label limits cause are enforced.
     """
 
     ref: RoleRef
@@ -137,6 +142,7 @@ class CompiledRole:
     permissions: Permissions | None = None
     error: str | None = None
     version: str = field(default="", compare=False)
+    mode: str = ENFORCE
 
     def grants(self, verbs: Sequence[str], res: Resource, name: str) -> bool:
         return any(rule.matches(v, res, name) for rule in self.rules for v in verbs)
@@ -183,7 +189,14 @@ class Compiler:
             permissions, error = self.permissions(obj), None
         except AnnotationError as exc:
             permissions, error = None, str(exc)
-        return CompiledRole(ref, rules, permissions, error, version)
+        mode = annotations_of(obj).get(MODE_ANNOTATION, ENFORCE)
+        if mode not in MODES:
+            # Unknown means strictest; and the role is as void as with a broken annotation.
+            error = error or (
+                f"invalid {MODE_ANNOTATION} annotation {mode!r}: expected one of {', '.join(MODES)}"
+            )
+            mode = ENFORCE
+        return CompiledRole(ref, rules, permissions, error, version, mode)
 
     @staticmethod
     def namespace(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]]:

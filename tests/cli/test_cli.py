@@ -52,6 +52,13 @@ CHECK = ["check", "--rbac-dir", str(EXAMPLES)]
              "--namespace", "t1", "--name", "db", "--allow-unlabeled"],
             0, "warning: object has no label team", id="allow-unlabeled-warns",
         ),
+        pytest.param(
+            ["--as", "bob", "--verb", "create", "--resource", "configmaps", "-n", "t1",
+             "--name", "c2", "-l", "team=a", "--mode", "warn"],
+            0, 'allowed in warn mode, would be denied (LabelNotPermitted): user "bob" may not '
+            'create configmaps "c2" in namespace "t1": label team="a" is not permitted',
+            id="global-warn-mode",
+        ),
     ],
 )  # fmt: skip
 def test_check_explains(

@@ -61,7 +61,8 @@ def test_metrics_endpoint_counts_decisions(make_source: MakeSource) -> None:
     assert response.status_code == 200
     assert response.content_type.startswith("text/plain")
     text = response.get_data(as_text=True)
-    assert 'label_rbac_decisions_total{allowed="false",reason="LabelNotPermitted"} 1.0' in text
+    denied = '{allowed="false",mode="enforce",reason="LabelNotPermitted"}'
+    assert f"label_rbac_decisions_total{denied} 1.0" in text
     assert "label_rbac_decision_seconds_count 1.0" in text
 
 
@@ -114,7 +115,7 @@ def test_workers_add_up_and_dead_workers_leave_live_gauges(tmp_path: Path) -> No
                 metrics = Metrics()
                 metrics.cache_objects("Role", objects)
                 metrics.synced(True)
-                metrics.decisions.labels("true", "Unrestricted").inc()
+                metrics.decisions.labels("true", "Unrestricted", "enforce").inc()
                 os._exit(0)
             os.waitpid(pid, 0)
             pids.append(pid)
@@ -130,7 +131,8 @@ def test_workers_add_up_and_dead_workers_leave_live_gauges(tmp_path: Path) -> No
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     before, after = json.loads(result.stdout)
-    assert 'label_rbac_decisions_total{allowed="true",reason="Unrestricted"} 2.0' in before
+    unrestricted = 'label_rbac_decisions_total{allowed="true",mode="enforce",reason="Unrestricted"}'
+    assert f"{unrestricted} 2.0" in before
     assert 'label_rbac_cache_objects{kind="Role"} 5.0' in before
     assert 'label_rbac_cache_objects{kind="Role"} 3.0' in after
-    assert 'label_rbac_decisions_total{allowed="true",reason="Unrestricted"} 2.0' in after
+    assert f"{unrestricted} 2.0" in after
