@@ -1,23 +1,421 @@
-"""The shipped manifests: they parse, reference each other consistently, and fail closed."""
+"""The shipped manifests: what the API server sends to the webhook, how it fails, and how the
+pieces refer to each other, for the default namespace and for a configured one.
+
+Which requests reach which webhook entry is worked out as the API server does it: rules
+(operations, groups, versions, resources, scope), then the namespaceSelector, then the
+matchConditions, evaluated as CEL (cel-python) against the same AdmissionReview the API server
+would send. Rendering with another namespace uses ``kubectl kustomize`` (built into kubectl,
+offline); without kubectl those tests are skipped and the default-namespace checks, which read
+the files directly, still run.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import celpy
+import pytest
 import yaml
 
+from app.engine.context import Context
+from app.engine.node import check_node
+from app.engine.rbac import Snapshot
 from app.source.static import read_manifests
-from tests.support import ROOT
+from app.wire import parse_review
+from tests.support import ROOT, make_review
 
-DEPLOY = ROOT / "manifests" / "deploy"
+MANIFESTS = ROOT / "manifests"
+DEPLOY = MANIFESTS / "deploy"
+ENFORCE = MANIFESTS / "enforce"
+NAMESPACE = "label-rbac"
+NODE = ("system:nodes",)
+
+Objects = dict[tuple[str, str], dict[str, Any]]
 
 
-def deploy_objects() -> dict[tuple[str, str], dict[str, Any]]:
+def index(objects: list[tuple[str, Any]]) -> Objects:
+    return {(kind, obj["metadata"]["name"]): dict(obj) for kind, obj in objects}
+
+
+def raw_objects() -> Objects:
+    """manifests/deploy as written (the default namespace and names need no rendering)."""
+    return index([(k, o) for k, o in read_manifests(DEPLOY) if k != "Kustomization"])
+
+
+def kustomize(directory: Path) -> Objects:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl (kustomize) not installed")
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=True
+    ).stdout
+    return index([(doc["kind"], doc) for doc in yaml.safe_load_all(rendered) if doc])
+
+
+def only(objects: Objects, kind: str) -> dict[str, Any]:
+    (found,) = [obj for (k, _), obj in objects.items() if k == kind]
+    return found
+
+
+def entries(objects: Objects) -> dict[str, dict[str, Any]]:
+    config = only(objects, "ValidatingWebhookConfiguration")
+    return {entry["name"]: entry for entry in config["webhooks"]}
+
+
+# --- which entry receives a request: the API server's matching, step by step -------------
+
+
+def _rule_matches(rule: dict[str, Any], request: dict[str, Any]) -> bool:
+    resource = request["resource"]
+    name = resource["resource"] + ("/" + request["subResource"] if "subResource" in request else "")
+    scope = "Namespaced" if request.get("namespace") else "Cluster"
+
+    def resource_matches(pattern: str) -> bool:
+        if pattern == "*/*":
+            return True
+        res, _, sub = pattern.partition("/")
+        if res == "*":
+            return "/" in name and name.split("/", 1)[1] == sub if sub else "/" not in name
+        return pattern == name
+
+    return (
+        ("*" in rule["operations"] or request["operation"] in rule["operations"])
+        and ("*" in rule["apiGroups"] or resource["group"] in rule["apiGroups"])
+        and ("*" in rule["apiVersions"] or resource["version"] in rule["apiVersions"])
+        and any(resource_matches(p) for p in rule["resources"])
+        and rule.get("scope", "*") in ("*", scope)
+    )
+
+
+def _selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    for expression in selector.get("matchExpressions", []):
+        present, value = expression["key"] in labels, labels.get(expression["key"])
+        operator = expression["operator"]
+        if operator == "NotIn" and present and value in expression["values"]:
+            return False
+        if operator == "In" and not (present and value in expression["values"]):
+            return False
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def _conditions_match(entry: dict[str, Any], request: dict[str, Any]) -> bool:
+    env = celpy.Environment()
+    activation = {"request": celpy.json_to_cel(request)}
+    for condition in entry.get("matchConditions", []):
+        if not env.program(env.compile(condition["expression"])).evaluate(activation):
+            return False
+    return True
+
+
+def receivers(
+    objects: Objects, review: dict[str, Any], namespace_labels: dict[str, str] | None = None
+) -> set[str]:
+    """The entries the API server would send this review to."""
+    request = review["request"]
+    labels = {"kubernetes.io/metadata.name": request.get("namespace", "")}
+    labels |= namespace_labels or {}
     return {
-        (kind, obj["metadata"]["name"]): dict(obj)
-        for kind, obj in read_manifests(DEPLOY)
-        if kind != "Kustomization"
+        name
+        for name, entry in entries(objects).items()
+        if any(_rule_matches(rule, request) for rule in entry["rules"])
+        # Cluster-scoped objects other than Namespaces are never skipped by a selector.
+        and (not request.get("namespace") or _selector_matches(entry["namespaceSelector"], labels))
+        and _conditions_match(entry, request)
     }
+
+
+def node_review(operation: str, resource: str, namespace: str = "", user: str = "node1") -> Any:
+    return make_review(
+        f"system:node:{user}", operation, resource, groups=NODE, namespace=namespace, labels={}
+    )
+
+
+ROUTING = [
+    pytest.param(
+        make_review("bob", "CREATE", "configmaps", namespace="t1", labels={}),
+        {"labels.labelrbac.io"},
+        id="tenant-configmap",
+    ),
+    pytest.param(
+        make_review("bob", "CONNECT", "pods/exec", namespace="t1"),
+        {"labels.labelrbac.io"},
+        id="tenant-exec",
+    ),
+    pytest.param(
+        make_review("bob", "UPDATE", "deployments.apps/scale", namespace="t1", labels={}),
+        {"labels.labelrbac.io"},
+        id="tenant-scale",
+    ),
+    pytest.param(
+        make_review("bob", "CREATE", "roles.rbac.authorization.k8s.io", namespace="t1", labels={}),
+        {"rbac.labelrbac.io"},
+        id="role",
+    ),
+    pytest.param(
+        make_review("alice", "UPDATE", "clusterrolebindings.rbac.authorization.k8s.io", labels={}),
+        {"rbac.labelrbac.io"},
+        id="clusterrolebinding",
+    ),
+    pytest.param(
+        make_review(
+            "system:apiserver",
+            "UPDATE",
+            "clusterroles.rbac.authorization.k8s.io",
+            groups=("system:masters",),
+            labels={},
+        ),
+        set(),
+        id="apiserver-bootstrap-roles",
+    ),
+    pytest.param(
+        make_review("admin", "CREATE", "configmaps", namespace="kube-system", labels={}),
+        set(),
+        id="kube-system-configmap",
+    ),
+    pytest.param(
+        make_review("admin", "CREATE", "roles.rbac.authorization.k8s.io", namespace="kube-system"),
+        set(),
+        id="kube-system-role",
+    ),
+    pytest.param(
+        make_review("admin", "CREATE", "persistentvolumes", labels={}),
+        set(),
+        id="cluster-scoped-kind",
+    ),
+    pytest.param(
+        make_review("bob", "UPDATE", "leases.coordination.k8s.io", namespace="t1", labels={}),
+        set(),
+        id="lease",
+    ),
+    pytest.param(
+        make_review("bob", "CREATE", "events", namespace="t1", labels={}),
+        set(),
+        id="event",
+    ),
+    pytest.param(
+        node_review("CREATE", "pods", namespace="kube-system"),
+        {"nodes.labelrbac.io"},
+        id="mirror-pod-in-kube-system",
+    ),
+    pytest.param(
+        node_review("UPDATE", "nodes/status"),
+        {"nodes.labelrbac.io"},
+        id="node-status",
+    ),
+    pytest.param(
+        node_review("DELETE", "pods", namespace="t1"),
+        {"nodes.labelrbac.io"},
+        id="node-deletes-tenant-pod",
+    ),
+    pytest.param(
+        node_review("UPDATE", "pods/status", namespace="t1"),
+        {"pod-status.labelrbac.io"},
+        id="pod-status",
+    ),
+    pytest.param(
+        node_review("CREATE", "configmaps", namespace="t1"),
+        {"labels.labelrbac.io"},
+        id="node-writes-configmap",
+    ),
+    pytest.param(
+        make_review("system:node:x", "UPDATE", "nodes", labels={}),
+        set(),
+        id="node-name-without-group",
+    ),
+    pytest.param(
+        make_review("mallory", "UPDATE", "nodes", groups=NODE, labels={}),
+        set(),
+        id="group-without-node-name",
+    ),
+    pytest.param(
+        make_review("bob", "UPDATE", "pods/status", namespace="t1", labels={}),
+        {"labels.labelrbac.io"},
+        id="user-pod-status",
+    ),
+]
+
+
+@pytest.mark.parametrize(("review", "expected"), ROUTING)
+def test_each_request_reaches_the_entry_meant_for_it(
+    review: dict[str, Any], expected: set[str]
+) -> None:
+    assert receivers(raw_objects(), review) == expected
+
+
+OWN_NAMESPACE_REVIEWS = [
+    pytest.param(make_review("bob", "CREATE", "configmaps", labels={}), id="configmap"),
+    pytest.param(make_review("bob", "CREATE", "roles.rbac.authorization.k8s.io"), id="role"),
+    pytest.param(node_review("UPDATE", "pods/status"), id="node-pod-status"),
+    pytest.param(node_review("CREATE", "pods"), id="node-pod"),
+]
+
+
+@pytest.mark.parametrize("review", OWN_NAMESPACE_REVIEWS)
+def test_own_namespace_is_never_judged(review: dict[str, Any]) -> None:
+    review["request"]["namespace"] = NAMESPACE
+    assert receivers(raw_objects(), review) == set()
+
+
+@pytest.mark.parametrize(
+    ("review", "expected"),
+    [
+        pytest.param(make_review("bob", "CREATE", "configmaps", labels={}), set(), id="configmap"),
+        pytest.param(
+            make_review("bob", "CREATE", "roles.rbac.authorization.k8s.io"), set(), id="role"
+        ),
+        # The opt-out is for tenancy: a kubelet stays under the node rules everywhere.
+        pytest.param(node_review("CREATE", "pods"), {"nodes.labelrbac.io"}, id="node-pod"),
+    ],
+)
+def test_opted_out_namespaces_skip_the_label_rule(
+    review: dict[str, Any], expected: set[str]
+) -> None:
+    review["request"]["namespace"] = "legacy"
+    assert receivers(raw_objects(), review, {"labelrbac.io/exempt": "true"}) == expected
+
+
+def test_node_conditions_match_the_engine_definition_of_a_node() -> None:
+    """The CEL condition and the node rules agree on who is a node, for every recorded user.
+
+    The probe is a write to another node's Node, which the node rules refuse to a node and
+    leave alone for anyone else.
+    """
+    users = set()
+    for path in sorted((ROOT.parent / "shared" / "fixtures").rglob("admission-reviews/*.json")):
+        request = json.loads(path.read_text()).get("request") or {}
+        info = request.get("userInfo") or {}
+        users.add((info.get("username", ""), tuple(info.get("groups", []))))
+    users |= {("system:node:n1", NODE), ("system:node:n1", ()), ("n1", NODE)}
+    users |= {("system:node:", NODE)}
+    assert any(u.startswith("system:node:") for u, _ in users), "fixtures without a kubelet"
+    objects = raw_objects()
+    context = Context(Snapshot.build((), ()))
+    for username, groups in sorted(users):
+        review = make_review(username, "UPDATE", "nodes", name="zz-other", labels={})
+        review["request"]["userInfo"]["groups"] = list(groups)
+        refused = check_node(parse_review(review).request, context) is not None
+        assert ("nodes.labelrbac.io" in receivers(objects, review)) == refused, username
+
+
+# --- failure policy: Ignore while installing, Fail once switched ---------------------------
+
+
+def test_install_never_refuses_writes_while_the_webhook_starts() -> None:
+    for name, entry in entries(raw_objects()).items():
+        assert entry["failurePolicy"] == "Ignore", name
+
+
+def test_enforce_overlay_fails_closed_except_pod_status() -> None:
+    policies = {name: e["failurePolicy"] for name, e in entries(kustomize(ENFORCE)).items()}
+    assert policies == {
+        "labels.labelrbac.io": "Fail",
+        "rbac.labelrbac.io": "Fail",
+        "nodes.labelrbac.io": "Fail",
+        "pod-status.labelrbac.io": "Ignore",
+    }
+
+
+def test_enforce_overlay_changes_nothing_else() -> None:
+    base, enforced = kustomize(DEPLOY), kustomize(ENFORCE)
+    for entry in only(enforced, "ValidatingWebhookConfiguration")["webhooks"]:
+        entry["failurePolicy"] = "Ignore"
+    assert enforced == base
+
+
+# --- wiring: names and namespace, default and configured ------------------------------------
+
+
+def check_wiring(objects: Objects, namespace: str) -> None:
+    """Everything that spells out the namespace or a name agrees with the objects it means."""
+    service = only(objects, "Service")["metadata"]
+    assert service["namespace"] == namespace
+    ns = only(objects, "Namespace")["metadata"]
+    assert ns["name"] == namespace and ns["labels"]["labelrbac.io/exempt"] == "true"
+
+    certificates = {c["metadata"]["name"]: c for (k, _), c in objects.items() if k == "Certificate"}
+    (ca,) = [c for c in certificates.values() if c["spec"].get("isCA")]
+    (serving,) = [c for c in certificates.values() if not c["spec"].get("isCA")]
+    assert serving["spec"]["dnsNames"] == [
+        f"{service['name']}.{namespace}.svc",
+        f"{service['name']}.{namespace}.svc.cluster.local",
+    ]
+    issuers = {i["metadata"]["name"]: i for (k, _), i in objects.items() if k == "Issuer"}
+    ca_issuer = issuers[serving["spec"]["issuerRef"]["name"]]
+    assert ca_issuer["spec"]["ca"]["secretName"] == ca["spec"]["secretName"]
+    assert "selfSigned" in issuers[ca["spec"]["issuerRef"]["name"]]["spec"]
+
+    config = only(objects, "ValidatingWebhookConfiguration")
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{namespace}/{ca['metadata']['name']}"
+    )
+    for entry in config["webhooks"]:
+        assert entry["clientConfig"]["service"] == {
+            "name": service["name"],
+            "namespace": namespace,
+            "path": "/validate",
+            "port": 443,
+        }
+        (by_name,) = [
+            e
+            for e in entry["namespaceSelector"]["matchExpressions"]
+            if e["key"] == "kubernetes.io/metadata.name"
+        ]
+        assert by_name["operator"] == "NotIn" and namespace in by_name["values"], entry["name"]
+
+    deployment = only(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert volume["secret"]["secretName"] == serving["spec"]["secretName"]
+    account = only(objects, "ServiceAccount")["metadata"]
+    assert pod["serviceAccountName"] == account["name"]
+    assert pod["priorityClassName"] == only(objects, "PriorityClass")["metadata"]["name"]
+    binding = only(objects, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": namespace}
+    ]
+    assert binding["roleRef"]["name"] == only(objects, "ClusterRole")["metadata"]["name"]
+    assert service.get("namespace") == deployment["metadata"]["namespace"] == namespace
+
+
+def test_wiring_as_written() -> None:
+    check_wiring(raw_objects(), NAMESPACE)
+
+
+def test_wiring_as_rendered() -> None:
+    check_wiring(kustomize(DEPLOY), NAMESPACE)
+
+
+@pytest.fixture
+def configured(tmp_path: Path) -> Iterator[Path]:
+    """A copy of manifests/ whose one place sets another namespace and a name prefix."""
+    shutil.copytree(MANIFESTS, tmp_path / "manifests")
+    kustomization = tmp_path / "manifests" / "deploy" / "kustomization.yaml"
+    text = kustomization.read_text()
+    text = re.sub(r"(?m)^namespace: .*$", "namespace: platform-admission", text)
+    text = re.sub(r"(?m)^# namePrefix: .*$", "namePrefix: acme-", text)
+    kustomization.write_text(text)
+    yield tmp_path / "manifests"
+
+
+def test_namespace_and_names_are_configured_in_one_place(configured: Path) -> None:
+    for overlay in ("deploy", "enforce"):
+        objects = kustomize(configured / overlay)
+        check_wiring(objects, "platform-admission")
+        assert only(objects, "Service")["metadata"]["name"] == "acme-label-rbac"
+        text = yaml.safe_dump_all(list(objects.values()))
+        # Nothing still names the default namespace as a namespace.
+        assert not re.search(r"namespace: label-rbac\b|label-rbac\.svc|\.label-rbac\.svc", text)
+        # The self-exemption follows: the configured namespace is never judged.
+        review = make_review("bob", "CREATE", "configmaps", namespace="platform-admission")
+        assert receivers(objects, review) == set()
+        review["request"]["namespace"] = NAMESPACE
+        assert receivers(objects, review) == {"labels.labelrbac.io"}
 
 
 def test_kustomization_lists_every_manifest() -> None:
@@ -27,41 +425,72 @@ def test_kustomization_lists_every_manifest() -> None:
     assert listed == present
 
 
-def test_webhook_fails_closed_and_points_at_the_service() -> None:
-    objects = deploy_objects()
-    (webhook,) = objects[("ValidatingWebhookConfiguration", "label-rbac")]["webhooks"]
-    assert webhook["failurePolicy"] == "Fail"
-    assert webhook["sideEffects"] == "None"
-    assert "v1" in webhook["admissionReviewVersions"]
-    assert set(webhook["rules"][0]["operations"]) == {"CREATE", "UPDATE", "DELETE", "CONNECT"}
-    service = webhook["clientConfig"]["service"]
-    assert service["path"] == "/validate"
-    assert ("Service", service["name"]) in objects
-    # The webhook never judges its own namespace, so it can always be repaired.
-    (expression,) = webhook["namespaceSelector"]["matchExpressions"]
-    assert expression["operator"] == "NotIn" and service["namespace"] in expression["values"]
+# --- certificates ---------------------------------------------------------------------------
 
 
-def test_serving_certificate_matches_service_and_secret() -> None:
-    objects = deploy_objects()
-    cert = objects[("Certificate", "label-rbac-serving")]["spec"]
-    assert "label-rbac.label-rbac.svc" in cert["dnsNames"]
-    annotations = objects[("ValidatingWebhookConfiguration", "label-rbac")]["metadata"]
-    assert annotations["annotations"]["cert-manager.io/inject-ca-from"] == (
-        "label-rbac/label-rbac-serving"
-    )
-    pod = objects[("Deployment", "label-rbac")]["spec"]["template"]["spec"]
-    (volume,) = [v for v in pod["volumes"] if v["name"] == "tls"]
-    assert volume["secret"]["secretName"] == cert["secretName"]
-    assert pod["serviceAccountName"] == "label-rbac"
+def hours(duration: str) -> float:
+    assert re.fullmatch(r"\d+h", duration), duration
+    return float(duration[:-1])
+
+
+def test_ca_outlives_its_leaves_and_keeps_its_key() -> None:
+    objects = raw_objects()
+    ca = objects[("Certificate", "label-rbac-ca")]["spec"]
+    serving = objects[("Certificate", "label-rbac-serving")]["spec"]
+    assert ca["isCA"] is True
+    # A leaf is renewed many times within one CA lifetime, and the CA renews under its old key,
+    # so leaves issued before a CA renewal still verify against the renewed CA.
+    assert hours(ca["duration"]) - hours(ca["renewBefore"]) > 10 * hours(serving["duration"])
+    assert ca["privateKey"]["rotationPolicy"] == "Never"
+    assert hours(serving["renewBefore"]) >= 24 * 7, "time for every pod's volume to refresh"
+
+
+def test_ca_bundle_is_injected_from_the_ca() -> None:
+    objects = raw_objects()
+    source = objects[("ValidatingWebhookConfiguration", "label-rbac")]["metadata"]["annotations"][
+        "cert-manager.io/inject-ca-from"
+    ]
+    assert source.split("/")[0] == NAMESPACE
+    name = source.split("/")[1]
+    assert objects[("Certificate", name)]["spec"]["isCA"] is True
+
+
+# --- availability ---------------------------------------------------------------------------
+
+
+def test_replicas_spread_across_nodes_and_survive_disruption() -> None:
+    objects = raw_objects()
+    deployment = objects[("Deployment", "label-rbac")]["spec"]
+    pod_labels = deployment["template"]["metadata"]["labels"]
+    assert deployment["replicas"] >= 2
+    assert deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    spread = {
+        c["topologyKey"]: c for c in deployment["template"]["spec"]["topologySpreadConstraints"]
+    }
+    hostname = spread["kubernetes.io/hostname"]
+    assert hostname["whenUnsatisfiable"] == "DoNotSchedule" and hostname["maxSkew"] == 1
+    assert hostname["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    pdb = objects[("PodDisruptionBudget", "label-rbac")]["spec"]
+    assert pdb["minAvailable"] == 1
+    assert pdb["selector"]["matchLabels"].items() <= pod_labels.items()
+    priority = objects[("PriorityClass", "label-rbac")]
+    assert 0 < priority["value"] <= 1_000_000_000  # the highest a non-system class may have
+
+
+def test_probes_and_grace_period_cover_the_drain() -> None:
+    pod = raw_objects()[("Deployment", "label-rbac")]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    (drain,) = [a for a in container["args"] if a.startswith("--drain-seconds=")]
+    from app.serve import GRACEFUL_TIMEOUT
+
+    assert pod["terminationGracePeriodSeconds"] > float(drain.split("=")[1]) + GRACEFUL_TIMEOUT
 
 
 def test_webhook_service_account_may_only_read() -> None:
-    objects = deploy_objects()
+    objects = raw_objects()
     role = objects[("ClusterRole", "label-rbac")]
     verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
     assert verbs <= {"get", "list", "watch"}, verbs
-    binding = objects[("ClusterRoleBinding", "label-rbac")]
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "label-rbac", "namespace": "label-rbac"}
-    ]
