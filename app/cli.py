@@ -122,6 +122,13 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     )
     serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="after SIGTERM, keep serving this long with /readyz at 503 (default 0)",
+    )
 
     check = sub.add_parser(
         "check", parents=[policy], help="explain one decision, like kubectl auth can-i"
@@ -150,11 +157,15 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from app.certs import generate
-    from app.serve import serve
+    from app.serve import ConfigError, serve
 
     tls_cert, tls_key = args.tls_cert, args.tls_key
     if args.dev_tls is not None:
-        paths = generate(args.dev_tls, ["localhost", "127.0.0.1"])
+        try:
+            paths = generate(args.dev_tls, ["localhost", "127.0.0.1"])
+        except OSError as exc:
+            print(f"serve: --dev-tls {args.dev_tls}: {exc.strerror}", file=sys.stderr)
+            return 2
         tls_cert, tls_key = paths.cert, paths.key
         print(f"dev TLS: CA {paths.ca}, cert {paths.cert}, key {paths.key}", flush=True)
     if tls_cert is None or tls_key is None:
@@ -185,8 +196,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_staleness=args.max_staleness,
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
+        drain_seconds=args.drain_seconds,
     )
-    serve(settings)
+    try:
+        serve(settings)
+    except ConfigError as exc:
+        print(f"serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -3,29 +3,62 @@
 gunicorn calls ``load()`` inside each worker process (``preload_app`` stays off), so watch
 threads and HTTP connections are created after the fork and never shared between processes.
 Metrics are per worker and meet in PROMETHEUS_MULTIPROC_DIR (a temporary directory unless set).
+
+Around gunicorn:
+
+- **Configuration is checked before any worker is forked** (``check_settings``): a bad flag or
+  an unusable certificate is one line on stderr, not one traceback per worker.
+- **TLS**: each worker builds its SSLContext from the certificate and key files read as one
+  pair (app.certs.ServingCertificate) and swaps it when the files change; gunicorn's own
+  loading reads the two files separately for every connection, so a rotation between the two
+  reads paired a new certificate with the old key.
+- **Shutdown**: on SIGTERM the arbiter sets a flag shared with the workers (an anonymous shared
+  memory page made before the fork). ``/readyz`` answers 503 and every response closes its
+  connection, while new connections are still accepted for ``--drain-seconds`` (endpoint
+  removal takes a while to reach every API server). Then gunicorn's graceful stop: listeners
+  close, requests in flight and already accepted finish within GRACEFUL_TIMEOUT.
 """
 
 from __future__ import annotations
 
-import logging
+import json
+import mmap
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 
+from app import logs
+from app.certs import CertificateError, ServingCertificate, load_pair
 from app.server import create_app
 from app.settings import Settings
 from app.source.base import RbacSource
 
 if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
     from app.source.cluster import SourceObserver
+
+# After the drain, how long requests in flight may take. The API server gives up on a webhook
+# call after its timeoutSeconds (5 in manifests/deploy, 30 at most).
+GRACEFUL_TIMEOUT = 10
+
+DRAINING_BODY = json.dumps(
+    {"ready": False, "detail": "shutting down: draining connections"}
+).encode()
+
+
+class ConfigError(Exception):
+    """A setting ``serve`` cannot run with; the message is one line for the operator."""
 
 
 def make_source(settings: Settings, observer: SourceObserver | None = None) -> RbacSource:
@@ -39,29 +72,67 @@ def make_source(settings: Settings, observer: SourceObserver | None = None) -> R
     return ClusterSource.from_settings(settings, observer)
 
 
-def configure_logging(level: str) -> None:
-    """JSON decision lines on stdout; everything else on stderr, beside gunicorn's error log."""
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    decisions = logging.getLogger("label_rbac.decisions")
-    decisions.handlers[:] = [handler]
-    decisions.propagate = False
-    other = logging.StreamHandler(sys.stderr)
-    other.setFormatter(
-        logging.Formatter(
-            "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-            "%Y-%m-%d %H:%M:%S %z",
-        )
-    )
-    root = logging.getLogger("label_rbac")
-    root.handlers[:] = [other]
-    root.setLevel(level.upper())
-    root.propagate = False
+# --- configuration, checked in the arbiter ---------------------------------------------------
 
 
-def build_app(settings: Settings) -> Flask:
+def _check_numbers(settings: Settings) -> None:
+    for flag, value, low in (
+        ("--workers", settings.workers, 1),
+        ("--threads", settings.threads, 1),
+        ("--max-body-bytes", settings.max_body_bytes, 1),
+    ):
+        if value < low:
+            raise ConfigError(f"{flag} must be at least {low}, not {value}")
+    if settings.drain_seconds < 0:
+        raise ConfigError(f"--drain-seconds must not be negative, not {settings.drain_seconds:g}")
+    if settings.max_staleness is not None and settings.max_staleness <= 0:
+        raise ConfigError(f"--max-staleness must be positive, not {settings.max_staleness:g}")
+
+
+def _check_bind(bind: str) -> None:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--bind {bind!r}: expected HOST:PORT, e.g. 0.0.0.0:8443")
+
+
+def _check_source(settings: Settings) -> None:
+    if settings.rbac_dir is not None:
+        from app.source.static import ManifestError, StaticSource
+
+        if not settings.rbac_dir.is_dir():
+            raise ConfigError(f"--rbac-dir {settings.rbac_dir}: not a directory")
+        try:
+            StaticSource(settings.rbac_dir, settings.compiler).start()
+        except (OSError, ManifestError) as exc:
+            raise ConfigError(f"--rbac-dir {settings.rbac_dir}: {exc}") from None
+    elif settings.kubeconfig is not None:
+        from kubernetes.config import ConfigException, list_kube_config_contexts
+
+        try:
+            list_kube_config_contexts(config_file=str(settings.kubeconfig))
+        except (OSError, ConfigException, ValueError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"kubeconfig {settings.kubeconfig}: {exc}") from None
+
+
+def check_settings(settings: Settings) -> None:
+    """Everything ``serve`` can check without serving; raises ConfigError."""
+    _check_numbers(settings)
+    _check_bind(settings.bind)
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise ConfigError("TLS is required: pass --tls-cert and --tls-key, or --dev-tls")
+    try:
+        load_pair(settings.tls_cert, settings.tls_key)
+    except CertificateError as exc:
+        raise ConfigError(str(exc)) from None
+    _check_source(settings)
+
+
+# --- in the workers ----------------------------------------------------------------------------
+
+
+def build_app(settings: Settings) -> Any:
     """Create and start one worker's source and app (called in the worker, after fork)."""
-    configure_logging(settings.log_level)
+    logs.configure(settings.log_level)
     from app.metrics import Metrics  # here, after fork and PROMETHEUS_MULTIPROC_DIR: see there
 
     metrics = Metrics()
@@ -76,11 +147,78 @@ def build_app(settings: Settings) -> Flask:
     )
 
 
+class DrainFlag:
+    """One byte of shared memory: set by the arbiter on SIGTERM, read by every worker."""
+
+    def __init__(self) -> None:
+        # Anonymous and MAP_SHARED: the workers forked later see the arbiter's writes.
+        self._page = mmap.mmap(-1, 1)
+
+    def set(self) -> None:
+        self._page[0] = 1
+
+    def __bool__(self) -> bool:
+        return self._page[0] == 1
+
+
+def draining_readiness(app: WSGIApplication, draining: DrainFlag) -> WSGIApplication:
+    """``/readyz`` answers 503 while draining; every other request is served as usual."""
+
+    def wrapped(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if draining and environ.get("PATH_INFO") == "/readyz":
+            start_response(
+                "503 Service Unavailable",
+                [("Content-Type", "application/json"), ("Content-Length", str(len(DRAINING_BODY)))],
+            )
+            return [DRAINING_BODY]
+        return app(environ, start_response)
+
+    return wrapped
+
+
 def child_exit(server: Any, worker: Any) -> None:
     """gunicorn hook (in the arbiter): a dead worker's live gauges leave the aggregate."""
     from app.metrics import mark_worker_dead
 
     mark_worker_dead(worker.pid)
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """gunicorn hook (in the worker, on its way out): write out queued log lines."""
+    logs.stop()
+
+
+# --- the arbiter -----------------------------------------------------------------------------
+
+
+class DrainingArbiter(Arbiter):
+    """gunicorn's arbiter, with SIGTERM turned into drain, then graceful stop.
+
+    A second SIGTERM, SIGINT or SIGQUIT stops at once, as in plain gunicorn.
+    """
+
+    def __init__(self, app: WebhookServer) -> None:
+        self._drain_seconds = app.settings.drain_seconds
+        self._draining = app.draining
+        self._drain_until: float | None = None
+        super().__init__(app)
+
+    def handle_term(self) -> None:
+        if self._drain_until is not None or self._drain_seconds <= 0:
+            raise StopIteration
+        self._draining.set()
+        self._drain_until = time.monotonic() + self._drain_seconds
+        self.log.info("SIGTERM: not ready, serving for %gs more", self._drain_seconds)
+        timer = threading.Timer(self._drain_seconds, self.wakeup)
+        timer.daemon = True
+        timer.start()
+
+    def maybe_promote_master(self) -> None:
+        # Runs at the top of every turn of the main loop: the place to end the drain.
+        super().maybe_promote_master()
+        if self._drain_until is not None and time.monotonic() >= self._drain_until:
+            self.log.info("drain over: stopping")
+            raise StopIteration
 
 
 @contextmanager
@@ -111,33 +249,71 @@ def multiprocess_dir() -> Iterator[Path]:
 class WebhookServer(BaseApplication):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.draining = DrainFlag()
         super().__init__()
 
     def load_config(self) -> None:
         s = self.settings
+        draining = self.draining
+
+        def pre_request(worker: Any, req: Any) -> None:
+            # While draining, answer and close: the client reconnects through the Service,
+            # which by then no longer sends it here.
+            if draining:
+                req.must_close = True
+
         options: dict[str, Any] = {
             "bind": [s.bind],
             "workers": s.workers,
             "threads": s.threads,
             "worker_class": "gthread",
+            # Both set, so gunicorn wraps sockets in TLS; the context comes from ssl_context.
             "certfile": str(s.tls_cert) if s.tls_cert else None,
             "keyfile": str(s.tls_key) if s.tls_key else None,
+            "ssl_context": self._ssl_context(),
             "loglevel": s.log_level,
+            "logger_class": logs.JsonGunicornLogger,
             "preload_app": False,
             # The API server's webhook timeout is at most 30s; keep-alive saves TLS handshakes.
             "timeout": 30,
             "keepalive": 75,
+            "graceful_timeout": GRACEFUL_TIMEOUT,
             "proc_name": "label-rbac",
+            # No runtime control over a socket: nothing in a pod should reconfigure it.
+            "control_socket_disable": True,
+            "pre_request": pre_request,
             "child_exit": child_exit,
+            "worker_exit": worker_exit,
         }
         for key, value in options.items():
             if value is not None:
                 self.cfg.set(key, value)
 
-    def load(self) -> Flask:
-        return build_app(self.settings)
+    def _ssl_context(self) -> Callable[[Any, Any], Any] | None:
+        """gunicorn's per-connection hook, answered from the pair loaded as one.
+
+        Loaded here, in the arbiter, so that every worker starts with the last good pair, also
+        one forked while the files on disk are broken; each worker then follows the files.
+        """
+        if self.settings.tls_cert is None or self.settings.tls_key is None:
+            return None
+        serving = ServingCertificate(self.settings.tls_cert, self.settings.tls_key)
+        return lambda config, default_factory: serving.context()
+
+    def load(self) -> WSGIApplication:
+        return draining_readiness(build_app(self.settings), self.draining)
+
+    def run(self) -> None:
+        try:
+            DrainingArbiter(self).run()
+        except RuntimeError as exc:
+            print(f"serve: {exc}", file=sys.stderr)
+            sys.exit(1)
 
 
 def serve(settings: Settings) -> None:
+    """Check the settings, then run gunicorn until it stops (ConfigError: nothing started)."""
+    check_settings(settings)
+    logs.configure(settings.log_level)
     with multiprocess_dir():
         WebhookServer(settings).run()

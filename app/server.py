@@ -72,7 +72,8 @@ def log_decision(request: Request, decision: Decision, seconds: float) -> None:
         record["mode"] = decision.mode
     if not decision.allowed or decision.softened:
         record["message"] = decision.message
-    log.info(json.dumps(record, separators=(",", ":")))
+    # app.logs writes ``fields`` into the JSON line (a denial's message replaces "decision").
+    log.info("decision", extra={"fields": record})
 
 
 def log_access(review: AccessReview, decision: AccessDecision, seconds: float) -> None:

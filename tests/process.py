@@ -32,6 +32,7 @@ class Server:
     base_url: str
     ca: Path
     process: subprocess.Popen[str]
+    log: Path = Path("server.log")
 
     def context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca))
@@ -81,14 +82,27 @@ def _decode(raw: bytes) -> Any:
 
 @contextmanager
 def serve(
-    tmp: Path, *args: str, env: dict[str, str] | None = None, ready: bool = True
+    tmp: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    ready: bool = True,
+    tls: tuple[Path, Path, Path] | None = None,
 ) -> Iterator[Server]:
-    """Start ``python -m app serve --dev-tls`` on a free loopback port; stop it afterwards."""
+    """Start ``python -m app serve`` on a free loopback port; stop it afterwards.
+
+    TLS: ``--dev-tls`` into ``tmp/certs``, or ``tls`` = (CA file, certificate, key).
+    """
     port = free_port()
     certs = tmp / "certs"
+    if tls is None:
+        tls_args = ["--dev-tls", str(certs)]
+        ca = certs / "ca.crt"
+    else:
+        ca, cert, key = tls
+        tls_args = ["--tls-cert", str(cert), "--tls-key", str(key)]
     command = [
         sys.executable, "-m", "app", "serve",
-        "--dev-tls", str(certs), "--bind", f"127.0.0.1:{port}", *args,
+        *tls_args, "--bind", f"127.0.0.1:{port}", *args,
     ]  # fmt: skip
     log = (tmp / "server.log").open("w")
     process = subprocess.Popen(
@@ -100,7 +114,7 @@ def serve(
         env={**os.environ, **(env or {})},
         start_new_session=True,
     )
-    server = Server(f"https://127.0.0.1:{port}", certs / "ca.crt", process)
+    server = Server(f"https://127.0.0.1:{port}", ca, process, tmp / "server.log")
     try:
         deadline = time.monotonic() + 30
         while not server.ca.exists() and time.monotonic() < deadline:

@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 
 from app.engine.context import ParentUnavailable
 from app.engine.model import Request
+from app.logs import JsonFormatter
 from app.server import NOT_SYNCED, create_app
 from app.settings import Settings
 from app.source.static import StaticSource
@@ -224,9 +225,10 @@ def test_one_log_line_per_decision_without_bodies(
     )
     with caplog.at_level(logging.INFO, logger="label_rbac"):
         post(client, review)
-    lines = [r.getMessage() for r in caplog.records if r.name == "label_rbac.decisions"]
+    lines = [r for r in caplog.records if r.name == "label_rbac.decisions"]
     assert len(lines) == 1
-    record = json.loads(lines[0])
+    record = json.loads(JsonFormatter().format(lines[0]))
+    assert record["level"] == "info" and record["time"].endswith("Z")
     assert record["uid"] == review["request"]["uid"]
     assert (record["user"], record["operation"], record["resource"]) == ("bob", "CREATE", "secrets")
     assert (record["namespace"], record["name"], record["allowed"]) == ("t1", "db", False)
