@@ -95,7 +95,7 @@ def log_access(review: AccessReview, decision: AccessDecision, seconds: float) -
     )
     if decision.message:
         record["message"] = decision.message
-    log.info(json.dumps(record, separators=(",", ":")))
+    log.info("authorization", extra={"fields": record})
 
 
 class Unavailable(Exception):
