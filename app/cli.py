@@ -225,7 +225,8 @@ def _request_from_flags(args: argparse.Namespace) -> Request:
         resource=Resource.parse(args.resource),
         kind="",
         namespace=args.namespace,
-        name=args.name,
+        # A collection delete reaches admission as one DELETE per object, naming none.
+        name="" if args.verb == "deletecollection" else args.name,
         object=None if operation == "DELETE" else obj,
         old_object=obj if operation in ("UPDATE", "DELETE") else None,
     )

@@ -180,8 +180,10 @@ class Request:
     def describe(self) -> str:
         """``configmaps "c2" in namespace "t1"`` — the object as a denial message names it."""
         text = str(self.authorized_resource)
-        if self.name:
-            text += f' "{self.name}"'
+        # A collection delete reaches admission without a name: the object still has one.
+        name = self.name or _text(_metadata(self.old_object or self.object), "name")
+        if name:
+            text += f' "{name}"'
         if self.namespace:
             text += f' in namespace "{self.namespace}"'
         return text
@@ -270,12 +272,20 @@ class AccessDecision:
         return cls(Verdict.NO_OPINION, reason, "", explanation)
 
 
+def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``metadata`` of an object, tolerating absent or null metadata (as the API allows)."""
+    metadata = obj.get("metadata") if obj else None
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _text(mapping: Mapping[str, Any], key: str) -> str:
+    value = mapping.get(key)
+    return value if isinstance(value, str) else ""
+
+
 def _metadata_map(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, str]:
-    """``metadata.<key>`` of an object, tolerating absent or null metadata (as the API allows)."""
-    if not obj:
-        return {}
-    metadata = obj.get("metadata") or {}
-    found = metadata.get(key) if isinstance(metadata, Mapping) else None
+    """``metadata.<key>`` of an object: labels or annotations, {} when absent or malformed."""
+    found = _metadata(obj).get(key)
     return found if isinstance(found, Mapping) else {}
 
 

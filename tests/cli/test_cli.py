@@ -48,6 +48,12 @@ CHECK = ["check", "--rbac-dir", str(EXAMPLES)]
             1, "the existing object has no label team", id="unlabeled-object-denied",
         ),
         pytest.param(
+            ["--user", "bob", "--verb", "deletecollection", "--resource", "secrets",
+             "--namespace", "t1", "--name", "db"],
+            1, 'may not deletecollection secrets "db" in namespace "t1"',
+            id="deletecollection-names-no-object-to-rbac",
+        ),
+        pytest.param(
             ["--user", "bob", "--verb", "delete", "--resource", "secrets",
              "--namespace", "t1", "--name", "db", "--allow-unlabeled"],
             0, "warning: object has no label team", id="allow-unlabeled-warns",

@@ -391,3 +391,40 @@ def test_request_to_rbac_attributes(
 ) -> None:
     allowed, reason, message = decide(document, *grants)
     assert (allowed, reason) == expected, message
+
+
+@pytest.mark.parametrize(
+    ("document", "grants", "fragment"),
+    [
+        pytest.param(
+            recorded("c019-tenant-delete-configmaps"),
+            (restricted("deletecollection", "configmaps"),),
+            'user "alice" may not deletecollection configmaps "cm-b" in namespace "t1": ',
+            id="deletecollection-names-the-object",
+        ),
+        pytest.param(
+            connect("pods/proxy", "web-b"),
+            (restricted("update", "pods/proxy"),),
+            'user "alice" may not update pods/proxy "web-b" in namespace "t1": ',
+            id="connect-names-the-verb-that-refused",
+        ),
+        pytest.param(
+            review(
+                "UPDATE",
+                "deployments.apps",
+                name="d-b",
+                kind="Deployment",
+                request_resource="deployments.extensions",
+            ),
+            (restricted("update", "deployments", "extensions"),),
+            'user "alice" may not update deployments.extensions "d-b" in namespace "t1": ',
+            id="equivalent-names-the-requested-resource",
+        ),
+    ],
+)
+def test_denial_names_what_rbac_authorized(
+    document: dict[str, Any], grants: tuple[Grant, ...], fragment: str
+) -> None:
+    allowed, _, message = decide(document, *grants)
+    assert not allowed
+    assert message.startswith(fragment), message

@@ -59,6 +59,42 @@ def test_recorded_details() -> None:
     assert patch.verbs == ("update", "patch")
 
 
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        pytest.param({}, Resource("", "pods", "eviction"), id="absent-is-the-resource"),
+        pytest.param(
+            {"requestResource": None, "requestSubResource": None},
+            Resource("", "pods", "eviction"),
+            id="null-is-the-resource",
+        ),
+        pytest.param(
+            {
+                "requestResource": {"group": "policy", "version": "v1", "resource": "pods"},
+                "requestSubResource": "eviction",
+            },
+            Resource("policy", "pods", "eviction"),
+            id="converted",
+        ),
+        pytest.param(
+            {"requestResource": {"group": "", "version": "v1", "resource": "pods"}},
+            Resource("", "pods"),
+            id="absent-request-subresource-is-none",
+        ),
+    ],
+)
+def test_request_resource_is_what_rbac_authorized(
+    fields: dict[str, Any], expected: Resource
+) -> None:
+    document = load_review("a018-create-pods-eviction")
+    for key in ("requestKind", "requestResource", "requestSubResource"):
+        document["request"].pop(key, None)
+    document["request"].update(fields)
+    req = parse_review(document).request
+    assert req.resource == Resource("", "pods", "eviction")
+    assert req.authorized_resource == expected
+
+
 def test_v1beta1_is_accepted_and_echoed() -> None:
     document = load_review("a003-create-mwan3policies")
     document["apiVersion"] = "admission.k8s.io/v1beta1"
@@ -194,6 +230,21 @@ def _drop(path: str):
         pytest.param(_set("request.dryRun", "true"), "request.dryRun", id="dry-run-string"),
         pytest.param(_set("request.namespace", 1), "request.namespace", id="namespace-int"),
         pytest.param(_set("request.subResource", 1), "request.subResource", id="subresource-int"),
+        pytest.param(
+            _set("request.requestResource", "deployments"),
+            "request.requestResource",
+            id="request-resource-string",
+        ),
+        pytest.param(
+            _set("request.requestResource", {"group": "apps"}),
+            "request.requestResource.resource",
+            id="request-resource-without-resource",
+        ),
+        pytest.param(
+            _set("request.requestSubResource", ["scale"]),
+            "request.requestSubResource",
+            id="request-subresource-list",
+        ),
     ],
 )
 def test_malformed_envelopes_raise(document: Any, fragment: str) -> None:
