@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.logs import JsonFormatter
 from app.metrics import Metrics
 from app.server import create_app
 from app.settings import Settings
@@ -70,8 +71,8 @@ def test_validate_with_modes(
         assert annotations["would-deny-reason"] == "LabelNotPermitted"
         assert annotations["would-deny"].startswith(message)
         assert ("warnings" in response) is (mode == "warn")
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "label_rbac.decisions"]
-    record = json.loads(line)
+    (line,) = [r for r in caplog.records if r.name == "label_rbac.decisions"]
+    record = json.loads(JsonFormatter().format(line))
     assert record["message"].startswith(message)
     assert record.get("mode", "enforce") == mode
     text = client.get("/metrics").get_data(as_text=True)
