@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
-from app import logs
+from app import deepjson, logs
 from app.certs import CertificateError, ServingCertificate, load_pair
 from app.server import create_app
 from app.settings import Settings
@@ -133,6 +133,7 @@ def check_settings(settings: Settings) -> None:
 def build_app(settings: Settings) -> Any:
     """Create and start one worker's source and app (called in the worker, after fork)."""
     logs.configure(settings.log_level)
+    deepjson.prepare()  # before the source starts its threads: they parse API-server JSON
     from app.metrics import Metrics  # here, after fork and PROMETHEUS_MULTIPROC_DIR: see there
 
     metrics = Metrics()

@@ -8,14 +8,18 @@ an HTTP 200 review that fails closed.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from app import deepjson
 from app.engine.authorize import authorize
 from app.engine.context import Context
 from app.engine.decide import evaluate
@@ -26,9 +30,21 @@ from app.source.base import RbacSource
 from app.wire import ReviewError, build_response, parse_review
 from app.wire_sar import AccessReview, build_access_response, parse_access_review
 
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
 log = logging.getLogger("label_rbac.decisions")
 
 NOT_SYNCED = "label-rbac policy cache not synced yet"
+
+# A client that sends nothing for this long while its body is due is cut off, so that a stalled
+# upload cannot hold a request thread (the API server's webhook timeout is 10 s by default).
+BODY_READ_TIMEOUT = 10.0
+# A body over the limit is read and thrown away, up to this much and this long, after the 413 is
+# sent: a client that writes its whole body before it reads the answer (most HTTP/1.1 clients)
+# then reads the 413 on an intact connection instead of meeting a reset (RFC 9112, section 9.6).
+DRAIN_BYTES = 64 * 1024 * 1024
+DRAIN_SECONDS = 10.0
 
 # Called after every decision with (request, decision, seconds); metrics subscribe here.
 DecisionObserver = Callable[[Request, Decision, float], None]
@@ -160,6 +176,122 @@ class Decider:
             )
 
 
+class _ReadTimeout:
+    """Bounds each read of the request body on the server's socket (gunicorn exposes it)."""
+
+    def __init__(self, environ: WSGIEnvironment, seconds: float) -> None:
+        found = environ.get("gunicorn.socket")
+        self._sock: socket.socket | None = found if isinstance(found, socket.socket) else None
+        self._seconds = seconds
+        self._saved: float | None = None
+
+    def __enter__(self) -> _ReadTimeout:
+        if self._sock is not None:
+            self._saved = self._sock.gettimeout()
+            self._sock.settimeout(self._seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._sock is not None:
+            self._sock.settimeout(self._saved)
+
+
+class _TooLarge:
+    """A 413 response that, once sent, reads and discards the rest of the body (see DRAIN_*)."""
+
+    def __init__(self, environ: WSGIEnvironment, body: bytes, unread: int | None) -> None:
+        self._environ = environ
+        self._body = body
+        self._unread = unread  # None: unknown (chunked)
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self._body
+
+    def close(self) -> None:
+        if self._unread is not None and self._unread > DRAIN_BYTES:
+            return  # hopeless: let the server close the connection now
+        stream = self._environ["wsgi.input"]
+        deadline = time.monotonic() + DRAIN_SECONDS
+        drained = 0
+        try:
+            while drained < DRAIN_BYTES and (remaining := deadline - time.monotonic()) > 0:
+                with _ReadTimeout(self._environ, min(remaining, BODY_READ_TIMEOUT)):
+                    data = stream.read(min(256 * 1024, DRAIN_BYTES - drained))
+                if not data:
+                    return
+                drained += len(data)
+        except (OSError, ValueError):
+            return  # the client went away or stalled: the server closes the connection
+
+
+class BodyLimit:
+    """WSGI middleware: reads the request body once, within ``max_bytes`` and with a read timeout.
+
+    A declared ``Content-Length`` over the limit is refused before anything is read; a chunked
+    body is refused as soon as it passes the limit. Either way the answer is a JSON 413 followed
+    by a lingering read (``_TooLarge``), never a reset mid-request. The body handed on is complete
+    and its length declared, so the app reads chunked and plain bodies alike.
+    """
+
+    def __init__(self, app: WSGIApplication, max_bytes: int) -> None:
+        self._app = app
+        self._max = max_bytes
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        stream = environ.get("wsgi.input")
+        if environ.get("REQUEST_METHOD") not in ("POST", "PUT", "PATCH") or stream is None:
+            return self._app(environ, start_response)
+        declared = environ.get("CONTENT_LENGTH") or ""
+        length = int(declared) if declared.isdigit() else None
+        if length is not None and length > self._max:
+            return self._refuse(environ, start_response, length)
+        try:
+            with _ReadTimeout(environ, BODY_READ_TIMEOUT):
+                # Content-Length: exactly that many bytes; chunked: one byte past the limit.
+                body = stream.read(length if length is not None else self._max + 1)
+        except OSError:
+            return self._respond(start_response, 408, "the request body was not received in time")
+        if len(body) > self._max:
+            return self._refuse(environ, start_response, None)
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
+        return self._app(environ, start_response)
+
+    def _refuse(
+        self, environ: WSGIEnvironment, start_response: StartResponse, unread: int | None
+    ) -> Iterable[bytes]:
+        body = self._body(413, f"request body larger than {self._max} bytes (--max-body-bytes)")
+        start_response("413 Request Entity Too Large", self._headers(body))
+        return _TooLarge(environ, body, unread)
+
+    def _respond(self, start_response: StartResponse, status: int, message: str) -> list[bytes]:
+        body = self._body(status, message)
+        start_response(f"{status} {_REASONS[status]}", self._headers(body))
+        return [body]
+
+    @staticmethod
+    def _body(status: int, message: str) -> bytes:
+        return json.dumps({"error": message, "code": status}).encode()
+
+    @staticmethod
+    def _headers(body: bytes) -> list[tuple[str, str]]:
+        return [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+
+
+_REASONS = {408: "Request Timeout", 413: "Request Entity Too Large"}
+
+
+def _load_body() -> object:
+    """The request body as JSON, or the 400 response saying why it is not."""
+    try:
+        return deepjson.loads(request.get_data(cache=False))
+    except deepjson.TooDeep as exc:
+        return _error(400, f"body is not usable JSON: {exc}")
+    except ValueError:
+        return _error(400, "body is not valid JSON")
+
+
 def create_app(
     settings: Settings,
     source: RbacSource,
@@ -167,8 +299,10 @@ def create_app(
     exposition: Exposition = default_exposition,
     access_observers: tuple[AccessObserver, ...] = (),
 ) -> Flask:
+    deepjson.prepare()  # before gunicorn starts the request threads: see app.deepjson
     app = Flask("label_rbac")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.wsgi_app = BodyLimit(app.wsgi_app, settings.max_body_bytes)  # type: ignore[method-assign]
     decide = Decider(settings, source)
     notify = (log_decision, *observers)
     notify_access = (log_access, *access_observers)
@@ -176,10 +310,9 @@ def create_app(
     @app.post("/validate")
     def validate() -> Response:
         started = time.perf_counter()
-        try:
-            document = json.loads(request.get_data(cache=False))
-        except ValueError:
-            return _error(400, "body is not valid JSON")
+        document = _load_body()
+        if isinstance(document, Response):
+            return document
         try:
             review = parse_review(document)
         except ReviewError as exc:
@@ -193,10 +326,9 @@ def create_app(
     @app.post("/authorize")
     def authorize_review() -> Response:
         started = time.perf_counter()
-        try:
-            document = json.loads(request.get_data(cache=False))
-        except ValueError:
-            return _error(400, "body is not valid JSON")
+        document = _load_body()
+        if isinstance(document, Response):
+            return document
         try:
             review = parse_access_review(document)
         except ReviewError as exc:

@@ -10,9 +10,12 @@ from app.engine.model import ENFORCE
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import Compiler
 
-# etcd's default request limit is 1.5 MiB per object; an UPDATE review carries object and
-# oldObject plus the envelope.
-DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+# The largest review the API server sends (README, "HTTP"): an UPDATE carries object and
+# oldObject, each at most etcd's 1.5 MiB in its storage encoding and up to six times that as
+# the API server's JSON (every "<", ">", "&", control character or invalid UTF-8 byte becomes a
+# six-byte \uXXXX escape): 18 MiB; the envelope, user info included, comes from headers the
+# API server caps at 1 MiB, six-fold again at worst: 6 MiB.
+DEFAULT_MAX_BODY_BYTES = 24 * 1024 * 1024
 
 
 @dataclass(frozen=True)

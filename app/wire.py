@@ -14,6 +14,10 @@ from app.engine.model import Decision, Request, Resource, UserInfo
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
+# A denial message longer than this is cut: it quotes attacker-written text (an annotation a
+# schema error repeats), and the API server hands it on to the client and its event log as is.
+MAX_MESSAGE_CHARS = 4096
+
 
 class GroupVersionResource(TypedDict):
     group: str
@@ -205,7 +209,7 @@ def build_response(api_version: str, uid: str, decision: Decision) -> AdmissionR
             "status": "Failure",
             "code": decision.code,
             "reason": _status_reason(decision.code),
-            "message": decision.message,
+            "message": _bounded(decision.message),
         }
     if decision.warnings:
         response["warnings"] = list(decision.warnings)
@@ -229,3 +233,10 @@ def _status_reason(code: int) -> str:
         500: "InternalError",
         503: "ServiceUnavailable",
     }.get(code, "Forbidden")
+
+
+def _bounded(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    cut = MAX_MESSAGE_CHARS - 64
+    return f"{message[:cut]}... ({len(message) - cut} more characters)"

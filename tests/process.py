@@ -52,6 +52,12 @@ class Server:
         except urllib.error.HTTPError as err:
             return err.code, _decode(err.read())
 
+    def connect(self, timeout: float = 10) -> ssl.SSLSocket:
+        """A raw TLS connection, for requests an HTTP client library would not send."""
+        host, port = self.base_url.removeprefix("https://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+        return self.context().wrap_socket(sock, server_hostname=host)
+
     def review(self, review: dict[str, Any]) -> dict[str, Any]:
         status, body = self.request("POST", "/validate", json.dumps(review).encode())
         assert status == 200, body
@@ -71,6 +77,40 @@ class Server:
                 last = exc
             time.sleep(0.1)
         raise AssertionError(f"server not ready after {timeout}s: {last}")
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def read_reply(sock: ssl.SSLSocket) -> Reply:
+    """One HTTP/1.1 response with a Content-Length, read off a raw connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"connection closed before a full response: {data!r}")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    if status == 100:  # an interim answer to Expect: 100-continue, alone on the wire
+        assert not rest, rest
+        return Reply(status, headers, b"")
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed mid-body")
+        rest += chunk
+    return Reply(status, headers, rest[:length])
 
 
 def _decode(raw: bytes) -> Any:

@@ -240,6 +240,8 @@ def parse_permissions(
     """Parse and validate one annotation value. Raises ``AnnotationError`` with a readable cause."""
     try:
         document = json.loads(raw)
+    except RecursionError:
+        raise AnnotationError("not valid JSON: nested too deeply") from None
     except (TypeError, ValueError) as exc:
         raise AnnotationError(f"not valid JSON: {exc}") from None
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))

@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 import app
+from app import deepjson
 
 log = logging.getLogger("label_rbac.source")
 
@@ -183,7 +184,7 @@ class WatchStream:
     @staticmethod
     def _decode(line: bytes) -> dict[str, Any]:
         try:
-            event = json.loads(line)
+            event = deepjson.loads(line)
         except ValueError:
             raise Malformed(f"undecodable watch line ({len(line)} bytes)") from None
         if not isinstance(event, dict):
@@ -315,7 +316,7 @@ class KubeClient:
                 if isinstance(timeout, int | float):
                     timeout = remaining
         try:
-            document = json.loads(body)
+            document = deepjson.loads(body)
         except ValueError:
             raise Malformed(f"GET {path}: response is not JSON") from None
         if not isinstance(document, dict):

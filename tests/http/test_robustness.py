@@ -1,20 +1,26 @@
-"""Malformed input never yields a 5xx or an allow it should not: every recorded review, mutated.
+"""Malformed and hostile input never yields a 5xx or an allow it should not.
 
 Each field of every recorded request (to a bounded depth) is replaced by values of the wrong
 type; the webhook must answer 400 (not an AdmissionReview) or 200 with a decision, and a
-mutation must never turn a recorded denial into an allow by breaking the envelope.
+mutation must never turn a recorded denial into an allow by breaking the envelope. JSON nested as
+deep as the API server allows is decided like any other review.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
-from tests.support import REVIEWS, load_review
+from app.deepjson import API_SERVER_MAX_DEPTH
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import Compiler
+from app.wire import MAX_MESSAGE_CHARS
+from tests.support import REVIEWS, load_review, make_review, role, rule
 
 WRONG_VALUES: tuple[Any, ...] = (None, 7, "x", [None], {"": None})
 
@@ -67,3 +73,57 @@ def _changes_subject(path: tuple[Any, ...]) -> bool:
     return len(path) >= 2 and path[1] in {
         "resource", "subResource", "operation", "namespace", "name", "object", "oldObject", "kind",
     }  # fmt: skip
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "{}" + "}" * depth
+
+
+@pytest.mark.parametrize(
+    ("user", "allowed"),
+    [pytest.param("alice", True, id="permitted"), pytest.param("bob", False, id="denied")],
+)
+def test_objects_nested_as_deep_as_the_api_server_allows_are_decided(
+    client: FlaskClient, user: str, allowed: bool
+) -> None:
+    labels = {"team": "a"}
+    review = make_review(
+        user, "UPDATE", "configmaps", namespace="t1", labels=labels, old_labels=labels
+    )
+    review["request"]["object"]["spec"] = review["request"]["oldObject"]["spec"] = "DEEP"
+    body = json.dumps(review).replace('"DEEP"', _nested(API_SERVER_MAX_DEPTH))
+    response = client.post("/validate", data=body, content_type="application/json")
+    assert response.status_code == 200
+    assert response.get_json()["response"]["allowed"] is allowed
+    # What the request path then walks recursively copes with it too.
+    document = json.loads(body)
+    assert copy.deepcopy(document) == document
+    assert json.loads(json.dumps(document)) == document
+
+
+def test_nesting_beyond_any_api_server_is_400(client: FlaskClient) -> None:
+    review = make_review("alice", "CREATE", "configmaps", namespace="t1", labels={"team": "a"})
+    review["request"]["object"]["spec"] = "DEEP"
+    body = json.dumps(review).replace('"DEEP"', _nested(100_000))
+    response = client.post("/validate", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert "nested deeper than" in response.get_json()["error"]
+
+
+def test_a_deeply_nested_annotation_is_invalid_with_a_bounded_message(client: FlaskClient) -> None:
+    annotation = "[" * 20_000 + "]" * 20_000
+    review = make_review("alice", "CREATE", "roles.rbac.authorization.k8s.io", namespace="t1",
+                         name="deep", labels={}, kind="Role")  # fmt: skip
+    review["request"]["object"]["metadata"]["annotations"] = {DEFAULT_ANNOTATION_KEY: annotation}
+    status = client.post("/validate", json=review).get_json()["response"]["status"]
+    assert status["code"] == 422
+    assert status["message"].startswith('Role "deep" is invalid: invalid labelrbac.io/permissions')
+    assert len(status["message"]) <= MAX_MESSAGE_CHARS
+    assert status["message"].endswith("more characters)")
+
+
+def test_a_too_deep_annotation_grants_nothing() -> None:
+    compiled = Compiler((DEFAULT_ANNOTATION_KEY,)).role(
+        role("deep", "t1", [rule("*", "configmaps")], "[" * 200_000 + "]" * 200_000)[1], "Role"
+    )
+    assert compiled.error is not None and "nested too deeply" in compiled.error

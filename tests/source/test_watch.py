@@ -182,10 +182,21 @@ def test_unknown_event_types_are_skipped_and_bodies_never_logged(
     assert len(kubeapi.recorded("rolebindings", watch=False)) == 1
 
 
-def test_malformed_line_relists(kubeapi: FakeKubeAPI, make_source: MakeSource) -> None:
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(b'{"type": "ADDED", "object": {"meta', id="cut"),
+        pytest.param(b"\xff\xfe{}", id="not-utf8"),
+        pytest.param(
+            b'{"type": "ADDED", "object": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+            id="nested-beyond-parsing",
+        ),
+    ],
+)
+def test_malformed_line_relists(kubeapi: FakeKubeAPI, make_source: MakeSource, line: bytes) -> None:
     source = make_source()
     kubeapi.change_silently("rolebindings", rolebinding("gina-a", "gina"))
-    kubeapi.inject("rolebindings", b'{"type": "ADDED", "object": {"meta')
+    kubeapi.inject("rolebindings", line)
     wait_until(lambda: "gina-a" in bindings_of(source, "gina"), what="re-list")
     assert len(kubeapi.recorded("rolebindings", watch=False)) == 2
 
