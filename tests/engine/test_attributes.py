@@ -10,6 +10,7 @@ granted what RBAC authorized).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -428,3 +429,72 @@ def test_denial_names_what_rbac_authorized(
     allowed, _, message = decide(document, *grants)
     assert not allowed
     assert message.startswith(fragment), message
+
+
+def _recorded_sar(name: str) -> dict[str, Any]:
+    path = RECENT / "subject-access-reviews" / f"{name}.json"
+    attributes: dict[str, Any] = json.loads(path.read_text())["spec"]["resourceAttributes"]
+    return attributes
+
+
+@pytest.mark.parametrize(
+    ("admission", "authorized"),
+    [
+        pytest.param(
+            "c021-tenant-create-configmaps", ("c020-tenant-create-configmaps",), id="post"
+        ),
+        pytest.param(
+            "c033-tenant-create-deployments",
+            ("c031-tenant-patch-deployments", "c032-tenant-create-deployments"),
+            id="server-side-apply-create",
+        ),
+        pytest.param(
+            "c024-tenant-update-configmaps", ("c023-tenant-patch-configmaps",), id="patch"
+        ),
+        pytest.param(
+            "c036-tenant-update-deployments-scale",
+            ("c035-tenant-patch-deployments-scale",),
+            id="patch-scale",
+        ),
+        pytest.param(
+            "c038-tenant-update-pods-ephemeralcontainers",
+            ("c037-tenant-patch-pods-ephemeralcontainers",),
+            id="patch-ephemeralcontainers",
+        ),
+        pytest.param(
+            "c048-node-update-pods-status", ("c047-node-patch-pods-status",), id="patch-status"
+        ),
+        pytest.param(
+            "c026-tenant-delete-configmaps", ("c025-tenant-delete-configmaps",), id="delete"
+        ),
+        pytest.param(
+            "c019-tenant-delete-configmaps",
+            ("c018-tenant-deletecollection-configmaps",),
+            id="deletecollection",
+        ),
+    ],
+)
+def test_recorded_authorizations_are_in_the_mapping(
+    admission: str, authorized: tuple[str, ...]
+) -> None:
+    """The authorization webhook recorded what the API server asked before each admission
+    review: the last ask is one of the mapping's alternatives, those before it its ``after``."""
+    request = parse_review(load_review(admission, RECENT)).request
+    *before, deciding = (_recorded_sar(name) for name in authorized)
+    resource = request.authorized_resource
+    assert (deciding.get("group", ""), deciding["resource"], deciding.get("subresource", "")) == (
+        resource.group,
+        resource.resource,
+        resource.subresource,
+    )
+    assert deciding.get("namespace", "") == request.namespace
+    matching = [
+        alt
+        for alternatives in request.authorizations
+        for alt in alternatives
+        if (alt.verb, alt.name) == (deciding["verb"], deciding.get("name", ""))
+    ]
+    assert matching, request.authorizations
+    for earlier in before:
+        assert earlier.get("name", "") == matching[0].name
+        assert earlier["verb"] in matching[0].after
