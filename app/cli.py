@@ -11,7 +11,7 @@ from pathlib import Path
 
 import app
 from app.engine.context import Context
-from app.engine.decide import evaluate
+from app.engine.decide import POST_CHECKS, evaluate
 from app.engine.kinds import ROLE_KINDS
 from app.engine.model import ENFORCE, MODES, Decision, Request, Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, resource_pattern
@@ -264,9 +264,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if snapshot is None:
         print(f"check: could not load {args.rbac_dir}", file=sys.stderr)
         return 2
+    # Flags describe only the object's labels: what the write makes controllers do (its pod
+    # template, selector, references) is judged for a whole object, given with --review.
     decision = evaluate(
         request,
         Context(snapshot, settings.engine_options, source.fetch_parent, source.fetch_metadata),
+        post_checks=POST_CHECKS if args.review else (),
     )
     _print_decision(decision)
     return 0 if decision.allowed else 1

@@ -1,13 +1,15 @@
-"""The admission pipeline: every rule set in order, then the label rule.
+"""The admission pipeline: every rule set in order, the label rule, then what the write causes.
 
 ``evaluate`` runs the checks in ``PRE_CHECKS``; the first enforced denial wins, then
-``check_labels`` decides. Each check is a plain function ``(Request, Context) -> Decision | None``
-(None: no objection), so rule sets stay independent of each other and of this module.
+``check_labels`` decides, and what it lets through must still pass ``POST_CHECKS`` (the workload
+rules: what the write makes controllers do). Each check is a plain function
+``(Request, Context) -> Decision | None`` (None: no objection), so rule sets stay independent of
+each other and of this module.
 
 Enforcement modes are applied here, once, for every rule set: a denial is enforced in the softer
 of the global mode (``Options.mode``) and the mode the denying rule reports (``Decision.mode``,
-which only the label rule sets, from the roles that caused the denial). A softened denial lets
-the request through with a warning (``warn``) or only an audit record (``audit``), and the
+which the label and workload rules set, from the roles that caused the denial). A softened denial
+lets the request through with a warning (``warn``) or only an audit record (``audit``), and the
 remaining checks still run, so an enforced denial further down is never hidden by it.
 """
 
@@ -22,6 +24,7 @@ from app.engine.labels import check_labels
 from app.engine.model import ENFORCE, OPERATIONS, WARN, Decision, Request, softest, strictest
 from app.engine.node import check_node
 from app.engine.rbac import RBAC_GROUP
+from app.engine.workloads import check_workloads
 
 _ROLE_RESOURCES = frozenset(spec.resource for spec in ROLE_KINDS)
 
@@ -61,6 +64,10 @@ PRE_CHECKS: tuple[Check, ...] = (
     check_role_annotation,  # an invalid annotation is refused before it is compared
     check_escalation,
 )
+
+# Checks run after the label rule let the write itself through: what the write makes controllers
+# do. The object's own labels are judged (and explained) first.
+POST_CHECKS: tuple[Check, ...] = (check_workloads,)
 
 
 # Policy denials, which a mode may soften. Malformed requests (400), internal errors (500) and an
@@ -107,9 +114,13 @@ def _merge(softened: list[Decision], final: Decision) -> Decision:
 
 
 def evaluate(
-    request: Request, ctx: Context, pre_checks: tuple[Check, ...] = PRE_CHECKS
+    request: Request,
+    ctx: Context,
+    pre_checks: tuple[Check, ...] = PRE_CHECKS,
+    post_checks: tuple[Check, ...] = POST_CHECKS,
 ) -> Decision:
-    """Decide one request: the first enforced denial wins, then the label rule decides."""
+    """Decide one request: the first enforced denial wins, then the label rule decides, then
+    the post-checks may still object to what it let through."""
     softened: list[Decision] = []
     for check in pre_checks:
         decision = check(request, ctx)
@@ -121,4 +132,11 @@ def evaluate(
     final = apply_mode(check_labels(request, ctx), ctx.options.mode)
     if not final.allowed:
         return final
+    for check in post_checks:
+        objection = check(request, ctx)
+        if objection is not None and not objection.allowed:
+            objection = apply_mode(objection, ctx.options.mode)
+            if not objection.allowed:
+                return objection
+            softened.append(objection)
     return _merge(softened, final)

@@ -37,12 +37,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("label_rbac.source")
 
 # The parents this webhook may read, with the API version to read them at. The ClusterRole in
-# manifests/deploy/rbac.yaml grants ``get`` on exactly these; keep the two in step.
+# manifests/deploy/rbac.yaml grants ``get`` on exactly these and on the resources whose metadata
+# the workload rules read (``app.engine.workloads.METADATA_RESOURCES``); keep them in step.
 PARENT_RESOURCES: Mapping[tuple[str, str], str] = {
     ("", "pods"): "v1",  # exec, attach, portforward, eviction, ...
     ("apps", "deployments"): "v1",  # scale
     ("apps", "replicasets"): "v1",  # scale
     ("apps", "statefulsets"): "v1",  # scale
+    ("", "replicationcontrollers"): "v1",  # scale
 }
 
 # A freshly forked worker waits this long for its first sync before it accepts requests, so a

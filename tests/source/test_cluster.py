@@ -15,6 +15,7 @@ import yaml
 from app.engine.context import ObjectRef, ParentUnavailable
 from app.engine.kinds import KINDS
 from app.engine.model import Request, Resource
+from app.engine.workloads import METADATA_RESOURCES
 from app.server import Decider, create_app
 from app.settings import Settings
 from app.source.api import object_path
@@ -297,7 +298,7 @@ def test_object_paths() -> None:
 
 
 def test_deployed_clusterrole_grants_exactly_what_the_source_uses() -> None:
-    """list/watch on the six kinds; get only on the parents looked up (and nothing else)."""
+    """list/watch on the six kinds; get only on the parents and metadata looked up (no more)."""
     documents = yaml.safe_load_all((ROOT / "manifests" / "deploy" / "rbac.yaml").read_text())
     (role,) = [d for d in documents if d["kind"] == "ClusterRole"]
     granted = {
@@ -309,4 +310,5 @@ def test_deployed_clusterrole_grants_exactly_what_the_source_uses() -> None:
     }
     watched = {(k.group, k.resource, v) for k in KINDS for v in ("list", "watch")}
     parents = {(group, resource, "get") for group, resource in PARENT_RESOURCES}
-    assert granted == watched | parents
+    metadata = {(group, resource, "get") for group, resource in METADATA_RESOURCES}
+    assert granted == watched | parents | metadata
