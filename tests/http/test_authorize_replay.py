@@ -42,7 +42,10 @@ OBJECTS: dict[tuple[str, str, str, str], dict[str, Any]] = {
     ("", "secrets", "t1", "s-other"): _meta("s-other", team="b"),
     ("", "pods", "t1", "web-a"): _meta("web-a", team="a", app="web"),
     ("", "pods", "t1", "web-b"): _meta("web-b", team="b", app="web"),
-    ("apps", "deployments", "t1", "d-a"): _meta("d-a", team="a"),
+    # As c033 created it: labeled team=a, its pod template team=b.
+    ("apps", "deployments", "t1", "d-a"): json.loads(
+        (V135_REVIEWS / "c033-tenant-create-deployments.json").read_text()
+    )["request"]["object"],
     ("", "nodes", "", "node1"): _meta("node1", ""),
     ("", "nodes", "", "node2"): _meta("node2", ""),
 }
@@ -281,10 +284,17 @@ ADMITTED: dict[str, Admission] = {
         'the existing object\'s label team="b" is not permitted',
     ),
     "c033-tenant-create-deployments": Admission(
-        True, "LabelsPermitted", "d-a is labeled team=a (its pod template is not the object)"
+        False,
+        "TemplateLabelNotPermitted",
+        "d-a is labeled team=a, but its pod template would make team=b pods",
+        'its pod template (spec.template) has label team="b", not permitted for pods',
     ),
     "c036-tenant-update-deployments-scale": Admission(
-        True, "LabelsPermitted", "the Scale carries no labels: the parent d-a (team=a) decides"
+        False,
+        "TemplateLabelNotPermitted",
+        "the parent d-a (team=a) passes the label rule; scaling it makes pods of its team=b "
+        "template (d-a was recorded without the webhook enforcing)",
+        'its stored pod template (spec.template) has label team="b"',
     ),
     "c038-tenant-update-pods-ephemeralcontainers": Admission(
         True, "LabelsPermitted", "the whole Pod is object and oldObject: team=a on both"

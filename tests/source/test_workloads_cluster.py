@@ -1,7 +1,7 @@
 """The workload rules against recorded v1.35 traffic, through the Flask app.
 
-The RBAC is the recorded scenario's (Role ``t1/team-a`` for the group ``tenants``, as the
-fixtures' README describes it). With a static source nothing can be looked up; with the cluster
+The RBAC is the recorded scenario's (tests/scenarios/v135-rbac.yaml: Role ``t1/team-a`` for the
+group ``tenants``). With a static source nothing can be looked up; with the cluster
 source the objects the rules read come from the loopback API server, as metadata only.
 """
 
@@ -17,57 +17,18 @@ from flask.testing import FlaskClient
 
 from app.server import create_app
 from app.settings import Settings
-from app.source.static import StaticSource
+from app.source.static import StaticSource, read_manifests
 from tests.kubeapi import FakeKubeAPI
 from tests.source.helpers import MakeSource
-from tests.support import FIXTURES
+from tests.support import V135_RBAC, V135_REVIEWS
 
-V135 = FIXTURES.parent / "kube-apiserver-v1.35" / "admission-reviews"
-PERMISSIONS = {
-    "configmaps": {"team": ["a"]},
-    "secrets": {"team": ["a"]},
-    "pods": {"team": ["a"]},
-    "deployments.apps": {"team": ["a"]},
-}
-ROLE = {
-    "apiVersion": "rbac.authorization.k8s.io/v1",
-    "kind": "Role",
-    "metadata": {
-        "name": "team-a",
-        "namespace": "t1",
-        "annotations": {"labelrbac.io/permissions": json.dumps(PERMISSIONS)},
-    },
-    "rules": [
-        {
-            "apiGroups": ["", "apps"],
-            "resources": [
-                "configmaps",
-                "secrets",
-                "pods",
-                "pods/exec",
-                "pods/log",
-                "pods/ephemeralcontainers",
-                "deployments",
-                "deployments/scale",
-            ],
-            "verbs": ["*"],
-        }
-    ],
-}
-ROLE_BINDING = {
-    "apiVersion": "rbac.authorization.k8s.io/v1",
-    "kind": "RoleBinding",
-    "metadata": {"name": "team-a", "namespace": "t1"},
-    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "team-a"},
-    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "tenants"}],
-}
 CLUSTER = Settings(kubeconfig=Path("kubeconfig"))
 
-pytestmark = pytest.mark.skipif(not V135.is_dir(), reason="v1.35 fixtures not present")
+pytestmark = pytest.mark.skipif(not V135_REVIEWS.is_dir(), reason="v1.35 fixtures not present")
 
 
 def recorded(stem: str) -> dict[str, Any]:
-    return json.loads((V135 / f"{stem}.json").read_text())
+    return json.loads((V135_REVIEWS / f"{stem}.json").read_text())
 
 
 def post(client: FlaskClient, review: dict[str, Any]) -> dict[str, Any]:
@@ -79,9 +40,8 @@ def post(client: FlaskClient, review: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def static_client(tmp_path: Path) -> FlaskClient:
-    (tmp_path / "rbac.json").write_text(json.dumps({"kind": "List", "items": [ROLE, ROLE_BINDING]}))
-    source = StaticSource(tmp_path, CLUSTER.compiler)
+def static_client() -> FlaskClient:
+    source = StaticSource(V135_RBAC, CLUSTER.compiler)
     source.start()
     return create_app(CLUSTER, source).test_client()
 
@@ -138,8 +98,9 @@ def metadata_object(kind: str, name: str, labels: dict[str, str], **body: Any) -
 
 @pytest.fixture
 def cluster(kubeapi: FakeKubeAPI, make_source: MakeSource) -> FlaskClient:
-    kubeapi.apply("roles", ROLE)
-    kubeapi.apply("rolebindings", ROLE_BINDING)
+    for kind, obj in read_manifests(V135_RBAC):
+        if kind in ("Role", "RoleBinding"):
+            kubeapi.apply(kind.lower() + "s", obj)
     core = "/api/v1/namespaces/t1"
     kubeapi.put_object(f"{core}/secrets/s-ref", metadata_object("Secret", "s-ref", {"team": "a"}))
     kubeapi.put_object(
