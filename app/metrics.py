@@ -103,8 +103,8 @@ class Metrics:
         )
         self.parent_lookups = Counter(
             "label_rbac_parent_lookups",
-            "Parent object lookups, by resource and result (ok, cached, an HTTP status, "
-            "unreachable, unsupported).",
+            "Parent and metadata lookups, by resource and result (ok, cached, watched, an HTTP "
+            "status, unreachable, unsupported).",
             ["resource", "result"],
             registry=r,
         )

@@ -3,7 +3,11 @@
 It speaks the protocol as kube-apiserver does: paged lists carrying a resourceVersion, chunked
 watch streams of newline-delimited JSON events (replayed from a requested resourceVersion),
 bookmarks, ``410 Gone`` as an HTTP status or as an ERROR event, ``Status`` bodies for errors.
-The initial state is the recorded lists in ``tests.support.API``. Tests push events into open
+Metadata-only requests are answered as the real server answers them: a list asked for
+``as=PartialObjectMetadataList`` returns a ``PartialObjectMetadataList``, a watch asked for
+``as=PartialObjectMetadata`` streams events whose objects are ``PartialObjectMetadata``, and a
+GET asked for ``as=PartialObjectMetadata`` returns one. The initial state is the recorded lists
+in ``tests.support.API``; ``add_collection`` serves any other resource. Tests push events into open
 watches and inject faults: a stream cut mid-event, a server down at start or going away and
 coming back, a slow or failing GET.
 """
@@ -314,6 +318,22 @@ class FakeKubeAPI:
         with self.cond:
             self.collections[resource].cut_next = True
 
+    def add_collection(
+        self,
+        resource: str,
+        prefix: str,
+        kind: str,
+        api_version: str,
+        items: Iterable[Mapping[str, Any]] = (),
+    ) -> Collection:
+        """Serve another resource (list, watch, and GET of its objects by name)."""
+        coll = Collection(resource, prefix, kind, api_version)
+        with self.cond:
+            self.collections[resource] = coll
+        for item in items:
+            self.apply(resource, item)
+        return coll
+
     # Objects for GET.
 
     def put_object(self, path: str, obj: Mapping[str, Any]) -> None:
@@ -345,6 +365,40 @@ class FakeKubeAPI:
             if coll.path == path:
                 return coll
         return None
+
+    def _stored(self, path: str) -> dict[str, Any] | None:
+        """An object of a collection by URL: ``{prefix}[/namespaces/{ns}]/{resource}/{name}``."""
+        for coll in self.collections.values():
+            rest = path.removeprefix(coll.prefix + "/")
+            if rest == path:
+                continue
+            namespace = ""
+            if rest.startswith("namespaces/") and rest.count("/") == 3:
+                _, namespace, rest = rest.split("/", 2)
+            resource, _, name = rest.partition("/")
+            if resource == coll.resource and name and "/" not in name:
+                with self.cond:
+                    found = coll.items.get((namespace, name))
+                return copy.deepcopy(found) if found is not None else None
+        return None
+
+
+PARTIAL = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata"}
+
+
+def partial(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object as ``PartialObjectMetadata``: its metadata and nothing else."""
+    return {**PARTIAL, "metadata": obj.get("metadata") or {}}
+
+
+def _partial_event(line: bytes) -> bytes:
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return line  # injected garbage stays garbage
+    if event.get("type") in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
+        event["object"] = partial(event.get("object") or {})
+    return json.dumps(event).encode() + b"\n"
 
 
 def _name_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -383,6 +437,7 @@ class _Aborted(Exception):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    metadata_only = False
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -428,11 +483,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(401, status(401, "Unauthorized", "Unauthorized"))
             return
         coll = api._collection_at(url.path)
+        # Content negotiation: the first type offered decides, as in the real server.
+        offered = (self.headers.get("Accept") or "").split(",")[0]
+        self.metadata_only = api.partial_metadata and "as=PartialObjectMetadata" in offered
         try:
             if coll is None:
-                self._get(
-                    url.path, "as=PartialObjectMetadata" in (self.headers.get("Accept") or "")
-                )
+                self._get(url.path, self.metadata_only)
             elif query.get("watch") in ("true", "1"):
                 self._watch(coll, query)
             else:
@@ -456,14 +512,13 @@ class _Handler(BaseHTTPRequestHandler):
             code = api.get_faults[path]
             self._send_json(code, status(code, "Forbidden" if code == 403 else "", "injected"))
             return
-        obj = api.objects.get(path)
+        obj = api.objects.get(path) or api._stored(path)
         if obj is None:
             name = path.rsplit("/", 1)[-1]
             self._send_json(404, status(404, "NotFound", f'"{name}" not found'))
             return
-        if metadata_only and api.partial_metadata:  # as the real server answers ``as=...``
-            meta = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata"}
-            obj = {**meta, "metadata": obj.get("metadata") or {}}
+        if metadata_only:  # as the real server answers ``as=...``
+            obj = partial(obj)
         self._send_json(200, obj)
 
     def _list(self, coll: Collection, query: Mapping[str, str]) -> None:
@@ -478,6 +533,9 @@ class _Handler(BaseHTTPRequestHandler):
         if start + limit < len(items):
             meta["continue"] = str(start + limit)
         body = {"kind": f"{coll.kind}List", "apiVersion": coll.api_version, "metadata": meta}
+        if self.metadata_only:
+            body.update(kind="PartialObjectMetadataList", apiVersion="meta.k8s.io/v1")
+            page = [partial(item) for item in page]
         self._send_json(200, {**body, "items": page})
 
     def _chunk(self, data: bytes) -> None:
@@ -539,7 +597,7 @@ class _Handler(BaseHTTPRequestHandler):
                 _abort(self.connection)
                 raise _Aborted
             for line in pending:
-                self._chunk(line)
+                self._chunk(_partial_event(line) if self.metadata_only else line)
             if expired:
                 self._chunk(json.dumps(expired_event(coll.floor)).encode() + b"\n")
                 return

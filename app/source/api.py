@@ -130,6 +130,8 @@ def unreachable(exc: BaseException, context: str = "") -> Unreachable:
 JSON = "application/json"
 # Content negotiation for metadata only (as kubectl and client-go's metadata client ask for it).
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+# Lists ask for a PartialObjectMetadataList; watch events then carry PartialObjectMetadata.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
 def object_path(
@@ -289,13 +291,14 @@ class KubeClient:
         timeout: float | Timeout = 10.0,
         *,
         metadata_only: bool = False,
+        accept: str | None = None,
     ) -> dict[str, Any]:
         """One JSON document. ``timeout`` as a number bounds the whole request.
 
         ``metadata_only`` asks for a ``PartialObjectMetadata``: the API server then sends no
         ``spec``, ``data`` or ``status``, so Secret contents never reach this process.
         """
-        accept = METADATA_ONLY if metadata_only else JSON
+        accept = accept or (METADATA_ONLY if metadata_only else JSON)
         deadline = time.monotonic() + (timeout if isinstance(timeout, int | float) else 1e9)
         for attempt in (1, 2):
             try:
@@ -323,15 +326,21 @@ class KubeClient:
             raise Malformed(f"GET {path}: response is not a JSON object")
         return document
 
-    def list(self, path: str, page_size: int, timeout: Timeout) -> tuple[list[dict[str, Any]], str]:
-        """All items of a collection (paged) and the resourceVersion to watch from."""
+    def list(
+        self, path: str, page_size: int, timeout: Timeout, *, metadata_only: bool = False
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All items of a collection (paged) and the resourceVersion to watch from.
+
+        ``metadata_only`` asks for a ``PartialObjectMetadataList`` (no bodies are sent).
+        """
+        accept = METADATA_LIST if metadata_only else JSON
         items: list[dict[str, Any]] = []
         token = ""
         while True:
             query = [("limit", str(page_size))]
             if token:
                 query.append(("continue", token))
-            page = self.get(path, query, timeout)
+            page = self.get(path, query, timeout, accept=accept)
             items.extend(i for i in page.get("items") or () if isinstance(i, dict))
             meta = page.get("metadata") or {}
             token = meta.get("continue") or ""
@@ -339,13 +348,23 @@ class KubeClient:
                 return items, str(meta.get("resourceVersion") or "")
 
     def watch(
-        self, path: str, resource_version: str, timeout_seconds: int, timeout: Timeout
+        self,
+        path: str,
+        resource_version: str,
+        timeout_seconds: int,
+        timeout: Timeout,
+        *,
+        metadata_only: bool = False,
     ) -> WatchStream:
-        """Open a watch from ``resource_version``; the server ends it after ``timeout_seconds``."""
+        """Open a watch from ``resource_version``; the server ends it after ``timeout_seconds``.
+
+        ``metadata_only``: the events carry ``PartialObjectMetadata`` objects.
+        """
         query = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(timeout_seconds)),
         ]
-        return WatchStream(self._open(path, query, timeout))
+        accept = METADATA_ONLY if metadata_only else JSON
+        return WatchStream(self._open(path, query, timeout, accept))

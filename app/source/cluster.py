@@ -30,6 +30,7 @@ from app.source.informer import (
     NullObserver,
     Tuning,
 )
+from app.source.metadata import MAX_RESOURCES, MetadataCache
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -110,6 +111,7 @@ class ClusterSource:
         observer: SourceObserver | None = None,
         max_staleness: float | None = None,
         parent_resources: Mapping[tuple[str, str], str] = PARENT_RESOURCES,
+        metadata_resources: int = MAX_RESOURCES,
     ) -> None:
         self._client = client
         self._tuning = tuning or Tuning()
@@ -117,6 +119,8 @@ class ClusterSource:
         self._max_staleness = max_staleness
         self._parent_versions = dict(parent_resources)
         self._parents = TtlCache(self._tuning.parent_ttl)
+        # Labels of objects read by name (label-scoped gets), from metadata-only watches.
+        self.metadata = MetadataCache(client, self._tuning, self._observer, metadata_resources)
         self.informers: tuple[Informer, ...] = tuple(
             Informer(
                 spec,
@@ -174,6 +178,7 @@ class ClusterSource:
             informer.stop()
         for informer in self.informers:
             informer.join(5.0)
+        self.metadata.stop()
         for thread in self._threads:
             thread.join(5.0)
         self._client.close()
@@ -223,10 +228,15 @@ class ClusterSource:
         return self._get(ref, metadata_only=False)
 
     def fetch_metadata(self, ref: ObjectRef) -> Mapping[str, Any]:
-        """GET an object's metadata only (``PartialObjectMetadata``), cached like parents.
+        """An object's metadata: from the metadata-only watch of its resource when that knows
+        the object, else a GET of ``PartialObjectMetadata`` (cached like parents).
 
         Only ``metadata`` is kept, even if the server answered with the whole object.
         """
+        watched = self.metadata.lookup(ref)
+        if watched is not None:
+            self._observer.parent_lookup(_metric_name(ref), "watched")
+            return watched
         return self._get(ref, metadata_only=True)
 
     def _get(self, ref: ObjectRef, *, metadata_only: bool) -> Mapping[str, Any]:

@@ -115,7 +115,14 @@ class Informer:
 
     Other threads read ``synced``, ``connected``, ``last_contact`` (monotonic seconds),
     ``last_error`` and ``resource_version`` (single attribute reads) and ``values()``.
+    Subclasses may list and watch metadata only, and key the cache otherwise than by uid.
     """
+
+    metadata_only = False
+
+    @staticmethod
+    def key_of(meta: Mapping[str, Any]) -> str:
+        return _key(meta)
 
     def __init__(
         self,
@@ -272,18 +279,22 @@ class Informer:
     def _list(self) -> None:
         t = self._tuning
         items, version = self._client.list(
-            self._path, t.page_size, (t.connect_timeout, t.list_timeout)
+            self._path,
+            t.page_size,
+            (t.connect_timeout, t.list_timeout),
+            metadata_only=self.metadata_only,
         )
         old = self._items
         new: dict[str, Cached] = {}
         for obj in items:
             meta = obj.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or "")
-            prior = old.get(_key(meta))
+            key = self.key_of(meta)
+            prior = old.get(key)
             if prior is not None and rv and prior.version == rv:
-                new[_key(meta)] = prior  # unchanged since compiled: reuse
+                new[key] = prior  # unchanged since compiled: reuse
             elif (cached := self._compile_one(obj, rv)) is not None:
-                new[_key(meta)] = cached
+                new[key] = cached
         changed = new.keys() != old.keys() or any(new[k].value != old[k].value for k in new)
         with self._lock:
             self._items = new
@@ -308,6 +319,7 @@ class Informer:
             self.resource_version,
             timeout_seconds,
             (t.connect_timeout, timeout_seconds + t.read_grace),
+            metadata_only=self.metadata_only,
         )
         self._stream = stream
         if self._stop.is_set() or self._resync.is_set():
@@ -339,7 +351,7 @@ class Informer:
             raise ApiError.from_status(obj)
         meta = obj.get("metadata") or {}
         rv = str(meta.get("resourceVersion") or "")
-        key = _key(meta)
+        key = self.key_of(meta)
         prior = self._items.get(key)
         if kind in ("ADDED", "MODIFIED"):
             cached = self._compile_one(obj, rv)

@@ -4,6 +4,7 @@ the wire format's versions, and the 400 channel for bodies that are not SubjectA
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,26 @@ def test_not_synced_denies_rather_than_erroring(tmp_path: Path) -> None:
     client = create_app(Settings(rbac_dir=tmp_path), source).test_client()
     status = status_of(client, lst("alice"))
     assert status == {"allowed": False, "denied": True, "reason": NOT_SYNCED}
+
+
+def test_each_answer_is_logged_as_one_line(
+    client: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    review = lst("alice", ("team", IN, ["a"]))
+    with caplog.at_level(logging.INFO, logger="label_rbac"):
+        status_of(client, review)
+    lines = [r.getMessage() for r in caplog.records if r.name == "label_rbac.decisions"]
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert {k: v for k, v in record.items() if k != "ms"} == {
+        "user": "alice",
+        "verb": "list",
+        "resource": "configmaps",
+        "namespace": "t1",
+        "name": "",
+        "selector": "team=a",
+        "verdict": "Deny",
+        "reason": "SelectorNotWithinLabels",
+        "message": record["message"],
+    }
+    assert record["message"].startswith('user "alice" may list configmaps')

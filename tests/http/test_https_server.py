@@ -26,7 +26,7 @@ import pytest
 
 from app.certs import Authority
 from tests.process import Server, serve
-from tests.support import ROOT, load_review, make_review
+from tests.support import ROOT, load_review, make_access_review, make_review
 
 REVIEW = make_review("alice", "CREATE", "configmaps", namespace="t1", labels={"team": "a"})
 REVIEW_BODY = json.dumps(REVIEW).encode()
@@ -434,3 +434,27 @@ def test_sigterm_drains_without_failing_a_request(tmp_path: Path) -> None:
         assert server.process.wait(timeout=30) == 0
         stopped = time.monotonic() - signalled
         assert drain <= stopped < drain + 8, stopped
+
+
+def test_authorize_over_https(server: Server) -> None:
+    def status_of(review: dict[str, object]) -> dict[str, object]:
+        status, body = server.request("POST", "/authorize", json.dumps(review).encode())
+        assert status == 200, body
+        assert (body["apiVersion"], body["kind"]) == (review["apiVersion"], "SubjectAccessReview")
+        return dict(body["status"])
+
+    listing = make_access_review("alice", "list", "configmaps", namespace="t1")
+    assert status_of(listing) == {
+        "allowed": False,
+        "denied": True,
+        "reason": 'user "alice" may list configmaps in namespace "t1" only with a label '
+        "selector within team in [a] (add -l team=a)",
+    }
+    own = make_access_review(
+        "alice", "list", "configmaps", namespace="t1", selector=[("team", "In", ["a"])]
+    )
+    assert status_of(own) == {"allowed": False}  # no opinion: RBAC decides
+    # Without cluster access a get by name cannot be judged: refused, saying why.
+    get = make_access_review("alice", "get", "configmaps", namespace="t1", name="c1")
+    assert "without cluster access" in str(status_of(get)["reason"])
+    assert server.request("POST", "/authorize", b"[]")[0] == 400
