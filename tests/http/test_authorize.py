@@ -13,6 +13,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from app.engine.context import ObjectRef, ParentUnavailable
+from app.logs import JsonFormatter
 from app.server import NOT_SYNCED, create_app
 from app.settings import Settings
 from app.source.static import StaticSource
@@ -369,10 +370,12 @@ def test_each_answer_is_logged_as_one_line(
     review = lst("alice", ("team", IN, ["a"]))
     with caplog.at_level(logging.INFO, logger="label_rbac"):
         status_of(client, review)
-    lines = [r.getMessage() for r in caplog.records if r.name == "label_rbac.decisions"]
+    lines = [r for r in caplog.records if r.name == "label_rbac.decisions"]
     assert len(lines) == 1
-    record = json.loads(lines[0])
-    assert {k: v for k, v in record.items() if k != "ms"} == {
+    record = json.loads(JsonFormatter().format(lines[0]))
+    assert {
+        k: v for k, v in record.items() if k not in ("ms", "time", "level", "msg", "logger")
+    } == {
         "user": "alice",
         "verb": "list",
         "resource": "configmaps",
