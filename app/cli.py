@@ -1,23 +1,57 @@
-"""Command line: ``serve``, ``check``, ``gen-certs`` and ``lint``."""
+"""Command line: ``serve``, ``check``, ``who-can``, ``audit``, ``gen-certs`` and ``lint``.
+
+``check``, ``who-can`` and ``audit`` read RBAC from ``--rbac-dir`` or from a cluster, as kubectl
+finds one (``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` and its current context, or the
+pod's service account), and take kubectl's spellings (``--as``, ``--as-group``, ``-n``, ``-l``,
+``-o``, ``-f``). Every bad input is one line on stderr and exit status 2, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import app
-from app.engine.context import Context
+from app.engine.context import (
+    Context,
+    MetadataLookup,
+    ParentLookup,
+    no_metadata_lookup,
+    no_parent_lookup,
+)
 from app.engine.decide import POST_CHECKS, evaluate
-from app.engine.kinds import ROLE_KINDS
+from app.engine.kinds import BINDING_KINDS, ROLE_KINDS, snapshot_from_objects
 from app.engine.model import ENFORCE, MODES, Decision, Request, Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, resource_pattern
+from app.engine.rbac import Snapshot
 from app.settings import Settings
-from app.source.static import ManifestError, StaticSource, read_manifests
+from app.source.static import ManifestError, parse_manifests, read_manifests
 from app.wire import ReviewError, parse_review
+
+if TYPE_CHECKING:  # the official client is imported only to talk to a cluster (it is slow)
+    from app.source.api import KubeClient
+
+
+class CliError(Exception):
+    """A bad input or an unreachable source: printed as one line, exit status 2."""
+
+
+class UsageError(CliError):
+    """A command line argparse refused; the message is the whole line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one line (``prog: message``) like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see --help)")
 
 OPERATION_FOR_VERB = {
     "create": "CREATE",
@@ -37,8 +71,8 @@ def _read_pattern(text: str) -> str:
     return text
 
 
-def _policy_flags() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
+def _policy_flags() -> _Parser:
+    parent = _Parser(add_help=False)
     group = parent.add_argument_group("policy")
     group.add_argument(
         "--annotation-key",
@@ -88,7 +122,7 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
 
 
 def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=prog, description="label-rbac: label-based permissions for Kubernetes"
     )
     parser.add_argument("--version", action="version", version=f"label-rbac {app.__version__}")
@@ -130,25 +164,53 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         help="after SIGTERM, keep serving this long with /readyz at 503 (default 0)",
     )
 
+    rbac_source = _source_flags()
     check = sub.add_parser(
-        "check", parents=[policy], help="explain one decision, like kubectl auth can-i"
+        "check",
+        parents=[policy, rbac_source],
+        help="explain one decision, like kubectl auth can-i with labels",
     )
-    check.add_argument("--rbac-dir", type=Path, required=True)
     check.add_argument("--review", type=Path, help="an AdmissionReview JSON file to decide")
+    check.add_argument(
+        "-f", "--filename", metavar="FILE", help="the object to judge, a manifest file or - (stdin)"
+    )
     check.add_argument("--as", "--user", dest="user", metavar="USER")
     check.add_argument(
         "--as-group", "--group", dest="group", action="append", default=[], metavar="GROUP"
     )
     check.add_argument("--verb", choices=sorted(OPERATION_FOR_VERB))
-    check.add_argument("--resource", help="res[.group][/subresource], e.g. deployments.apps")
+    check.add_argument("--resource", type=_resource_arg, help="res[.group][/subresource]")
     check.add_argument("-n", "--namespace", default="")
     check.add_argument("--name", default="")
-    check.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE")
+    check.add_argument("-l", "--label", action="append", default=[], type=_label_arg,
+                       metavar="KEY=VALUE")  # fmt: skip
+    check.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+
+    who = sub.add_parser(
+        "who-can",
+        parents=[policy, rbac_source],
+        help="who may do VERB on RESOURCE objects with these labels, and through which roles",
+    )
+    who.add_argument("verb", metavar="VERB")
+    who.add_argument("resource", metavar="RESOURCE", type=_resource_arg)
+    who.add_argument("-n", "--namespace", default="")
+    who.add_argument("--name", default="", help="an object name (for resourceNames rules)")
+    who.add_argument("-l", "--label", action="append", default=[], type=_label_arg,
+                     metavar="KEY=VALUE")  # fmt: skip
+    who.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+
+    audit = sub.add_parser(
+        "audit",
+        parents=[policy, rbac_source],
+        help="existing objects left to admins, labels in no bucket, buckets and their holders",
+    )
+    audit.add_argument("-n", "--namespace", default="", help="only this namespace")
+    audit.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
 
     certs = sub.add_parser("gen-certs", help="write a CA and serving certificate")
     certs.add_argument("--out", type=Path, required=True)
     certs.add_argument("--dns", action="append", required=True, metavar="NAME")
-    certs.add_argument("--days", type=int, default=365)
+    certs.add_argument("--days", type=_days_arg, default=365)
 
     lint = sub.add_parser("lint", parents=[policy], help="validate permission annotations")
     lint.add_argument("files", nargs="+", type=Path)
@@ -206,30 +268,220 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _request_from_flags(args: argparse.Namespace) -> Request:
-    missing = [f"--{n}" for n in ("user", "verb", "resource") if not getattr(args, n)]
-    if missing:
-        raise ValueError(f"without --review, {', '.join(missing)} are required")
-    labels = {}
-    for item in args.label:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--label {item!r}: expected KEY=VALUE")
-        labels[key] = value
-    operation = OPERATION_FOR_VERB[args.verb]
-    obj = {"metadata": {"name": args.name, "labels": labels}}
-    return Request(
-        uid="cli",
-        operation=operation,
-        user=UserInfo(args.user, tuple(args.group)),
-        resource=Resource.parse(args.resource),
-        kind="",
-        namespace=args.namespace,
-        # A collection delete reaches admission as one DELETE per object, naming none.
-        name="" if args.verb == "deletecollection" else args.name,
-        object=None if operation == "DELETE" else obj,
-        old_object=obj if operation in ("UPDATE", "DELETE") else None,
+_RESOURCE = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"  # resource
+    r"(\.[a-z0-9]([-.a-z0-9]*[a-z0-9])?)?"  # .group
+    r"(/[a-z0-9]+)?"  # /subresource
+)
+
+
+def _resource_arg(text: str) -> Resource:
+    """``res[.group][/subresource]`` as kubectl spells it; anything else is refused here."""
+    if not _RESOURCE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid resource {text!r}: expected res[.group][/subresource], "
+            "e.g. configmaps, deployments.apps, pods/exec"
+        )
+    return Resource.parse(text)
+
+
+def _label_arg(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"invalid label {text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _days_arg(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError:
+        days = 0
+    if days < 1:
+        raise argparse.ArgumentTypeError(f"invalid --days {text!r}: expected a whole number >= 1")
+    return days
+
+
+def _source_flags() -> _Parser:
+    parent = _Parser(add_help=False)
+    group = parent.add_argument_group("RBAC source (default: the cluster, as kubectl finds it)")
+    exclusive = group.add_mutually_exclusive_group()
+    exclusive.add_argument(
+        "--rbac-dir", type=Path, metavar="DIR", help="read RBAC (and, for audit, objects) here"
     )
+    exclusive.add_argument(
+        "--kubeconfig", type=Path, metavar="FILE", help="read RBAC from this cluster"
+    )
+    return parent
+
+
+@dataclass
+class Loaded:
+    """RBAC read for one command, from a directory or a cluster."""
+
+    snapshot: Snapshot
+    where: str
+    objects: list[tuple[str, Mapping[str, Any]]]  # the directory's objects (none from a cluster)
+    client: KubeClient | None = None
+    # Objects a decision reads besides the request: from the cluster, or none (a directory).
+    lookup: ParentLookup = no_parent_lookup
+    metadata: MetadataLookup = no_metadata_lookup
+
+
+def _kube_connection(kubeconfig: Path | None) -> tuple[Path | None, bool]:
+    """(kubeconfig, in-cluster) as kubectl chooses: the flag, $KUBECONFIG, ~/.kube/config,
+    else the pod's service account."""
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            raise CliError(f"--kubeconfig {kubeconfig}: no such file")
+        return kubeconfig, False
+    if os.environ.get("KUBECONFIG"):
+        return Path(os.environ["KUBECONFIG"]), False
+    default = Path.home() / ".kube" / "config"
+    if default.is_file():
+        return default, False
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None, True
+    raise CliError(
+        "no RBAC to read: pass --rbac-dir DIR or --kubeconfig FILE "
+        "(or set $KUBECONFIG, have ~/.kube/config, or run in a pod)"
+    )
+
+
+def _load(args: argparse.Namespace, settings: Settings) -> Loaded:
+    from app.source.listing import cluster_snapshot
+
+    if args.rbac_dir is not None:
+        directory: Path = args.rbac_dir
+        if not directory.exists():
+            raise CliError(f"--rbac-dir {directory}: no such directory")
+        if not directory.is_dir():
+            raise CliError(f"--rbac-dir {directory}: not a directory")
+        try:
+            objects = read_manifests(directory)
+        except OSError as exc:
+            raise CliError(f"--rbac-dir {directory}: {exc.strerror or exc}") from None
+        rbac_kinds = {spec.kind for spec in (*ROLE_KINDS, *BINDING_KINDS)}
+        if not any(kind in rbac_kinds for kind, _ in objects):
+            raise CliError(
+                f"--rbac-dir {directory}: no Role, ClusterRole, RoleBinding or "
+                "ClusterRoleBinding in it, so there is nothing to decide from"
+            )
+        return Loaded(snapshot_from_objects(objects, settings.compiler), str(directory), objects)
+    from app.source.api import KubeClient, KubeError
+    from app.source.cluster import ClusterSource
+
+    kubeconfig, in_cluster = _kube_connection(args.kubeconfig)
+    try:
+        client = KubeClient.connect(kubeconfig, in_cluster)
+    except Exception as exc:  # the official client raises anything from YAML errors on
+        where = f"{kubeconfig}: " if kubeconfig else ""
+        text = str(exc)
+        if not text.startswith("cannot load"):
+            text = f"cannot load cluster connection settings: {type(exc).__name__}: {text}"
+        raise CliError(f"{where}{text}") from None
+    try:
+        snapshot = cluster_snapshot(client, settings.compiler)
+    except KubeError as exc:
+        raise CliError(f"cannot read RBAC from {client.host}: {exc}") from None
+    # The watch cache's lookups, without its watches: parents and metadata read on demand.
+    reader = ClusterSource(client, settings.compiler)
+    return Loaded(snapshot, client.host, [], client, reader.fetch_parent, reader.fetch_metadata)
+
+
+def _manifest(path: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The objects of ``-f FILE`` (``-`` is stdin)."""
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise CliError(f"-f {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"-f {path}: not UTF-8 text (byte {exc.start})") from None
+    objects = [(k, o) for k, o in parse_manifests(text, f"-f {path}") if k]
+    if not objects:
+        raise CliError(f"-f {path}: no Kubernetes object in it")
+    return objects
+
+
+def _resource_of(kind: str, obj: Mapping[str, Any], loaded: Loaded) -> Resource:
+    """The resource a manifest's kind is served as: by discovery against a cluster."""
+    from app.audit import group_of, plural
+    from app.source.api import KubeError
+    from app.source.listing import discover
+
+    group = group_of(obj)
+    if loaded.client is not None:
+        try:
+            resources = discover(loaded.client)
+        except KubeError as exc:
+            raise CliError(f"cannot read API discovery at {loaded.where}: {exc}") from None
+        for found in resources:
+            if found.kind == kind and found.group == group:
+                return found.as_resource
+    return Resource(group, plural(kind))
+
+
+def _requests(args: argparse.Namespace, loaded: Loaded) -> list[Request]:
+    if args.review:
+        try:
+            document = json.loads(args.review.read_bytes().decode("utf-8"))
+        except OSError as exc:
+            raise CliError(f"--review {args.review}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise CliError(f"--review {args.review}: not JSON: {exc}") from None
+        try:
+            return [parse_review(document).request]
+        except ReviewError as exc:
+            raise CliError(f"--review {args.review}: {exc}") from None
+    if not args.user:
+        raise CliError("--as USER is required (or --review FILE)")
+    verb = args.verb or ("create" if args.filename else None)
+    if verb is None or (args.resource is None and not args.filename):
+        raise CliError("--verb and --resource are required (or -f FILE, or --review FILE)")
+    labels = dict(args.label)
+    operation = OPERATION_FOR_VERB[verb]
+    user = UserInfo(args.user, tuple(args.group))
+    if args.filename:
+        targets = _manifest(args.filename)
+    else:
+        targets = [("", {"metadata": {"name": args.name, "labels": labels}})]
+    requests = []
+    for kind, obj in targets:
+        meta = obj.get("metadata") or {}
+        resource = args.resource or _resource_of(kind, obj, loaded)
+        # A collection delete reaches admission as one DELETE per object, naming none.
+        name = "" if verb == "deletecollection" else args.name or str(meta.get("name") or "")
+        requests.append(
+            Request(
+                uid="cli",
+                operation=operation,
+                user=user,
+                resource=resource,
+                kind=kind,
+                namespace=args.namespace or str(meta.get("namespace") or ""),
+                name=name,
+                object=None if operation == "DELETE" else obj,
+                old_object=obj if operation in ("UPDATE", "DELETE") else None,
+            )
+        )
+    return requests
+
+
+def _decision_dict(request: Request, decision: Decision) -> dict[str, Any]:
+    return {
+        "resource": str(request.resource),
+        "namespace": request.namespace,
+        "name": request.name,
+        "allowed": decision.allowed,
+        "mode": decision.mode,
+        "reason": decision.reason,
+        "code": decision.code,
+        "message": decision.message,
+        "explanation": list(decision.explanation),
+        "warnings": list(decision.warnings),
+    }
 
 
 def _print_decision(decision: Decision) -> None:
@@ -249,36 +501,88 @@ def _print_decision(decision: Decision) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from app.audit import dump
+
     settings = _settings(args)
-    try:
-        if args.review:
-            request = parse_review(json.loads(args.review.read_text())).request
-        else:
-            request = _request_from_flags(args)
-        source = StaticSource(args.rbac_dir, settings.compiler)
-        source.start()
-    except (OSError, ValueError, ReviewError, ManifestError) as exc:
-        print(f"check: {exc}", file=sys.stderr)
-        return 2
-    snapshot = source.snapshot()
-    if snapshot is None:
-        print(f"check: could not load {args.rbac_dir}", file=sys.stderr)
-        return 2
-    # Flags describe only the object's labels: what the write makes controllers do (its pod
-    # template, selector, references) is judged for a whole object, given with --review.
-    decision = evaluate(
-        request,
-        Context(snapshot, settings.engine_options, source.fetch_parent, source.fetch_metadata),
-        post_checks=POST_CHECKS if args.review else (),
-    )
-    _print_decision(decision)
-    return 0 if decision.allowed else 1
+    loaded = _load(args, settings)
+    requests = _requests(args, loaded)
+    ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, loaded.metadata)
+    # Flags describe only the object's labels: what a write makes controllers do (its pod
+    # template, selector, references) is judged for a whole object, from -f or --review.
+    whole = bool(args.review or args.filename)
+    results = [
+        (request, evaluate(request, ctx, post_checks=POST_CHECKS if whole else ()))
+        for request in requests
+    ]
+    if args.output == "text":
+        for _, decision in results:
+            _print_decision(decision)
+    else:
+        data = [_decision_dict(r, d) for r, d in results]
+        print(dump(data[0] if len(data) == 1 else data, args.output), end="")
+    return 0 if all(d.allowed for _, d in results) else 1
+
+
+def _cmd_who_can(args: argparse.Namespace) -> int:
+    from app.audit import dump, holders_table
+    from app.engine.reverse import who_can
+
+    settings = _settings(args)
+    loaded = _load(args, settings)
+    labels = dict(args.label)
+    holders = who_can(
+        loaded.snapshot, args.verb, args.resource, args.namespace, labels, args.name,
+        settings.allow_unlabeled,
+    )  # fmt: skip
+    if args.output == "table":
+        print(holders_table(holders), end="")
+        return 0
+    data = {
+        "verb": args.verb,
+        "resource": str(args.resource),
+        "namespace": args.namespace,
+        "labels": labels,
+        "subjects": [h.as_dict() for h in holders],
+    }
+    print(dump(data, args.output), end="")
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from app.audit import cluster_objects, dump, manifest_objects, report_text
+    from app.engine.reverse import audit
+    from app.source.api import KubeError
+
+    settings = _settings(args)
+    loaded = _load(args, settings)
+    if loaded.client is not None:
+        try:
+            objects = cluster_objects(loaded.client, loaded.snapshot)
+        except KubeError as exc:
+            raise CliError(f"cannot list objects at {loaded.where}: {exc}") from None
+    else:
+        objects = manifest_objects(loaded.objects)
+    if args.namespace:
+        objects = [o for o in objects if o.namespace == args.namespace]
+    report = audit(loaded.snapshot, objects, settings.allow_unlabeled)
+    if args.namespace:
+        report.buckets = {
+            ns: found for ns, found in report.buckets.items() if ns in ("", args.namespace)
+        }
+    if args.output == "table":
+        print(report_text(report), end="")
+    else:
+        print(dump(report.as_dict(), args.output), end="")
+    return 1 if report.orphans or report.unbucketed else 0
 
 
 def _cmd_gen_certs(args: argparse.Namespace) -> int:
     from app.certs import generate
 
-    paths = generate(args.out, args.dns, args.days)
+    try:
+        paths = generate(args.out, args.dns, args.days)
+    except OSError as exc:
+        raise CliError(f"--out {args.out}: cannot write there: {exc.strerror or exc}") from None
     print(f"wrote {paths.ca}, {paths.cert}, {paths.key}")
     return 0
 
@@ -304,15 +608,31 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     return 1 if any(role.error is not None for role in roles) else 0
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
-    args = _parser(prog).parse_args(argv)
+    try:
+        args = _parser(prog).parse_args(argv)
+    except UsageError as exc:
+        print(_one_line(str(exc)), file=sys.stderr)
+        return 2
     handler = {
         "serve": _cmd_serve,
         "check": _cmd_check,
+        "who-can": _cmd_who_can,
+        "audit": _cmd_audit,
         "gen-certs": _cmd_gen_certs,
         "lint": _cmd_lint,
     }[args.command]
-    return handler(args)
+    try:
+        return handler(args)
+    except (CliError, ManifestError) as exc:
+        print(f"{args.command}: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 def entry() -> int:

@@ -23,7 +23,10 @@ class ManifestError(ValueError):
 
 
 def _documents(path: Path) -> Iterator[Any]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         if path.suffix == ".json":
             yield json.loads(text)
@@ -56,6 +59,15 @@ def read_manifests(*paths: Path) -> list[tuple[str, Mapping[str, Any]]]:
         else:
             files.append(path)
     return [item for f in files for doc in _documents(f) for item in _flatten(doc)]
+
+
+def parse_manifests(text: str, where: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The objects in one YAML/JSON text (multi-document, lists flattened)."""
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+    return [item for doc in documents for item in _flatten(doc)]
 
 
 class StaticSource:

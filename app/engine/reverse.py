@@ -1,0 +1,315 @@
+"""The reverse questions, answered from a snapshot with the admission rule's own parts.
+
+``who_can``: which subjects may do a verb on objects carrying given labels, and through which
+roles (``check`` asked the other way round). ``audit``: which existing objects nobody but an
+unrestricted holder may still write (orphans), which carry labels no role's bucket permits, and
+per namespace the buckets and their holders.
+
+Both enumerate the subjects the binding index names and ask ``find_grants`` (the label rule's
+classification of granting roles) for each, so they agree with admission on bindings, rule
+matching, annotation entries and their specificity.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from app.engine.labels import Grants, find_grants
+from app.engine.model import ENFORCE, SERVICE_ACCOUNT_PREFIX, Resource, UserInfo
+from app.engine.policy import Entry
+from app.engine.rbac import GROUP, USER, Binding, CompiledRole, RoleRef, Snapshot
+
+# The verbs that "touch" an existing object: what admission judges for it.
+WRITE_VERBS = ("update", "patch", "delete")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Subject:
+    """A binding subject: ``User``, ``Group`` or ``ServiceAccount`` (``namespace/name``)."""
+
+    kind: str
+    name: str
+
+    @classmethod
+    def from_key(cls, kind: str, name: str) -> Subject:
+        if kind == USER and name.startswith(SERVICE_ACCOUNT_PREFIX):
+            namespace, _, sa = name[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")
+            return cls("ServiceAccount", f"{namespace}/{sa}")
+        return cls(kind, name)
+
+    @property
+    def user(self) -> UserInfo:
+        """An identity holding exactly this subject's bindings."""
+        if self.kind == GROUP:
+            return UserInfo("", (self.name,))
+        if self.kind == "ServiceAccount":
+            namespace, _, sa = self.name.partition("/")
+            return UserInfo(f"{SERVICE_ACCOUNT_PREFIX}{namespace}:{sa}")
+        return UserInfo(self.name)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+def subjects(snapshot: Snapshot, namespace: str) -> list[Subject]:
+    """Every subject a RoleBinding in ``namespace`` or a ClusterRoleBinding names, sorted."""
+    scopes = {namespace, ""}
+    return sorted(
+        {Subject.from_key(kind, name) for scope, kind, name in snapshot.bindings if scope in scopes}
+    )
+
+
+def _bindings_to(
+    snapshot: Snapshot, subject: Subject, namespace: str, roles: Iterable[CompiledRole]
+) -> tuple[str, ...]:
+    """The subject's bindings (in scope) to any of ``roles``: ``role t1/a (rolebinding t1/x)``."""
+    wanted = {role.ref for role in roles}
+    return tuple(
+        dict.fromkeys(
+            f"{role.ref} ({binding})"
+            for binding, role in snapshot.roles_for(subject.user, namespace)
+            if role.ref in wanted
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """One subject's answer: allowed or not, the roles that decided and what they permit.
+
+    ``roles`` are the roles that allow it (or, when not allowed, the roles that grant it in RBAC
+    but not for these labels); ``limits`` what they permit (empty: unrestricted). ``mode`` is the
+    mode a denial would be enforced in (``warn``/``audit``: let through anyway).
+    """
+
+    subject: Subject
+    allowed: bool
+    roles: tuple[RoleRef, ...]
+    bindings: tuple[str, ...]
+    limits: str = ""
+    mode: str = ENFORCE
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.subject.kind,
+            "name": self.subject.name,
+            "allowed": self.allowed,
+            "roles": [str(ref) for ref in self.roles],
+            "bindings": list(self.bindings),
+            "limits": self.limits,
+            "mode": self.mode,
+        }
+
+
+def judge(
+    grants: Grants, labels: Mapping[str, str], allow_unlabeled: bool
+) -> tuple[bool, tuple[CompiledRole, ...], str]:
+    """(allowed, deciding roles, what they permit) for an object with ``labels``."""
+    if grants.unrestricted is not None:
+        return True, (grants.unrestricted,), ""
+    passing = grants.passing(labels, allow_unlabeled)
+    chosen = passing or list(grants.restricted)
+    limits = "; ".join(
+        dict.fromkeys(" and ".join(e.describe() for e in entries) for _, entries in chosen)
+    )
+    return bool(passing), tuple(role for role, _ in chosen) or grants.invalid, limits
+
+
+def who_can(
+    snapshot: Snapshot,
+    verb: str,
+    resource: Resource,
+    namespace: str = "",
+    labels: Mapping[str, str] | None = None,
+    name: str = "",
+    allow_unlabeled: bool = False,
+) -> list[Holder]:
+    """Every subject RBAC lets do ``verb`` on ``resource``, and whether the labels let it too."""
+    labels = labels or {}
+    holders: list[Holder] = []
+    for subject in subjects(snapshot, namespace):
+        grants = find_grants(snapshot, subject.user, namespace, (verb,), resource, name)
+        if not grants.any:
+            continue
+        allowed, roles, limits = judge(grants, labels, allow_unlabeled)
+        holders.append(
+            Holder(
+                subject,
+                allowed,
+                tuple(role.ref for role in roles),
+                _bindings_to(snapshot, subject, namespace, roles),
+                limits,
+                ENFORCE if allowed else grants.mode(),
+            )
+        )
+    return holders
+
+
+# -- Auditing what exists -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """An existing object as the audit sees it: where it lives and its labels, nothing else."""
+
+    resource: Resource
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.resource} {where}{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One role's label limit for a resource pattern, and the subjects bound to the role."""
+
+    role: RoleRef
+    pattern: str
+    limits: str
+    holders: tuple[str, ...]
+    mode: str = ENFORCE
+
+
+@dataclass
+class Report:
+    """What ``audit`` found. ``orphans``: objects no bound restricted role permits, so only
+    unrestricted holders (admins) may still write them; ``unbucketed``: objects whose labels no
+    role's entry permits at all (every unbucketed object is also an orphan)."""
+
+    objects: int = 0
+    orphans: list[tuple[Existing, str]] = field(default_factory=list)
+    unbucketed: list[Existing] = field(default_factory=list)
+    buckets: dict[str, list[Bucket]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "objects": self.objects,
+            "orphans": [_existing(obj) | {"why": why} for obj, why in self.orphans],
+            "unbucketed": [_existing(obj) for obj in self.unbucketed],
+            "buckets": {
+                namespace or "(cluster)": [
+                    {
+                        "role": str(b.role),
+                        "resource": b.pattern,
+                        "limits": b.limits,
+                        "mode": b.mode,
+                        "holders": list(b.holders),
+                    }
+                    for b in buckets
+                ]
+                for namespace, buckets in self.buckets.items()
+            },
+        }
+
+
+def _existing(obj: Existing) -> dict[str, object]:
+    return {
+        "resource": str(obj.resource),
+        "namespace": obj.namespace,
+        "name": obj.name,
+        "labels": dict(obj.labels),
+    }
+
+
+def restricting(role: CompiledRole, resource: Resource) -> tuple[Entry, ...]:
+    """The entries by which ``role`` limits writes of ``resource``: none unless its rules grant
+    a write of it in RBAC and its annotation decides for it."""
+    if role.permissions is None or role.error is not None:
+        return ()
+    if not any(
+        rule.covers_resource(resource) and any(rule.allows_verb(v) for v in WRITE_VERBS)
+        for rule in role.rules
+    ):
+        return ()
+    return role.permissions.entries_for(resource)
+
+
+def is_restricted(snapshot: Snapshot, resource: Resource) -> bool:
+    """Whether some role (bound or not) limits writes of ``resource`` by labels."""
+    return any(restricting(role, resource) for role in snapshot.roles.values())
+
+
+def _in_some_bucket(snapshot: Snapshot, obj: Existing, allow_unlabeled: bool) -> tuple[bool, bool]:
+    """(the resource is restricted by some role, the labels are permitted by one of them)."""
+    restricted = False
+    for role in snapshot.roles.values():
+        entries = restricting(role, obj.resource)
+        if not entries:
+            continue
+        restricted = True
+        if all(e.violation(obj.labels, allow_unlabeled) is None for e in entries):
+            return True, True
+    return restricted, False
+
+
+def _writable(snapshot: Snapshot, obj: Existing, allow_unlabeled: bool) -> tuple[bool, str]:
+    """(some label-restricted holder may still write it, the limits the bound roles have)."""
+    limits: dict[str, None] = {}
+    for subject in subjects(snapshot, obj.namespace):
+        grants = find_grants(
+            snapshot, subject.user, obj.namespace, WRITE_VERBS, obj.resource, obj.name
+        )
+        if grants.unrestricted is not None:
+            continue  # an admin: the one kind of holder an orphan is left to
+        if grants.passing(obj.labels, allow_unlabeled):
+            return True, ""
+        for _, entries in grants.restricted:
+            limits[" and ".join(e.describe() for e in entries)] = None
+    return False, "; ".join(limits)
+
+
+def audit(snapshot: Snapshot, objects: Iterable[Existing], allow_unlabeled: bool = False) -> Report:
+    """Judge every existing object of a restricted resource, and list the buckets."""
+    report = Report()
+    # Objects alike in what is judged are judged once.
+    bucketed: dict[tuple[Resource, tuple[tuple[str, str], ...]], tuple[bool, bool]] = {}
+    writable: dict[tuple[Resource, str, str, tuple[tuple[str, str], ...]], tuple[bool, str]] = {}
+    for obj in objects:
+        report.objects += 1
+        labels = tuple(sorted(obj.labels.items()))
+        if (obj.resource, labels) not in bucketed:
+            bucketed[(obj.resource, labels)] = _in_some_bucket(snapshot, obj, allow_unlabeled)
+        restricted, permitted = bucketed[(obj.resource, labels)]
+        if not restricted:
+            continue
+        if not permitted:
+            report.unbucketed.append(obj)
+        key = (obj.resource, obj.namespace, obj.name, labels)
+        if key not in writable:
+            writable[key] = _writable(snapshot, obj, allow_unlabeled)
+        ok, limits = writable[key]
+        if not ok:
+            why = f"bound roles permit {limits}" if limits else "no bound role holds its bucket"
+            report.orphans.append((obj, why))
+    report.buckets = buckets(snapshot)
+    return report
+
+
+def buckets(snapshot: Snapshot) -> dict[str, list[Bucket]]:
+    """Per namespace ("" for ClusterRoleBindings): each bound restricted role's entries and the
+    subjects bound to it there."""
+    holders: dict[tuple[str, RoleRef], dict[str, None]] = defaultdict(dict)
+    roles: dict[RoleRef, CompiledRole] = {}
+    for (scope, kind, name), pairs in snapshot.bindings.items():
+        for binding, role in pairs:
+            if role.permissions is None or role.error is not None:
+                continue
+            holders[(scope, role.ref)][_holder(kind, name, binding)] = None
+            roles[role.ref] = role
+    found: dict[str, list[Bucket]] = defaultdict(list)
+    for (scope, ref), names in sorted(holders.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        permissions = roles[ref].permissions
+        for entry in permissions.entries if permissions else ():
+            found[scope].append(
+                Bucket(ref, entry.pattern, entry.describe(), tuple(sorted(names)), roles[ref].mode)
+            )
+    return dict(sorted(found.items()))
+
+
+def _holder(kind: str, name: str, binding: Binding) -> str:
+    return f"{Subject.from_key(kind, name)} ({binding})"

@@ -1,0 +1,92 @@
+"""One-shot reads for the command line: a snapshot of the cluster's RBAC, API discovery, and the
+labels of existing objects. Read-only GETs through the same ``KubeClient`` the watch cache uses.
+
+Objects are listed as ``PartialObjectMetadataList``: the API server sends metadata only, so no
+Secret's data ever reaches this process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.kinds import KINDS, snapshot_from_objects
+from app.engine.model import Resource, labels_of
+from app.engine.rbac import Compiler, Snapshot
+from app.engine.reverse import Existing
+from app.source.api import KubeClient, Malformed, object_path
+
+PAGE = 500
+TIMEOUT = (5.0, 60.0)
+
+
+def cluster_snapshot(client: KubeClient, compiler: Compiler) -> Snapshot:
+    """List every kind a snapshot is built from, once, and compile it."""
+    objects: list[tuple[str, Mapping[str, Any]]] = []
+    for spec in KINDS:
+        items, _ = client.list(object_path(spec.group, spec.version, spec.resource), PAGE, TIMEOUT)
+        objects.extend((spec.kind, item) for item in items)
+    return snapshot_from_objects(objects, compiler)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResource:
+    """A listable top-level resource at its group's preferred version."""
+
+    group: str
+    version: str
+    resource: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def as_resource(self) -> Resource:
+        return Resource(self.group, self.resource)
+
+
+def _resources(client: KubeClient, group: str, version: str) -> Iterator[ApiResource]:
+    path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    document = client.get(path)
+    for item in document.get("resources") or ():
+        if not isinstance(item, Mapping):
+            raise Malformed(f"GET {path}: resources must be objects")
+        name, verbs = item.get("name"), item.get("verbs") or ()
+        if not isinstance(name, str) or "/" in name or "list" not in verbs:
+            continue  # subresources, and resources that cannot be listed
+        kind = item.get("kind")
+        kind = kind if isinstance(kind, str) else ""
+        yield ApiResource(group, version, name, kind, bool(item.get("namespaced")))
+
+
+def discover(client: KubeClient) -> list[ApiResource]:
+    """Every listable resource the API server serves (core v1 and each group's preferred
+    version), as ``kubectl api-resources`` finds them."""
+    found = list(_resources(client, "", "v1"))
+    groups = client.get("/apis").get("groups") or ()
+    for group in groups:
+        if not isinstance(group, Mapping):
+            continue
+        preferred = group.get("preferredVersion") or {}
+        name, version = group.get("name"), preferred.get("version")
+        if isinstance(name, str) and isinstance(version, str):
+            found.extend(_resources(client, name, version))
+    return found
+
+
+def list_labels(client: KubeClient, resource: ApiResource) -> list[Existing]:
+    """Every object of ``resource`` in every namespace, reduced to where it is and its labels."""
+    path = object_path(resource.group, resource.version, resource.resource)
+    items, _ = client.list(path, PAGE, TIMEOUT, metadata_only=True)
+    found = []
+    for item in items:
+        meta = item.get("metadata") or {}
+        found.append(
+            Existing(
+                resource.as_resource,
+                str(meta.get("namespace") or ""),
+                str(meta.get("name") or ""),
+                dict(labels_of(item)),
+            )
+        )
+    return found
