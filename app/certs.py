@@ -103,9 +103,7 @@ class Authority:
             .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(_san(dns_names), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-            )
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(self.key, hashes.SHA256())
         )
         key_pem = key.private_bytes(

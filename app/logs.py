@@ -123,7 +123,5 @@ def configure(level: str) -> None:
 class JsonGunicornLogger(GunicornLogger):
     """gunicorn's error (and, if enabled, access) log in the same JSON format."""
 
-    def _set_handler(
-        self, log, output, fmt, stream=None
-    ) -> None:
+    def _set_handler(self, log, output, fmt, stream=None) -> None:
         super()._set_handler(log, output, JsonFormatter(), stream)

@@ -10,8 +10,10 @@ at import time.
 from __future__ import annotations
 
 import os
+import platform
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -20,17 +22,24 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     generate_latest,
     multiprocess,
 )
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app import __version__
 from app.engine.model import AccessDecision, Decision, Request
 from app.wire_sar import AccessReview
 
 LAST_EVENT = "label_rbac_last_event_timestamp_seconds"
-SINCE_LAST_EVENT = "label_rbac_seconds_since_last_event"
+LAST_EVENT_AGE = "label_rbac_last_event_age_seconds"
+
+# Distinct ``resource`` label values one worker reports before it counts the rest as "other":
+# /validate is reachable without authentication, and made-up resource names must not grow the
+# exposition without bound. A cluster's webhook-scoped resources fit well within this.
+MAX_RESOURCE_LABELS = 500
 
 # Decisions take well under a millisecond from the cache; parent lookups take a round trip.
 DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -49,11 +58,13 @@ class Metrics:
         r = self.registry
         self.decisions = Counter(
             "label_rbac_decisions",
-            "Admission decisions, by outcome, reason and mode (warn or audit: a denial that was "
-            "not enforced).",
-            ["allowed", "reason", "mode"],
+            "Admission decisions, by outcome, reason, operation, resource and mode (warn or "
+            "audit: a denial that was not enforced).",
+            # Alphabetical, as the multiprocess exposition orders them anyway.
+            ["allowed", "mode", "operation", "reason", "resource"],
             registry=r,
         )
+        self._resources: set[str] = set()
         self.decision_seconds = Histogram(
             "label_rbac_decision_seconds",
             "Time to decide one AdmissionReview (parsing to response).",
@@ -101,6 +112,15 @@ class Metrics:
             multiprocess_mode="livemin",
             registry=r,
         )
+        # Constant: which build answers (multiprocess "max": one series, not one per worker).
+        self.build_info = Gauge(
+            "label_rbac_build_info",
+            "Always 1; the labels say which build of label-rbac is running.",
+            ["version", "python_version"],
+            multiprocess_mode="max",
+            registry=r,
+        )
+        self.build_info.labels(__version__, platform.python_version()).set(1)
         self.parent_lookups = Counter(
             "label_rbac_parent_lookups",
             "Parent and metadata lookups, by resource and result (ok, cached, watched, an HTTP "
@@ -113,7 +133,11 @@ class Metrics:
 
     def observe_decision(self, request: Request, decision: Decision, seconds: float) -> None:
         self.decisions.labels(
-            "true" if decision.allowed else "false", decision.reason, decision.mode
+            "true" if decision.allowed else "false",
+            decision.mode,
+            request.operation,
+            decision.reason,
+            self._resource_label(str(request.resource)),
         ).inc()
         self.decision_seconds.observe(seconds)
 
@@ -122,6 +146,14 @@ class Metrics:
     ) -> None:
         self.authorizations.labels(decision.verdict.value, decision.reason).inc()
         self.authorization_seconds.observe(seconds)
+
+    def _resource_label(self, resource: str) -> str:
+        if resource in self._resources:
+            return resource
+        if len(self._resources) >= MAX_RESOURCE_LABELS:
+            return "other"
+        self._resources.add(resource)
+        return resource
 
     # SourceObserver
 
@@ -147,11 +179,11 @@ class Metrics:
         return _expose(self.registry)
 
 
-class _WithSinceLastEvent(Collector):
-    """Passes families through and derives seconds-since-last-event at scrape time.
+class _WithLastEventAge(Collector):
+    """Passes families through and derives the age of the last event at scrape time.
 
-    A worker cannot keep a "seconds since" gauge current in the others' files; the timestamp
-    gauge is exact, and the age is computed when scraped.
+    A worker cannot keep an age gauge current in the others' files; the timestamp gauge is
+    exact, and the age is computed when scraped.
     """
 
     def __init__(self, source: CollectorRegistry | Collector) -> None:
@@ -160,7 +192,7 @@ class _WithSinceLastEvent(Collector):
     def collect(self) -> Iterator[Metric]:
         now = time.time()
         since = GaugeMetricFamily(
-            SINCE_LAST_EVENT,
+            LAST_EVENT_AGE,
             "Seconds since the API server was last heard from about this kind.",
             labels=["kind"],
         )
@@ -173,9 +205,48 @@ class _WithSinceLastEvent(Collector):
         yield since
 
 
-def _expose(source: CollectorRegistry | Collector) -> tuple[bytes, str]:
+def _constant(pid: int) -> Callable[[], int]:
+    return lambda: pid
+
+
+class ServerProcesses(Collector):
+    """``process_*`` for the whole server: the gunicorn arbiter and all its workers, summed.
+
+    Under gunicorn the scrape is served by one worker, whose own process metrics would say
+    little; ``/proc`` of the arbiter lists the workers. Outside gunicorn: this process.
+    """
+
+    def __init__(self, arbiter: int | None) -> None:
+        self._arbiter = arbiter
+
+    def _pids(self) -> list[int]:
+        if self._arbiter is None:
+            return [os.getpid()]
+        try:
+            children = Path(f"/proc/{self._arbiter}/task/{self._arbiter}/children").read_text()
+        except OSError:
+            return [os.getpid()]
+        return [self._arbiter, *map(int, children.split())]
+
+    def collect(self) -> Iterator[Metric]:
+        summed: dict[str, Metric] = {}
+        for pid in self._pids():
+            for family in ProcessCollector(pid=_constant(pid), registry=None).collect():
+                known = summed.get(family.name)
+                if known is None:
+                    summed[family.name] = family
+                elif family.name not in ("process_start_time_seconds", "process_max_fds"):
+                    # The arbiter's start time and limits stand for the server; the rest adds up.
+                    sample = known.samples[0]
+                    known.samples[0] = sample._replace(value=sample.value + family.samples[0].value)
+        yield from summed.values()
+
+
+def _expose(source: CollectorRegistry | Collector, processes: bool = True) -> tuple[bytes, str]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_WithSinceLastEvent(source))
+    registry.register(_WithLastEventAge(source))
+    if processes:
+        registry.register(ServerProcesses(os.getppid() if multiprocess_dir() else None))
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
@@ -184,7 +255,8 @@ def render() -> tuple[bytes, str]:
     directory = multiprocess_dir()
     if directory:
         return _expose(multiprocess.MultiProcessCollector(None, path=directory))
-    return _expose(REGISTRY)
+    # The default registry has its own process collector.
+    return _expose(REGISTRY, processes=False)
 
 
 def mark_worker_dead(pid: int) -> None:

@@ -139,6 +139,10 @@ def build_app(settings: Settings) -> Any:
     metrics = Metrics()
     source = make_source(settings, metrics)
     source.start()
+    if settings.rbac_dir is not None:
+        # Files are loaded once, in start(): synced from here on (a cluster source reports
+        # this itself as its watches list).
+        metrics.synced(source.snapshot() is not None)
     return create_app(
         settings,
         source,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,36 @@ def make_access_review(
         "spec": spec,
         "status": {"allowed": False},
     }
+
+
+BASE_UNITS = ("seconds", "bytes", "ratio", "info")
+NON_BASE_UNITS = {"milliseconds", "microseconds", "minutes", "hours", "kilobytes", "megabytes",
+                  "percent", "ms", "sec", "mb", "kb"}  # fmt: skip
+
+
+def lint_metric_family(family: Any) -> list[str]:
+    """Prometheus naming conventions, as ``promtool check metrics`` checks them."""
+    problems: list[str] = []
+    name = family.name
+    if name.endswith("_created"):
+        return problems  # prometheus_client's own creation timestamps (single-process only)
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        problems.append(f"{name}: not snake_case")
+    if not name.startswith(("label_rbac_", "process_")):
+        problems.append(f"{name}: no label_rbac_ namespace")
+    if not family.documentation:
+        problems.append(f"{name}: no help")
+    if re.search(r"_(counter|gauge|histogram|summary|total)$", name):
+        problems.append(f"{name}: type in the name")
+    if NON_BASE_UNITS.intersection(name.split("_")):
+        problems.append(f"{name}: not a base unit")
+    for unit in BASE_UNITS:
+        if f"_{unit}_" in f"{name}_" and not name.endswith(f"_{unit}"):
+            problems.append(f"{name}: unit {unit} not at the end")
+    for sample in family.samples:
+        if family.type == "counter" and not sample.name.endswith(("_total", "_created")):
+            problems.append(f"{sample.name}: counter without _total")
+        for label in sample.labels:
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", label):
+                problems.append(f"{sample.name}: label {label}")
+    return problems

@@ -23,10 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import ProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
 
+from app import __version__
 from app.certs import Authority
 from tests.process import Server, serve
-from tests.support import ROOT, load_review, make_access_review, make_review
+from tests.support import ROOT, lint_metric_family, load_review, make_access_review, make_review
 
 REVIEW = make_review("alice", "CREATE", "configmaps", namespace="t1", labels={"team": "a"})
 REVIEW_BODY = json.dumps(REVIEW).encode()
@@ -92,7 +95,7 @@ def test_every_log_line_is_json_with_time_and_level(server: Server) -> None:
     (decision,) = [rec for rec in lines if rec.get("uid") == review["request"]["uid"]]
     assert decision["level"] == "info" and decision["logger"] == "label_rbac.decisions"
     assert decision["allowed"] is False and decision["name"] == "logged"
-    assert "team=\"a\" is not permitted" in decision["message"]
+    assert 'team="a" is not permitted' in decision["message"]
     assert "object" not in decision  # never an object body
     for record in lines:
         assert record["time"].endswith("Z") and record["level"] in ("info", "warning", "error")
@@ -235,9 +238,7 @@ class Load:
             try:
                 if conn is None:
                     conn = self._connection()
-                conn.request(
-                    "POST", "/validate", REVIEW_BODY, {"Content-Type": "application/json"}
-                )
+                conn.request("POST", "/validate", REVIEW_BODY, {"Content-Type": "application/json"})
                 response = conn.getresponse()
                 body = json.loads(response.read())
                 if response.status != 200 or body["response"]["allowed"] is not True:
@@ -458,3 +459,48 @@ def test_authorize_over_https(server: Server) -> None:
     get = make_access_review("alice", "get", "configmaps", namespace="t1", name="c1")
     assert "without cluster access" in str(status_of(get)["reason"])
     assert server.request("POST", "/authorize", b"[]")[0] == 400
+
+
+# --- metrics of the real server -----------------------------------------------------------------
+
+
+def test_metrics_follow_the_conventions_and_say_what_runs(server: Server) -> None:
+    server.review(make_review("bob", "CREATE", "configmaps", namespace="t1", labels={"team": "a"}))
+    server.review(make_review("alice", "UPDATE", "deployments.apps", namespace="t1",
+                              labels={"team": "a"}, old_labels={"team": "a"}))  # fmt: skip
+
+    def scrape() -> dict[str, Any]:
+        text = (
+            urllib.request.urlopen(
+                server.base_url + "/metrics", context=server.context(), timeout=10
+            )
+            .read()
+            .decode()
+        )
+        return {f.name: f for f in text_string_to_metric_families(text)}
+
+    # Synced is the lowest over the workers: 0 while one is still loading its files.
+    deadline = time.monotonic() + 20
+    while (families := scrape())["label_rbac_cache_synced"].samples[0].value != 1:
+        assert time.monotonic() < deadline, "label_rbac_cache_synced stays 0"
+        time.sleep(0.1)
+    assert [p for f in families.values() for p in lint_metric_family(f)] == []
+
+    def value(name: str, **labels: str) -> float:
+        family = families[name]
+        return sum(
+            s.value
+            for s in family.samples
+            if s.name in (name, f"{name}_total") and labels.items() <= s.labels.items()
+        )
+
+    assert value("label_rbac_decisions", operation="CREATE", resource="configmaps",
+                 mode="enforce", allowed="false", reason="LabelNotPermitted") >= 1  # fmt: skip
+    assert value("label_rbac_decisions", operation="UPDATE", resource="deployments.apps") >= 1
+    (build,) = families["label_rbac_build_info"].samples
+    assert build.value == 1 and build.labels["version"] == __version__
+    # process_* cover the arbiter and both workers: more than any one process.
+    own = ProcessCollector(pid=lambda: server.process.pid, registry=None)
+    arbiter_rss = {f.name: f for f in own.collect()}["process_resident_memory_bytes"]
+    assert value("process_resident_memory_bytes") > 2 * arbiter_rss.samples[0].value
+    assert value("process_cpu_seconds") > 0 and value("process_open_fds") > 0

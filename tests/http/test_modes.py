@@ -76,5 +76,8 @@ def test_validate_with_modes(
     assert record["message"].startswith(message)
     assert record.get("mode", "enforce") == mode
     text = client.get("/metrics").get_data(as_text=True)
-    sample = f'allowed="{str(allowed).lower()}",mode="{mode}",reason="LabelNotPermitted"'
+    sample = (
+        f'allowed="{str(allowed).lower()}",mode="{mode}",operation="CREATE",'
+        'reason="LabelNotPermitted",resource="configmaps"'
+    )
     assert f"label_rbac_decisions_total{{{sample}}} 1.0" in text

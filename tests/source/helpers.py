@@ -36,7 +36,7 @@ METRIC_NAMES = (
     "label_rbac_cache_objects",
     "label_rbac_watch_restarts_total",
     "label_rbac_last_event_timestamp_seconds",
-    "label_rbac_seconds_since_last_event",
+    "label_rbac_last_event_age_seconds",
     "label_rbac_cache_synced",
     "label_rbac_parent_lookups_total",
 )

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.engine.context import ParentUnavailable
 from app.metrics import Metrics
@@ -20,7 +21,7 @@ from app.settings import Settings
 from app.source.static import StaticSource
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import METRIC_NAMES, MakeSource, exec_request
-from tests.support import ROOT, make_review
+from tests.support import ROOT, lint_metric_family, make_review
 
 
 def test_source_reports_cache_watches_and_lookups(
@@ -47,7 +48,9 @@ def test_source_reports_cache_watches_and_lookups(
     text = metrics.render()[0].decode()
     for name in METRIC_NAMES[2:]:
         assert name in text, name
-    assert 'label_rbac_seconds_since_last_event{kind="Role"}' in text
+    assert 'label_rbac_last_event_age_seconds{kind="Role"}' in text
+    families = list(text_string_to_metric_families(text))
+    assert [p for f in families for p in lint_metric_family(f)] == []
 
 
 def test_metrics_endpoint_counts_decisions(make_source: MakeSource) -> None:
@@ -61,7 +64,10 @@ def test_metrics_endpoint_counts_decisions(make_source: MakeSource) -> None:
     assert response.status_code == 200
     assert response.content_type.startswith("text/plain")
     text = response.get_data(as_text=True)
-    denied = '{allowed="false",mode="enforce",reason="LabelNotPermitted"}'
+    denied = (
+        '{allowed="false",mode="enforce",operation="CREATE",reason="LabelNotPermitted",'
+        'resource="configmaps"}'
+    )
     assert f"label_rbac_decisions_total{denied} 1.0" in text
     assert "label_rbac_decision_seconds_count 1.0" in text
 
@@ -115,7 +121,9 @@ def test_workers_add_up_and_dead_workers_leave_live_gauges(tmp_path: Path) -> No
                 metrics = Metrics()
                 metrics.cache_objects("Role", objects)
                 metrics.synced(True)
-                metrics.decisions.labels("true", "Unrestricted", "enforce").inc()
+                metrics.decisions.labels(
+                    "true", "enforce", "CREATE", "Unrestricted", "configmaps"
+                ).inc()
                 os._exit(0)
             os.waitpid(pid, 0)
             pids.append(pid)
@@ -131,7 +139,10 @@ def test_workers_add_up_and_dead_workers_leave_live_gauges(tmp_path: Path) -> No
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     before, after = json.loads(result.stdout)
-    unrestricted = 'label_rbac_decisions_total{allowed="true",mode="enforce",reason="Unrestricted"}'
+    unrestricted = (
+        'label_rbac_decisions_total{allowed="true",mode="enforce",operation="CREATE",'
+        'reason="Unrestricted",resource="configmaps"}'
+    )
     assert f"{unrestricted} 2.0" in before
     assert 'label_rbac_cache_objects{kind="Role"} 5.0' in before
     assert 'label_rbac_cache_objects{kind="Role"} 3.0' in after
