@@ -9,7 +9,7 @@ Metadata-only requests are answered as the real server answers them: a list aske
 GET asked for ``as=PartialObjectMetadata`` returns one. The initial state is the recorded lists
 in ``tests.support.API``; ``add_collection`` serves any other resource. Tests push events into open
 watches and inject faults: a stream cut mid-event, a server down at start or going away and
-coming back, a slow or failing GET.
+coming back, a slow, failing or truncated GET or list.
 """
 
 from __future__ import annotations
@@ -52,6 +52,17 @@ RESOURCES: Mapping[str, tuple[str, str, str, str | None]] = {
     "namespaces": ("/api/v1", "Namespace", "v1", "list-namespaces.json"),
     # No recorded node list: two nodes like the recorded cluster's.
     "nodes": ("/api/v1", "Node", "v1", None),
+}
+
+
+TRUNCATE = "truncate"
+REASONS = {
+    403: "Forbidden",
+    410: "Expired",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 
@@ -103,6 +114,8 @@ class Collection:
     watch_faults: deque[int] = field(default_factory=deque)
     # The next event an open stream delivers is cut in half and the connection dropped.
     cut_next: bool = False
+    # What the next list requests get instead of a list: an HTTP status, or TRUNCATE.
+    list_faults: deque[int | str] = field(default_factory=deque)
     # Bumped to end open streams with an ERROR 410 event.
     expiry: int = 0
     # Bumped to end open streams normally, as the server does at timeoutSeconds.
@@ -145,6 +158,8 @@ class FakeKubeAPI:
         # False: answer metadata-only GETs with the whole object (a server that ignores ``as=``).
         self.partial_metadata = True
         self.get_faults: dict[str, int] = {}
+        # GETs of these paths send half their body and drop the connection.
+        self.truncate_gets: set[str] = set()
         self.requests: list[Recorded] = []
         self.serving = False
         self._server: _Server | None = None
@@ -313,6 +328,11 @@ class FakeKubeAPI:
         with self.cond:
             self.collections[resource].ending += 1
             self.cond.notify_all()
+
+    def fail_next_lists(self, resource: str, *faults: int | str) -> None:
+        """The next lists of ``resource`` get these HTTP statuses, or ``TRUNCATE``d bodies."""
+        with self.cond:
+            self.collections[resource].list_faults.extend(faults)
 
     def cut_next_event(self, resource: str) -> None:
         with self.cond:
@@ -496,21 +516,28 @@ class _Handler(BaseHTTPRequestHandler):
         except (OSError, _Aborted):
             self.close_connection = True
 
-    def _send_json(self, code: int, body: Mapping[str, Any]) -> None:
+    def _send_json(self, code: int, body: Mapping[str, Any], truncate: bool = False) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
+        if truncate:  # the declared length, half of it sent, then the connection drops
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            _abort(self.connection)
+            raise _Aborted
         self.wfile.write(data)
+
+    def _send_fault(self, code: int) -> None:
+        self._send_json(code, status(code, REASONS.get(code, ""), f"injected {code}"))
 
     def _get(self, path: str, metadata_only: bool = False) -> None:
         api = self.server.api
         if api.get_delay:
             time.sleep(api.get_delay)
         if path in api.get_faults:
-            code = api.get_faults[path]
-            self._send_json(code, status(code, "Forbidden" if code == 403 else "", "injected"))
+            self._send_fault(api.get_faults[path])
             return
         obj = api.objects.get(path) or api._stored(path)
         if obj is None:
@@ -519,13 +546,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if metadata_only:  # as the real server answers ``as=...``
             obj = partial(obj)
-        self._send_json(200, obj)
+        self._send_json(200, obj, truncate=path in api.truncate_gets)
 
     def _list(self, coll: Collection, query: Mapping[str, str]) -> None:
         api = self.server.api
         with api.cond:
             items = [copy.deepcopy(i) for i in coll.items.values()]
             rv = api.rv
+            fault = coll.list_faults.popleft() if coll.list_faults else None
+        if isinstance(fault, int):
+            self._send_fault(fault)
+            return
         start = int(query.get("continue") or 0)
         limit = int(query.get("limit") or 0) or len(items)
         page = items[start : start + limit]
@@ -536,7 +567,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.metadata_only:
             body.update(kind="PartialObjectMetadataList", apiVersion="meta.k8s.io/v1")
             page = [partial(item) for item in page]
-        self._send_json(200, {**body, "items": page})
+        self._send_json(200, {**body, "items": page}, truncate=fault == TRUNCATE)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -548,8 +579,7 @@ class _Handler(BaseHTTPRequestHandler):
         with api.cond:
             fault = coll.watch_faults.popleft() if coll.watch_faults else None
         if fault is not None:
-            reason = "Expired" if fault == 410 else "InternalError"
-            self._send_json(fault, status(fault, reason, f"injected {fault}"))
+            self._send_fault(fault)
             return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
