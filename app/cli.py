@@ -154,6 +154,11 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="deny everything once the cluster state is older than this (default: off)",
     )
+    serve.add_argument(
+        "--node-authorizer",
+        action="store_true",
+        help="decide kubelets' reads from the pods bound to them (watches pods and PVs)",
+    )
     serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes)
     serve.add_argument("--log-level", default="info")
     serve.add_argument(
@@ -256,6 +261,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         kubeconfig=kubeconfig,
         in_cluster=in_cluster,
         max_staleness=args.max_staleness,
+        node_authorizer=args.node_authorizer,
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
         drain_seconds=args.drain_seconds,

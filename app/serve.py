@@ -66,7 +66,9 @@ def make_source(settings: Settings, observer: SourceObserver | None = None) -> R
     if settings.rbac_dir is not None:
         from app.source.static import StaticSource
 
-        return StaticSource(settings.rbac_dir, settings.compiler)
+        return StaticSource(
+            settings.rbac_dir, settings.compiler, node_graph=settings.node_authorizer
+        )
     from app.source.cluster import ClusterSource
 
     return ClusterSource.from_settings(settings, observer)

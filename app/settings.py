@@ -33,6 +33,8 @@ class Settings:
     in_cluster: bool = False
     # Fail closed once the cluster state is older than this many seconds (None: never).
     max_staleness: float | None = None
+    # Decide kubelets' reads from the pods bound to them (watches pods and PVs).
+    node_authorizer: bool = False
     # Serving.
     bind: str = "0.0.0.0:8443"
     workers: int = 2

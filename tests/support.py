@@ -268,3 +268,31 @@ def lint_metric_family(family: Any) -> list[str]:
             if not re.fullmatch(r"[a-z][a-z0-9_]*", label):
                 problems.append(f"{sample.name}: label {label}")
     return problems
+
+
+def pod(
+    name: str,
+    node: str = "node1",
+    namespace: str = "t1",
+    uid: str = "",
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Pod as the API server stores it: bound to ``node`` (empty: unscheduled), ``spec`` extra."""
+    metadata = meta(name, namespace, uid=uid or f"uid-{namespace}-{name}-{node}")
+    if annotations:
+        metadata["annotations"] = annotations
+    body: dict[str, Any] = {"containers": [{"name": "c", "image": "nginx"}], **spec}
+    if node:
+        body["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+
+
+def persistent_volume(
+    name: str, claim: str = "", namespace: str = "t1", **spec: Any
+) -> dict[str, Any]:
+    """A PersistentVolume, bound to claim ``namespace/claim`` when ``claim`` is given."""
+    body: dict[str, Any] = dict(spec)
+    if claim:
+        body["claimRef"] = {"kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim}
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta(name), "spec": body}

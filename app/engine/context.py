@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.engine.model import ENFORCE, Decision, Request
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, Entry
@@ -56,6 +56,14 @@ def no_metadata_lookup(ref: ObjectRef) -> Mapping[str, Any]:
     )
 
 
+class NodeRelations(Protocol):
+    """The node authorizer's graph as a rule reads it (``app.engine.nodegraph.NodeGraph``)."""
+
+    def related(self, node: str, resource: str, namespace: str, name: str) -> bool:
+        """Whether a pod bound to ``node`` leads to the object."""
+        ...
+
+
 @dataclass(frozen=True)
 class Options:
     """Engine settings (a subset of the server settings)."""
@@ -76,6 +84,8 @@ class Context:
     options: Options = field(default_factory=Options)
     lookup: ParentLookup = no_parent_lookup
     metadata: MetadataLookup = no_metadata_lookup
+    # Set when the node authorizer is on; None: no graph, so no node reaches anything.
+    nodes: NodeRelations | None = None
 
 
 # A rule: ``(Request, Context) -> Decision | None`` (None: no objection).

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.nodegraph import compile_pod, compile_volume
 from app.engine.rbac import RBAC_GROUP, Binding, CompiledRole, Compiler, Snapshot
 
 CompileFn = Callable[[Compiler, Mapping[str, Any]], Any]
@@ -42,6 +43,13 @@ CLUSTER_ROLE_BINDING = KindSpec(
 )
 NAMESPACE = KindSpec("Namespace", "", "namespaces", lambda c, o: c.namespace(o))
 NODE = KindSpec("Node", "", "nodes", lambda c, o: c.node(o))
+
+# What the node authorizer's graph is built from (watched only when it is on).
+POD = KindSpec("Pod", "", "pods", lambda c, o: compile_pod(o))
+PERSISTENT_VOLUME = KindSpec(
+    "PersistentVolume", "", "persistentvolumes", lambda c, o: compile_volume(o)
+)
+GRAPH_KINDS: tuple[KindSpec, ...] = (POD, PERSISTENT_VOLUME)
 
 ROLE_KINDS: tuple[KindSpec, ...] = (ROLE, CLUSTER_ROLE)
 BINDING_KINDS: tuple[KindSpec, ...] = (ROLE_BINDING, CLUSTER_ROLE_BINDING)

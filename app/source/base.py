@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from app.engine.context import ObjectRef
 from app.engine.model import Request
+from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Snapshot
 
 
@@ -35,6 +36,9 @@ class RbacSource(Protocol):
 
     def snapshot(self) -> Snapshot | None:
         """The current state, or None before the first successful load."""
+
+    def node_graph(self) -> NodeGraph | None:
+        """The node authorizer's graph (None when the node authorizer is off)."""
 
     def status(self) -> SourceStatus:
         """Whether the source is synced and how stale it is."""

@@ -19,8 +19,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.engine.context import ObjectRef, ParentUnavailable
-from app.engine.kinds import KINDS, build_snapshot
+from app.engine.kinds import GRAPH_KINDS, KINDS, POD, build_snapshot
 from app.engine.model import Request, Resource
+from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, KubeClient, KubeError, object_path
 from app.source.base import SourceStatus
@@ -112,6 +113,7 @@ class ClusterSource:
         max_staleness: float | None = None,
         parent_resources: Mapping[tuple[str, str], str] = PARENT_RESOURCES,
         metadata_resources: int = MAX_RESOURCES,
+        node_graph: NodeGraph | None = None,
     ) -> None:
         self._client = client
         self._tuning = tuning or Tuning()
@@ -132,6 +134,23 @@ class ClusterSource:
             )
             for spec in KINDS
         )
+        self._rbac_informers = self.informers
+        self._graph = node_graph
+        if node_graph is not None:
+            # Pods and PVs feed the node graph one change at a time; they do not rebuild the
+            # snapshot (pods churn), except to become ready once they have been listed.
+            self.informers += tuple(
+                Informer(
+                    spec,
+                    client,
+                    partial(spec.compile, compiler),
+                    self._graph_listed,
+                    self._tuning,
+                    self._observer,
+                    on_update=node_graph.update_pod if spec is POD else node_graph.update_volume,
+                )
+                for spec in GRAPH_KINDS
+            )
         self._snapshot: Snapshot | None = None
         self._dirty = threading.Event()
         self._stop = threading.Event()
@@ -151,6 +170,7 @@ class ClusterSource:
             tuning=Tuning(start_wait=WORKER_START_WAIT),
             observer=observer,
             max_staleness=settings.max_staleness,
+            node_graph=NodeGraph() if settings.node_authorizer else None,
         )
 
     # RbacSource
@@ -185,6 +205,9 @@ class ClusterSource:
 
     def snapshot(self) -> Snapshot | None:
         return self._snapshot
+
+    def node_graph(self) -> NodeGraph | None:
+        return self._graph
 
     def status(self) -> SourceStatus:
         pending = [i for i in self.informers if not i.synced]
@@ -290,6 +313,10 @@ class ClusterSource:
     def _changed(self) -> None:
         self._dirty.set()
 
+    def _graph_listed(self) -> None:
+        if not self._synced.is_set():
+            self._dirty.set()
+
     def _build_loop(self) -> None:
         while True:
             self._dirty.wait()
@@ -313,7 +340,7 @@ class ClusterSource:
                 log.info("synced: %s", self.status().detail.removeprefix("synced: "))
 
     def _build(self) -> Snapshot:
-        return build_snapshot({i.kind: i.values() for i in self.informers})
+        return build_snapshot({i.kind: i.values() for i in self._rbac_informers})
 
     def _resync_loop(self) -> None:
         """Re-list one kind at a time, so that each is re-listed once per interval."""

@@ -99,10 +99,17 @@ class Cached:
 
 
 Compile = Callable[[Mapping[str, Any]], Any]
+# Told of every change of a compiled value: (old, new), None for absent. Called on the informer
+# thread, so an incremental index (the node graph) follows without rebuilding from ``values()``.
+Update = Callable[[Any, Any], None]
 
 
 def _key(meta: Mapping[str, Any]) -> str:
     return str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+
+
+def _value(cached: Cached | None) -> Any:
+    return None if cached is None else cached.value
 
 
 def _where(meta: Mapping[str, Any]) -> str:
@@ -132,12 +139,14 @@ class Informer:
         on_change: Callable[[], None],
         tuning: Tuning | None = None,
         observer: InformerObserver | None = None,
+        on_update: Update | None = None,
     ) -> None:
         self.spec = spec
         self._path = object_path(spec.group, spec.version, spec.resource)
         self._client = client
         self._compile = compile
         self._on_change = on_change
+        self._on_update = on_update
         self._tuning = tuning or Tuning()
         self._observer = observer or NullObserver()
         self._items: dict[str, Cached] = {}
@@ -298,6 +307,8 @@ class Informer:
         changed = new.keys() != old.keys() or any(new[k].value != old[k].value for k in new)
         with self._lock:
             self._items = new
+        if self._on_update is not None:
+            self._report(old, new)
         self.resource_version = version
         self._touch()
         if self.synced and changed:
@@ -309,6 +320,17 @@ class Informer:
             log.info("%s: listed %d objects at resourceVersion %s", self.kind, len(new), version)
         if first or changed:
             self._on_change()
+
+    def _report(self, old: Mapping[str, Cached], new: Mapping[str, Cached]) -> None:
+        """Tell ``on_update`` what a re-list changed: additions first, then removals."""
+        assert self._on_update is not None
+        for key, cached in new.items():
+            prior = old.get(key)
+            if prior is None or prior.value != cached.value:
+                self._on_update(_value(prior), cached.value)
+        for key, cached in old.items():
+            if key not in new:
+                self._on_update(cached.value, None)
 
     def _watch(self) -> bool:
         """Follow one watch stream until it ends; True if it delivered anything."""
@@ -363,10 +385,14 @@ class Informer:
             # Most updates do not touch what is compiled (a Node's status, a Namespace's
             # labels, a Role's managedFields): no new snapshot for those.
             changed = cached is None or prior is None or prior.value != cached.value
+            if changed and self._on_update is not None:
+                self._on_update(_value(prior), _value(cached))
         elif kind == "DELETED":
             with self._lock:
                 self._items.pop(key, None)
             changed = prior is not None
+            if changed and self._on_update is not None:
+                self._on_update(_value(prior), None)
         elif kind == "BOOKMARK":
             # Nothing changed; the version moves on so a reconnect resumes from here.
             if rv:

@@ -12,6 +12,7 @@ import yaml
 from app.engine.context import ObjectRef, no_metadata_lookup, no_parent_lookup
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Request
+from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Compiler, Snapshot
 from app.source.base import SourceStatus
 
@@ -73,20 +74,30 @@ def parse_manifests(text: str, where: str) -> list[tuple[str, Mapping[str, Any]]
 class StaticSource:
     """Serves one snapshot built from files; ready as soon as it has loaded."""
 
-    def __init__(self, directory: Path, compiler: Compiler) -> None:
+    def __init__(self, directory: Path, compiler: Compiler, *, node_graph: bool = False) -> None:
         self._directory = directory
         self._compiler = compiler
+        self._with_graph = node_graph
         self._snapshot: Snapshot | None = None
+        self._graph: NodeGraph | None = None
 
     def start(self) -> None:
         if self._snapshot is None:
-            self._snapshot = snapshot_from_objects(read_manifests(self._directory), self._compiler)
+            objects = read_manifests(self._directory)
+            if self._with_graph:
+                # The Pods and PersistentVolumes among the manifests, as the API server stores
+                # them (spec.nodeName set, spec.serviceAccountName spelled out).
+                self._graph = NodeGraph.from_objects(objects)
+            self._snapshot = snapshot_from_objects(objects, self._compiler)
 
     def stop(self) -> None:
         pass
 
     def snapshot(self) -> Snapshot | None:
         return self._snapshot
+
+    def node_graph(self) -> NodeGraph | None:
+        return self._graph
 
     def status(self) -> SourceStatus:
         if self._snapshot is None:
