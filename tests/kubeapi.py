@@ -52,6 +52,9 @@ RESOURCES: Mapping[str, tuple[str, str, str, str | None]] = {
     "namespaces": ("/api/v1", "Namespace", "v1", "list-namespaces.json"),
     # No recorded node list: two nodes like the recorded cluster's.
     "nodes": ("/api/v1", "Node", "v1", None),
+    # Empty until a test applies some (the node authorizer's graph watches them).
+    "pods": ("/api/v1", "Pod", "v1", None),
+    "persistentvolumes": ("/api/v1", "PersistentVolume", "v1", None),
 }
 
 
@@ -173,7 +176,7 @@ class FakeKubeAPI:
         for resource, (prefix, kind, api_version, fixture) in RESOURCES.items():
             coll = Collection(resource, prefix, kind, api_version)
             if fixture is None:
-                items = [_node("node1"), _node("node2")]
+                items = [_node("node1"), _node("node2")] if resource == "nodes" else []
                 list_rv = 0
             else:
                 document = json.loads((api_dir / fixture).read_text())

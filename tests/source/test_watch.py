@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from app.engine.model import UserInfo
+from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import RoleRef, Snapshot
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import FAST, TOKEN, MakeSource, bindings_of, informer, rolebinding
@@ -44,7 +45,7 @@ def test_snapshot_is_none_until_every_kind_is_listed(
 def test_requests_are_authenticated_gets_and_watches_ask_for_bookmarks(
     kubeapi: FakeKubeAPI, make_source: MakeSource
 ) -> None:
-    make_source()
+    make_source(node_graph=NodeGraph())  # every collection the fake serves is watched
     for resource in kubeapi.collections:
         wait_until(lambda r=resource: kubeapi.recorded(r, watch=True), what=f"{resource} watch")
     requests = kubeapi.recorded()
@@ -204,7 +205,7 @@ def test_malformed_line_relists(kubeapi: FakeKubeAPI, make_source: MakeSource, l
 def test_periodic_resync_relists_and_reuses_unchanged_objects(
     kubeapi: FakeKubeAPI, make_source: MakeSource
 ) -> None:
-    source = make_source(tuning=replace(FAST, resync_interval=0.6))
+    source = make_source(tuning=replace(FAST, resync_interval=0.6), node_graph=NodeGraph())
     before = source.snapshot()
     assert before is not None
     kubeapi.change_silently("rolebindings", rolebinding("hank-a", "hank"))
