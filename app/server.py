@@ -20,10 +20,11 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from app import deepjson
-from app.engine.authorize import authorize
+from app.engine.authorize import READ_CHECKS, ReadCheck, authorize
 from app.engine.context import Context
 from app.engine.decide import evaluate
 from app.engine.model import AccessDecision, Decision, Request
+from app.engine.nodeauthz import check_node_read
 from app.engine.rbac import Snapshot
 from app.settings import Settings
 from app.source.base import RbacSource
@@ -130,6 +131,10 @@ class Decider:
         self._source = source
         self._options = settings.engine_options
         self._max_staleness = settings.max_staleness
+        # The node authorizer decides kubelets' requests before any label rule sees them.
+        self._read_checks: tuple[ReadCheck, ...] = (
+            (check_node_read, *READ_CHECKS) if settings.node_authorizer else READ_CHECKS
+        )
 
     def _context(self) -> Context:
         """A context on the current snapshot; raises ``Unavailable`` when it cannot be trusted."""
@@ -145,7 +150,11 @@ class Decider:
                     f"{self._max_staleness:.0f}s): the API server has not been reachable",
                 )
         return Context(
-            snapshot, self._options, self._source.fetch_parent, self._source.fetch_metadata
+            snapshot,
+            self._options,
+            self._source.fetch_parent,
+            self._source.fetch_metadata,
+            self._source.node_graph(),
         )
 
     def __call__(self, request: Request) -> Decision:
@@ -166,7 +175,7 @@ class Decider:
         if review.access is None:
             return AccessDecision.no_opinion("NonResource", "non-resource requests are RBAC's")
         try:
-            return authorize(review.access, self._context())
+            return authorize(review.access, self._context(), self._read_checks)
         except Unavailable as exc:
             return AccessDecision.deny(exc.reason, exc.message)
         except Exception:

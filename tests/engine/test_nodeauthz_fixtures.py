@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
 
 import pytest
 
 from app.engine.context import Context
-from app.engine.model import Access, Resource, UserInfo, Verdict
+from app.engine.model import Access, Verdict
 from app.engine.nodeauthz import check_node_read
 from app.engine.nodegraph import NodeGraph, compile_pod
-from app.engine.selectors import Selector, requirement
-from tests.support import FIXTURES, pod, snapshot
+from app.wire_sar import parse_access_review
+from tests.support import ACCESS_REVIEWS, V135_REVIEWS, load_access_review, pod, snapshot
 
-V135 = FIXTURES.parent / "kube-apiserver-v1.35"
-SARS = V135 / "subject-access-reviews"
-WEB_A = json.loads((V135 / "admission-reviews" / "c048-node-update-pods-status.json").read_text())[
-    "request"
-]["oldObject"]
+WEB_A = json.loads((V135_REVIEWS / "c048-node-update-pods-status.json").read_text())["request"][
+    "oldObject"
+]
 GRAPH = NodeGraph.from_objects([("Pod", WEB_A), ("Pod", pod("web-b", node="node2"))])
 CTX = Context(snapshot(), nodes=GRAPH)
 NO_RELATIONSHIP = "no relationship found between node 'node1' and this object"
@@ -52,32 +49,9 @@ EXPECTED: Mapping[str, tuple[Verdict, str] | None] = {
 }
 
 
-def _selector(attrs: Mapping[str, Any], key: str) -> Selector | None:
-    found = attrs.get(key)
-    if found is None:
-        return None
-    return tuple(
-        requirement(r.get("key"), r.get("operator"), r.get("values"))
-        for r in found.get("requirements") or ()
-    )
-
-
 def access_of(name: str) -> Access | None:
     """The recorded review as an ``Access`` (None for a non-resource request)."""
-    spec = json.loads((SARS / f"{name}.json").read_text())["spec"]
-    attrs = spec.get("resourceAttributes")
-    if attrs is None:
-        return None
-    return Access(
-        UserInfo(spec["user"], tuple(spec.get("groups") or ())),
-        attrs["verb"],
-        Resource(attrs.get("group", ""), attrs["resource"], attrs.get("subresource", "")),
-        attrs.get("version", ""),
-        attrs.get("namespace", ""),
-        attrs.get("name", ""),
-        _selector(attrs, "labelSelector"),
-        _selector(attrs, "fieldSelector"),
-    )
+    return parse_access_review(load_access_review(name)).access
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -92,12 +66,12 @@ def test_recorded_node_requests(name: str) -> None:
 
 
 def test_every_recorded_node_review_is_covered() -> None:
-    recorded = {p.stem for p in SARS.glob("c*-node-*.json")}
+    recorded = {p.stem for p in ACCESS_REVIEWS.glob("c*-node-*.json")}
     assert recorded - set(EXPECTED) == {"c050-node-get-nonresource"}
     assert access_of("c050-node-get-nonresource") is None
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in SARS.glob("c*-tenant-*.json")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in ACCESS_REVIEWS.glob("c*-tenant-*.json")))
 def test_tenant_reviews_are_not_the_node_authorizers_business(name: str) -> None:
     req = access_of(name)
     if req is not None:
