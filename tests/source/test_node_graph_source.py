@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from app.engine.context import Context
+from app.engine.kinds import GRAPH_KINDS
 from app.engine.model import Access, Resource, UserInfo, Verdict
 from app.engine.nodeauthz import check_node_read
 from app.engine.nodegraph import NodeGraph
 from app.source.cluster import ClusterSource
+from app.source.static import read_manifests
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import MakeSource
-from tests.support import persistent_volume, pod
+from tests.support import ROOT, persistent_volume, pod
 
 NODE1 = UserInfo("system:node:node1", ("system:nodes",))
 
@@ -94,3 +96,17 @@ def test_pod_churn_does_not_rebuild_the_rbac_snapshot(
         kubeapi.apply("pods", secret_pod(f"p{i}", f"s{i}"))
     wait_until(lambda: get_secret(source, "s4") is Verdict.ALLOW)
     assert source.snapshot() is before
+
+
+def test_the_shipped_role_grants_the_graph_watches_and_nothing_more() -> None:
+    objects = dict(read_manifests(ROOT / "manifests" / "node-authorizer"))
+    (rule,) = objects["ClusterRole"]["rules"]
+    assert rule["verbs"] == ["list", "watch"]
+    assert {(group, resource) for group in rule["apiGroups"] for resource in rule["resources"]} == {
+        (spec.group, spec.resource) for spec in GRAPH_KINDS
+    }
+    binding = objects["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == objects["ClusterRole"]["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "label-rbac", "namespace": "label-rbac"}
+    ]
