@@ -9,12 +9,14 @@ get an ordinary decision.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from app.deepjson import API_SERVER_MAX_DEPTH
+from app.server import BODY_READ_TIMEOUT
 from app.settings import DEFAULT_MAX_BODY_BYTES
 from tests.process import Server, read_reply, serve
 from tests.support import make_review
@@ -165,3 +167,15 @@ def test_a_hopelessly_large_declared_body_is_refused_at_once(server: Server) -> 
         assert reply.status == 413
         assert sock.recv(1) == b""  # closed cleanly after the answer
     assert server.request("GET", "/healthz")[0] == 200
+
+
+def test_a_stalled_body_gets_a_408_and_frees_the_thread(server: Server) -> None:
+    """A client that stops sending its body is answered after BODY_READ_TIMEOUT and cut off."""
+    with server.connect(timeout=BODY_READ_TIMEOUT + 10) as sock:
+        sock.sendall((HEAD + "Content-Length: 1000\r\n\r\n").encode() + b'{"kind": ')
+        started = time.monotonic()
+        reply = read_reply(sock)
+        waited = time.monotonic() - started
+    assert reply.status == 408 and reply.json()["code"] == 408
+    assert BODY_READ_TIMEOUT - 1 <= waited <= BODY_READ_TIMEOUT + 5
+    assert server.review(configmap_update("alice"))["response"]["allowed"] is True
