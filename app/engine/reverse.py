@@ -53,12 +53,20 @@ class Subject:
         return f"{self.kind} {self.name}"
 
 
-def subjects(snapshot: Snapshot, namespace: str) -> list[Subject]:
+def subjects_by_scope(snapshot: Snapshot) -> dict[str, set[Subject]]:
+    """Namespace ("" for ClusterRoleBindings) → the subjects its bindings name."""
+    found: dict[str, set[Subject]] = defaultdict(set)
+    for scope, kind, name in snapshot.bindings:
+        found[scope].add(Subject.from_key(kind, name))
+    return found
+
+
+def subjects(
+    snapshot: Snapshot, namespace: str, index: Mapping[str, set[Subject]] | None = None
+) -> list[Subject]:
     """Every subject a RoleBinding in ``namespace`` or a ClusterRoleBinding names, sorted."""
-    scopes = {namespace, ""}
-    return sorted(
-        {Subject.from_key(kind, name) for scope, kind, name in snapshot.bindings if scope in scopes}
-    )
+    index = subjects_by_scope(snapshot) if index is None else index
+    return sorted(index.get(namespace, set()) | index.get("", set()))
 
 
 def _bindings_to(
@@ -247,16 +255,75 @@ def _in_some_bucket(snapshot: Snapshot, obj: Existing, allow_unlabeled: bool) ->
     return restricted, False
 
 
-def _writable(snapshot: Snapshot, obj: Existing, allow_unlabeled: bool) -> tuple[bool, str]:
-    """(some label-restricted holder may still write it, the limits the bound roles have)."""
+class _Writers:
+    """The grants of every bound subject for writes of a resource in a namespace, computed once
+    per (resource, namespace) and shared by the objects there.
+
+    A rule with ``resourceNames`` is the one way an object's name changes the answer, so objects
+    named by such a rule get their own entry; subjects bound only cluster-wide get the same
+    grants in every namespace, so theirs are computed once per resource.
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._index = subjects_by_scope(snapshot)
+        self._grants: dict[tuple[Resource, str, str], list[Grants]] = {}
+        self._cluster: dict[tuple[Subject, Resource], Grants] = {}
+        self._named: dict[Resource, frozenset[str]] = {}
+        # Grants lists are kept for the whole audit, so their ids are stable keys.
+        self._answers: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[bool, str]] = {}
+
+    def _names(self, resource: Resource) -> frozenset[str]:
+        if resource not in self._named:
+            self._named[resource] = frozenset(
+                name
+                for role in self._snapshot.roles.values()
+                for rule in role.rules
+                if rule.names and rule.covers_resource(resource)
+                for name in rule.names
+            )
+        return self._named[resource]
+
+    def grants(self, resource: Resource, namespace: str, name: str) -> list[Grants]:
+        name = name if name in self._names(resource) else ""
+        key = (resource, namespace, name)
+        found = self._grants.get(key)
+        if found is None:
+            local = self._index.get(namespace, set())
+            found = []
+            for subject in subjects(self._snapshot, namespace, self._index):
+                if subject in local or name:
+                    found.append(self._find(subject, namespace, resource, name))
+                    continue
+                cached = self._cluster.get((subject, resource))
+                if cached is None:
+                    cached = self._find(subject, namespace, resource, "")
+                    self._cluster[(subject, resource)] = cached
+                found.append(cached)
+            self._grants[key] = found
+        return found
+
+    def _find(self, subject: Subject, namespace: str, resource: Resource, name: str) -> Grants:
+        return find_grants(self._snapshot, subject.user, namespace, WRITE_VERBS, resource, name)
+
+    def writable(self, obj: Existing, allow_unlabeled: bool) -> tuple[bool, str]:
+        """(some label-restricted holder may still write it, the limits the bound roles have)."""
+        found = self.grants(obj.resource, obj.namespace, obj.name)
+        key = (id(found), tuple(sorted(obj.labels.items())))
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = self._answers[key] = _writable(found, obj.labels, allow_unlabeled)
+        return answer
+
+
+def _writable(
+    found: Iterable[Grants], labels: Mapping[str, str], allow_unlabeled: bool
+) -> tuple[bool, str]:
     limits: dict[str, None] = {}
-    for subject in subjects(snapshot, obj.namespace):
-        grants = find_grants(
-            snapshot, subject.user, obj.namespace, WRITE_VERBS, obj.resource, obj.name
-        )
+    for grants in found:
         if grants.unrestricted is not None:
             continue  # an admin: the one kind of holder an orphan is left to
-        if grants.passing(obj.labels, allow_unlabeled):
+        if grants.passing(labels, allow_unlabeled):
             return True, ""
         for _, entries in grants.restricted:
             limits[" and ".join(e.describe() for e in entries)] = None
@@ -266,9 +333,9 @@ def _writable(snapshot: Snapshot, obj: Existing, allow_unlabeled: bool) -> tuple
 def audit(snapshot: Snapshot, objects: Iterable[Existing], allow_unlabeled: bool = False) -> Report:
     """Judge every existing object of a restricted resource, and list the buckets."""
     report = Report()
+    writers = _Writers(snapshot)
     # Objects alike in what is judged are judged once.
     bucketed: dict[tuple[Resource, tuple[tuple[str, str], ...]], tuple[bool, bool]] = {}
-    writable: dict[tuple[Resource, str, str, tuple[tuple[str, str], ...]], tuple[bool, str]] = {}
     for obj in objects:
         report.objects += 1
         labels = tuple(sorted(obj.labels.items()))
@@ -279,10 +346,7 @@ def audit(snapshot: Snapshot, objects: Iterable[Existing], allow_unlabeled: bool
             continue
         if not permitted:
             report.unbucketed.append(obj)
-        key = (obj.resource, obj.namespace, obj.name, labels)
-        if key not in writable:
-            writable[key] = _writable(snapshot, obj, allow_unlabeled)
-        ok, limits = writable[key]
+        ok, limits = writers.writable(obj, allow_unlabeled)
         if not ok:
             why = f"bound roles permit {limits}" if limits else "no bound role holds its bucket"
             report.orphans.append((obj, why))
