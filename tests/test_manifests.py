@@ -494,3 +494,132 @@ def test_webhook_service_account_may_only_read() -> None:
     role = objects[("ClusterRole", "label-rbac")]
     verbs = {verb for rule in role["rules"] for verb in rule["verbs"]}
     assert verbs <= {"get", "list", "watch"}, verbs
+
+
+# --- the image ---------------------------------------------------------------------------------
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """Dockerfile instructions (continuations joined), grouped by stage."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text())
+    stages: list[list[tuple[str, str]]] = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        instruction, _, rest = line.strip().partition(" ")
+        if instruction.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((instruction.upper(), rest.strip()))
+    return stages
+
+
+def test_image_is_multi_stage_pinned_and_minimal() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) >= 2
+    for stage in stages:
+        base = stage[0][1].split()[0]
+        assert re.fullmatch(r"[\w./:-]+@sha256:[0-9a-f]{64}", base), base
+    build, final = stages[0], stages[-1]
+    installs = " ".join(rest for op, rest in build if op == "RUN")
+    assert "--only-binary=:all:" in installs  # nothing compiled, so no compiler needed
+    assert "pip uninstall" in installs and "pip setuptools" in installs
+    # The final stage only copies: nothing installed there, no pip, no compilers.
+    assert {op for op, _ in final} <= {"FROM", "COPY", "ENV", "WORKDIR", "USER", "EXPOSE",
+                                       "ENTRYPOINT", "CMD", "LABEL"}  # fmt: skip
+    assert "distroless" in final[0][1]
+    (user,) = [rest for op, rest in final if op == "USER"]
+    assert int(user.split(":")[0]) != 0
+
+
+def test_image_default_command_serves_the_cluster() -> None:
+    from app.cli import _parser
+
+    final = dockerfile_stages()[-1]
+    (entrypoint,) = [json.loads(rest) for op, rest in final if op == "ENTRYPOINT"]
+    (command,) = [json.loads(rest) for op, rest in final if op == "CMD"]
+    assert entrypoint[1:] == ["-m", "app"]
+    args = _parser().parse_args(command)
+    assert args.command == "serve"
+    assert args.rbac_dir is None and args.kubeconfig is None and args.dev_tls is None
+    # The certificate is where the Deployment mounts the serving Secret.
+    pod = raw_objects()[("Deployment", "label-rbac")]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+    assert args.tls_cert == Path(mount["mountPath"]) / "tls.crt"
+    assert args.tls_key == Path(mount["mountPath"]) / "tls.key"
+    assert args.drain_seconds > 0
+
+
+# --- monitoring --------------------------------------------------------------------------------
+
+
+def exposed_series() -> set[str]:
+    """Every series name label-rbac's /metrics can carry (samples or not yet)."""
+    from prometheus_client import ProcessCollector
+
+    from app.metrics import LAST_EVENT_AGE, Metrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+    names = {LAST_EVENT_AGE}
+    for family in [*Metrics().registry.collect(), *ProcessCollector(registry=None).collect()]:
+        names |= {family.name + suffix for suffix in suffixes.get(family.type, ("",))}
+    return names
+
+
+def referenced_series(expression: str) -> set[str]:
+    return set(re.findall(r"\b((?:label_rbac|process|apiserver)_[a-z0-9_]+|up)\b", expression))
+
+
+def monitoring_expressions() -> list[str]:
+    rules = yaml.safe_load((MANIFESTS / "monitoring" / "alerts.yaml").read_text())
+    expressions = [rule["expr"] for group in rules["spec"]["groups"] for rule in group["rules"]]
+    dashboard = json.loads((MANIFESTS / "monitoring" / "dashboard.json").read_text())
+    expressions += [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    return expressions
+
+
+def test_alerts_cover_down_stale_and_denial_spikes() -> None:
+    rules = yaml.safe_load((MANIFESTS / "monitoring" / "alerts.yaml").read_text())
+    alerts = {rule["alert"]: rule for group in rules["spec"]["groups"] for rule in group["rules"]}
+    assert {"LabelRbacWebhookDown", "LabelRbacCacheStale", "LabelRbacDenialSpike"} <= set(alerts)
+    assert "label_rbac_last_event_age_seconds" in alerts["LabelRbacCacheStale"]["expr"]
+    assert 'allowed="false"' in alerts["LabelRbacDenialSpike"]["expr"]
+    for name, rule in alerts.items():
+        assert rule["labels"]["severity"] in ("warning", "critical"), name
+        assert rule["annotations"]["summary"] and re.fullmatch(r"\d+m", rule["for"]), name
+
+
+def test_monitoring_queries_name_only_real_series() -> None:
+    exposed = exposed_series()
+    for expression in monitoring_expressions():
+        assert expression.count("(") == expression.count(")"), expression
+        assert expression.count("{") == expression.count("}"), expression
+        ours = {s for s in referenced_series(expression) if not s.startswith("apiserver_")}
+        assert ours - {"up"} <= exposed, (ours - exposed, expression)
+        # Every series of ours is selected by the job the ServiceMonitor gives it.
+        if ours:
+            assert 'job="label-rbac"' in expression, expression
+
+
+def test_monitoring_follows_the_configured_namespace(configured: Path) -> None:
+    kustomization = configured / "deploy" / "kustomization.yaml"
+    text = kustomization.read_text().replace("# components:", "components:")
+    kustomization.write_text(text.replace("#   - ../monitoring", "  - ../monitoring"))
+    objects = kustomize(configured / "deploy")
+    monitor = only(objects, "ServiceMonitor")
+    service = only(objects, "Service")
+    serving = objects[("Certificate", "acme-label-rbac-serving")]["spec"]
+    ca = objects[("Certificate", "acme-label-rbac-ca")]["spec"]
+    assert monitor["metadata"]["namespace"] == "platform-admission"
+    service_labels = service["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service_labels.items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["tlsConfig"]["serverName"] == serving["dnsNames"][0]
+    assert endpoint["tlsConfig"]["ca"]["secret"]["name"] == ca["secretName"]
+    # The job label the queries select is the Service label the ServiceMonitor names.
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "label-rbac"
+    dashboard = only(objects, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    json.loads(dashboard["data"]["label-rbac.json"])
+    only(objects, "PrometheusRule")
