@@ -26,7 +26,7 @@ from typing import Any
 
 from app.engine.context import Context, ObjectRef, ParentUnavailable
 from app.engine.labels import Grants, classify, find_grants, grant_decision, request_grants, who
-from app.engine.model import Decision, Request, Resource, labels_of
+from app.engine.model import Decision, Request, Resource, labels_of, mapping_items
 from app.engine.podrefs import (
     CONFIGMAPS,
     PERSISTENT_VOLUME_CLAIMS,
@@ -38,6 +38,7 @@ from app.engine.podrefs import (
 from app.engine.selectors import SelectorError, from_label_selector
 
 PODS = Resource("", "pods")
+PVCS = Resource("", "persistentvolumeclaims")
 JOBS = Resource("batch", "jobs")
 POD_BINDING = Resource("", "pods", "binding")
 
@@ -53,8 +54,9 @@ Path = tuple[str, ...]
 class Spawn:
     """Objects a controller creates from part of a workload: where that part is, what it makes."""
 
-    path: Path  # an object template (``metadata`` and ``spec``)
+    path: Path  # an object template (``metadata`` and ``spec``), or a list of them
     creates: Resource
+    many: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,13 @@ _JOB_SPEC: Path = ("spec", "jobTemplate", "spec")
 WORKLOADS: Mapping[tuple[str, str], Workload] = {
     ("apps", "deployments"): _apps("Deployment"),
     ("apps", "replicasets"): _apps("ReplicaSet"),
-    ("apps", "statefulsets"): _apps("StatefulSet"),
+    # A StatefulSet's controller also creates a claim per pod from each volumeClaimTemplate.
+    ("apps", "statefulsets"): Workload(
+        "StatefulSet",
+        ("spec", "template"),
+        ("spec", "selector"),
+        spawns_also=(Spawn(("spec", "volumeClaimTemplates"), PVCS, many=True),),
+    ),
     ("apps", "daemonsets"): _apps("DaemonSet"),
     # A ReplicationController's selector is a plain map (``from_label_selector`` reads both).
     ("", "replicationcontrollers"): _apps("ReplicationController"),
@@ -187,21 +195,27 @@ def _check_spawn(
     versions: list[tuple[bool, Mapping[str, Any]]],
 ) -> Decision | None:
     """The template's labels in every version, then (for pods) the selector of the last."""
+    path = ".".join(spawn.path)
     for existing, obj in versions:
-        where = f"{'stored ' if existing else ''}{_template_name(spawn)} ({'.'.join(spawn.path)})"
-        labels = labels_of(_dig(obj, spawn.path))
-        denial = _label_denial(
-            request, ctx, grants, labels, f"its {where}", judged, TEMPLATE_DENIED
-        )
-        if denial is not None:
-            return denial
+        found = _dig(obj, spawn.path)
+        templates = enumerate(mapping_items(found)) if spawn.many else ((None, found),)
+        for index, template in templates:
+            at = path if index is None else f"{path}[{index}]"
+            where = f"{'stored ' if existing else ''}{_template_name(spawn)} ({at})"
+            labels = labels_of(template)
+            denial = _label_denial(
+                request, ctx, grants, labels, f"its {where}", judged, TEMPLATE_DENIED
+            )
+            if denial is not None:
+                return denial
     if spawn.creates == PODS and request.operation != "DELETE":
         return _check_selector(request, ctx, workload, grants, versions[-1][1])
     return None
 
 
 def _template_name(spawn: Spawn) -> str:
-    return "pod template" if spawn.creates == PODS else f"{spawn.creates.resource} template"
+    names = {PODS: "pod template", PVCS: "volume claim template"}
+    return names.get(spawn.creates, f"{spawn.creates.resource} template")
 
 
 def _versions(request: Request, ctx: Context) -> list[tuple[bool, Mapping[str, Any]]]:

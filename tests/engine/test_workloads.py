@@ -702,3 +702,49 @@ def test_other_resources_are_not_looked_at() -> None:
 
 def test_the_rule_runs_after_the_label_rule() -> None:
     assert check_workloads in POST_CHECKS
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_softer_modes_soften_workload_denials(mode: str) -> None:
+    """A denial of these rules is a policy denial like the label rule's: modes apply to it."""
+    options = Options(Compiler((DEFAULT_ANNOTATION_KEY,)), mode=mode)
+    cluster = Cluster()
+    ctx = Context(WORLD, options, cluster.lookup, cluster.metadata)
+    decision = evaluate(review("alice", "CREATE", workload("Deployment", pods=TEAM_B)), ctx)
+    assert (decision.allowed, decision.mode, decision.reason) == (
+        True,
+        mode,
+        "TemplateLabelNotPermitted",
+    )
+    assert 'its pod template (spec.template) has label team="b"' in decision.message
+    assert bool(decision.warnings) is (mode == "warn")
+
+
+def claim(labels: Mapping[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": "data", "labels": dict(labels)}, "spec": {"resources": {}}}
+
+
+@pytest.mark.parametrize(
+    ("claims", "fragment"),
+    [
+        pytest.param([claim(TEAM_A)], "", id="in-bucket"),
+        pytest.param(
+            [claim(TEAM_A), claim(TEAM_B)],
+            'its volume claim template (spec.volumeClaimTemplates[1]) has label team="b", not '
+            "permitted for persistentvolumeclaims",
+            id="second-foreign",
+        ),
+        pytest.param(
+            [claim({})], "(spec.volumeClaimTemplates[0]) has no label team", id="unlabeled"
+        ),
+    ],
+)
+def test_statefulset_claim_templates_are_judged_for_claims(
+    claims: list[dict[str, Any]], fragment: str
+) -> None:
+    """The StatefulSet controller creates a PersistentVolumeClaim from each template."""
+    obj = workload("StatefulSet")
+    obj["spec"]["volumeClaimTemplates"] = claims
+    decision = decide(review("alice", "CREATE", obj))
+    assert decision.allowed is not fragment, decision.message
+    assert fragment in decision.message
