@@ -182,3 +182,19 @@ def test_module_entry_point() -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("allowed")
+
+
+def test_lint_reports_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "mode.yaml"
+    manifest.write_text(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
+        "metadata:\n  name: loud\n  namespace: t1\n"
+        "  annotations:\n    labelrbac.io/mode: loud\n"
+        "    labelrbac.io/permissions: '{\"configmaps\": {\"team\": [\"a\"]}}'\n"
+        "rules: []\n"
+    )
+    assert main(["lint", str(manifest)]) == 1
+    assert capsys.readouterr().out == (
+        "invalid: role t1/loud: invalid labelrbac.io/mode annotation 'loud': "
+        "expected one of enforce, warn, audit\n"
+    )

@@ -229,3 +229,37 @@ def test_changing_only_the_mode_is_judged() -> None:
     )  # fmt: skip
     decision = decide(req)
     assert (decision.allowed, decision.reason) == (False, "Escalation")
+
+
+# -- Several authorizations: each must pass, so the strictest denial among them decides -----------
+
+
+@pytest.mark.parametrize(
+    ("create_mode", "get_mode", "expected"),
+    [
+        pytest.param("warn", None, (False, "enforce"), id="warned-create-enforced-get"),
+        pytest.param(None, "warn", (False, "enforce"), id="enforced-create-warned-get"),
+        pytest.param("audit", "warn", (True, "warn"), id="audited-create-warned-get"),
+        pytest.param("audit", "audit", (True, "audit"), id="both-audited"),
+    ],
+)
+def test_every_authorization_of_a_connect_counts(
+    create_mode: str | None, get_mode: str | None, expected: tuple[bool, str]
+) -> None:
+    """``kubectl exec`` is authorized as create and as get of pods/exec; both must permit it."""
+    snap = snapshot(
+        role("exec-create", "t1", [rule("create", "pods/exec")], {"pods": {"team": ["c"]}},
+             mode=create_mode),
+        role("exec-get", "t1", [rule("get", "pods/exec")], {"pods": {"team": ["g"]}},
+             mode=get_mode),
+        binding("exec-create", "exec-create", "User:ed", namespace="t1"),
+        binding("exec-get", "exec-get", "User:ed", namespace="t1"),
+    )  # fmt: skip
+    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "t1", "labels": {"team": "z"}}}
+    req = Request(
+        "uid-5", "CONNECT", UserInfo("ed"), Resource("", "pods", "exec"), "PodExecOptions", "t1",
+        "p", object={"kind": "PodExecOptions"},
+    )  # fmt: skip
+    decision = evaluate(req, Context(snap, Options(COMPILER), lambda _: pod))
+    assert (decision.allowed, decision.mode) == expected
+    assert decision.reason == "LabelNotPermitted"
