@@ -639,6 +639,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as kubectl does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def entry() -> int:
