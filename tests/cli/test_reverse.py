@@ -277,3 +277,12 @@ def test_check_reads_a_manifest_from_stdin_with_the_current_context(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("allowed (LabelsPermitted)")
+
+
+def test_yaml_output_is_the_json_document(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["who-can", "create", "configmaps", "-n", "t1", "-l", "team=a",
+            "--rbac-dir", str(EXAMPLES)]  # fmt: skip
+    assert main([*argv, "-o", "json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert main([*argv, "-o", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == as_json
