@@ -13,6 +13,8 @@ on a shared machine mean little:
   SubjectAccessReview, reads while a writer churns the graph, and the memory kept per pod;
 - workload rules: every request with and without them (a Deployment or Pod of a restricted
   tenant reads its Secret's labels from a warm metadata cache);
+- reverse questions (``--reverse``): ``audit`` per existing object and ``who-can`` against one
+  admission decision about the same object (what a loop of ``check`` would cost);
 - HTTP: ``POST /validate`` against ``GET /healthz`` on the same gunicorn server, driven by wrk.
 """
 
@@ -340,6 +342,39 @@ def node_graph_bench(pods: int, nodes: int, seconds: float) -> None:
           f"{writes[0] / elapsed:,.0f} updates/s went in")  # fmt: skip
 
 
+def reverse_bench(tenant_namespaces: int, per_namespace: int) -> None:
+    from app.engine.reverse import Existing, audit, who_can
+
+    compiler = Compiler(("labelrbac.io/permissions",))
+    snapshot = snapshot_from_objects(cluster_objects(tenant_namespaces), compiler)
+    ctx = Context(snapshot, Options(compiler=compiler))
+    cm = Resource("", "configmaps")
+    # Nine in ten objects in one of the two buckets, one in ten labelled for no bucket.
+    existing = [
+        Existing(cm, f"tenant-{i}", f"c{j}", {"team": "z" if j % 10 == 9 else "ab"[j % 2]})
+        for i in range(tenant_namespaces)
+        for j in range(per_namespace)
+    ]
+    started = time.perf_counter()
+    report = audit(snapshot, existing)
+    audit_s = time.perf_counter() - started
+    sample = existing[len(existing) // 2]
+    obj = {"kind": "ConfigMap", "metadata": {"name": sample.name, "namespace": sample.namespace,
+                                             "labels": dict(sample.labels)}}  # fmt: skip
+    request = Request("b", "UPDATE", UserInfo(f"user-{tenant_namespaces // 2}-a-0"), cm,
+                      "ConfigMap", sample.namespace, sample.name, obj, obj)  # fmt: skip
+    decide = rate(lambda: evaluate(request, ctx), 1.0)
+    started = time.perf_counter()
+    holders = who_can(snapshot, "update", cm, sample.namespace, dict(sample.labels))
+    who_s = time.perf_counter() - started
+    per_object = audit_s / len(existing)
+    print(f"audit: {len(existing)} configmaps in {audit_s:.2f} s ({per_object * 1e6:,.0f} us "
+          f"per object, {per_object * decide:.1f}x one admission decision), "
+          f"{len(report.orphans)} orphans")  # fmt: skip
+    print(f"who-can: {len(holders)} subjects in {who_s * 1000:.0f} ms "
+          f"({who_s * decide:,.0f}x one admission decision)")
+
+
 def http_bench(duration: int) -> None:
     if shutil.which("wrk") is None:
         print("http: wrk not found (apt-get install wrk); skipped")
@@ -385,7 +420,11 @@ def main() -> None:
     parser.add_argument("--http-duration", type=int, default=10)
     parser.add_argument("--pods", type=int, default=20000, help="pods in the node graph")
     parser.add_argument("--nodes", type=int, default=500, help="nodes the pods spread over")
+    parser.add_argument("--reverse", action="store_true", help="only audit and who-can")
     args = parser.parse_args()
+    if args.reverse:
+        reverse_bench(args.namespaces, 10)
+        return
     engine_bench(args.namespaces, args.seconds)
     node_graph_bench(args.pods, args.nodes, args.seconds)
     if args.http:
