@@ -286,3 +286,33 @@ def test_yaml_output_is_the_json_document(capsys: pytest.CaptureFixture[str]) ->
     as_json = json.loads(capsys.readouterr().out)
     assert main([*argv, "-o", "yaml"]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == as_json
+
+
+@pytest.mark.parametrize(
+    ("pod_team", "code", "expected"),
+    [
+        pytest.param("a", 0, "allowed (LabelsPermitted)", id="own-pod"),
+        pytest.param("b", 1, 'the existing object\'s label team="b" is not permitted',
+                     id="other-teams-pod"),
+    ],
+)  # fmt: skip
+def test_check_against_a_cluster_reads_the_parent(
+    cluster: tuple[FakeKubeAPI, Path],
+    capsys: pytest.CaptureFixture[str],
+    pod_team: str,
+    code: int,
+    expected: str,
+) -> None:
+    """``kubectl exec`` carries no pod: against a cluster, check reads it as the webhook does."""
+    api, kubeconfig = cluster
+    exec_role = role("exec", "t1", [rule("create get", "pods/exec")], {"pods": {"team": ["a"]}})
+    api.apply("roles", exec_role[1])
+    api.apply("rolebindings", binding("exec", "exec", "User:alice", namespace="t1")[1])
+    api.put_object("/api/v1/namespaces/t1/pods/app", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "app", "namespace": "t1", "labels": {"team": pod_team}},
+    })  # fmt: skip
+    assert main(["check", "--as", "alice", "--verb", "connect", "--resource", "pods/exec",
+                 "-n", "t1", "--name", "app", "--kubeconfig", str(kubeconfig)]) == code
+    assert expected in capsys.readouterr().out
+    assert "/api/v1/namespaces/t1/pods/app" in {r.path for r in api.recorded()}
