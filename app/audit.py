@@ -63,14 +63,15 @@ def manifest_objects(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> list[E
     return found
 
 
-def cluster_objects(client: KubeClient, snapshot: Snapshot) -> list[Existing]:
-    """Every existing object of a resource some role restricts, read as metadata only."""
+def cluster_objects(client: KubeClient, snapshot: Snapshot, namespace: str = "") -> list[Existing]:
+    """Every existing object of a resource some role restricts (namespaced ones only in
+    ``namespace`` when given), read as metadata only."""
     from app.source.listing import discover, list_labels
 
     found: list[Existing] = []
     for api_resource in discover(client):
         if is_restricted(snapshot, api_resource.as_resource):
-            found.extend(list_labels(client, api_resource))
+            found.extend(list_labels(client, api_resource, namespace))
     return found
 
 

@@ -563,7 +563,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     loaded = _load(args, settings)
     if loaded.client is not None:
         try:
-            objects = cluster_objects(loaded.client, loaded.snapshot)
+            objects = cluster_objects(loaded.client, loaded.snapshot, args.namespace)
         except KubeError as exc:
             raise CliError(f"cannot list objects at {loaded.where}: {exc}") from None
     else:

@@ -74,9 +74,11 @@ def discover(client: KubeClient) -> list[ApiResource]:
     return found
 
 
-def list_labels(client: KubeClient, resource: ApiResource) -> list[Existing]:
-    """Every object of ``resource`` in every namespace, reduced to where it is and its labels."""
-    path = object_path(resource.group, resource.version, resource.resource)
+def list_labels(client: KubeClient, resource: ApiResource, namespace: str = "") -> list[Existing]:
+    """Every object of ``resource`` (in ``namespace``, else in all), reduced to where it is and
+    its labels."""
+    namespace = namespace if resource.namespaced else ""
+    path = object_path(resource.group, resource.version, resource.resource, namespace)
     items, _ = client.list(path, PAGE, TIMEOUT, metadata_only=True)
     found = []
     for item in items:

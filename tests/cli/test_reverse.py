@@ -316,3 +316,18 @@ def test_check_against_a_cluster_reads_the_parent(
                  "-n", "t1", "--name", "app", "--kubeconfig", str(kubeconfig)]) == code
     assert expected in capsys.readouterr().out
     assert "/api/v1/namespaces/t1/pods/app" in {r.path for r in api.recorded()}
+
+
+def test_audit_of_one_namespace_lists_only_there(
+    cluster: tuple[FakeKubeAPI, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    api, kubeconfig = cluster
+    api.collections["t1-configmaps"] = Collection(
+        "configmaps", "/api/v1/namespaces/t1", "ConfigMap", "v1",
+        items={key: obj for key, obj in api.collections["configmaps"].items.items()},
+    )  # fmt: skip
+    code, data = run_json(capsys, "audit", "-n", "t1", "--kubeconfig", str(kubeconfig))
+    assert (code, data["objects"], [o["name"] for o in data["orphans"]]) == (1, 2, ["stray"])
+    assert list(data["buckets"]) == ["t1"]
+    paths = {r.path for r in api.recorded()}
+    assert "/api/v1/namespaces/t1/configmaps" in paths and "/api/v1/configmaps" not in paths
