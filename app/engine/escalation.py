@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.context import Context
+from app.engine.glob import Glob
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
 from app.engine.model import MODES, VERBS_FOR_OPERATION, Decision, Request, Resource
-from app.engine.policy import Entry, Glob, Permissions, Requirement
+from app.engine.policy import Entry, Permissions, Requirement
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
 
 # The label rule only ever judges admission requests, so only verbs an admission operation maps
@@ -137,10 +138,10 @@ def _always_applies(entry: Entry, grant: Grant) -> bool:
     """Whether ``entry`` applies to every resource the grant spans (none is left unrestricted)."""
     group_ok = (
         entry.group is None
-        or entry.group.text == "*"
+        or entry.group.is_universal
         or (grant.group != "*" and entry.group.matches(grant.group))
     )
-    resource_ok = entry.resource.text == "*" or (
+    resource_ok = entry.resource.is_universal or (
         grant.resource != "*" and entry.resource.matches(grant.resource)
     )
     subresource_ok = entry.subresource is None or (

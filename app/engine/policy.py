@@ -12,30 +12,65 @@ default label key. Everything is compiled once, when the role is loaded.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 
+from app.engine.glob import Glob
 from app.engine.model import Resource
 
 DEFAULT_ANNOTATION_KEY = "labelrbac.io/permissions"
 
+# Every pattern below is matched by jsonschema with Python's backtracking ``re`` against text a
+# namespace admin writes, of any length (annotations may total 256 KiB). So each is anchored at
+# the start (searched from there only) and every repetition in it is bounded: whatever the text,
+# a match succeeds or gives up within a few hundred steps.
+#
 # A label key: an optional DNS-subdomain prefix (at most 253 characters) and a name of at most 63.
 _LABEL_KEY = (
     r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
+# A label value is at most 63 characters, so a longer value glob could only match by its stars.
 _VALUE_GLOB = r"^[-A-Za-z0-9_.*?]{0,63}$"
-_RESOURCE_PATTERN = r"^[-a-zA-Z0-9*?]+(\.[-a-zA-Z0-9.*?]+)?(/[-a-zA-Z0-9*?]+)?$"
+# res[.group][/sub]: resource names are DNS labels (at most 63 characters), groups DNS subdomains
+# (at most 253) and subresources path segments as short as resource names.
+_RESOURCE_PATTERN = r"^[-a-zA-Z0-9*?]{1,63}(\.[-a-zA-Z0-9.*?]{1,253})?(/[-a-zA-Z0-9*?]{1,63})?$"
+# Globs match in linear time whatever their wildcards (app/engine/glob.py); the bound keeps the
+# coverage comparison of the escalation check (|pattern|·|pattern|) and denial messages small.
+# Real patterns ("staging-*", "*-dev-*", "v?.?") need a few.
+MAX_WILDCARDS = 16
+_MAX_VALUE_GLOB = 63
+_MAX_RESOURCE_PATTERN = 63 + 1 + 253 + 1 + 63
 
-_VALUES = {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": _VALUE_GLOB}}
+
+def _few_wildcards(longest: int) -> str:
+    # Each run between wildcards is bounded too, so a text far too long fails within a few
+    # hundred steps instead of being scanned (the length itself is reported by the other pattern).
+    run = f"[^*?]{{0,{longest}}}"
+    return f"^{run}([*?]{run}){{0,{MAX_WILDCARDS}}}$"
+
+
+_FEW_WILDCARDS_VALUE = _few_wildcards(_MAX_VALUE_GLOB)
+_FEW_WILDCARDS_RESOURCE = _few_wildcards(_MAX_RESOURCE_PATTERN)
+
+_VALUES = {
+    "type": "array",
+    "minItems": 1,
+    "items": {
+        "type": "string",
+        # The first failing pattern is the one reported: say what the text is before counting.
+        "allOf": [{"pattern": _VALUE_GLOB}, {"pattern": _FEW_WILDCARDS_VALUE}],
+    },
+}
 
 SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "minProperties": 1,
-    "propertyNames": {"pattern": _RESOURCE_PATTERN},
+    "propertyNames": {
+        "allOf": [{"pattern": _RESOURCE_PATTERN}, {"pattern": _FEW_WILDCARDS_RESOURCE}]
+    },
     # if/then/else rather than oneOf, so a violation is reported where it is, not as "matches
     # none of the alternatives".
     "additionalProperties": {
@@ -54,40 +89,6 @@ _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 class AnnotationError(ValueError):
     """A permission annotation that cannot be used: bad JSON, schema violation, ambiguity."""
-
-
-@dataclass(frozen=True, slots=True)
-class Glob:
-    """A ``*``/``?`` wildcard pattern; literals compare by equality (the common, fast case)."""
-
-    text: str
-    regex: re.Pattern[str] | None = field(default=None, compare=False)
-
-    @classmethod
-    def compile(cls, text: str) -> Glob:
-        if "*" not in text and "?" not in text:
-            return cls(text)
-        pattern = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in text)
-        return cls(text, re.compile(pattern, re.DOTALL))
-
-    @property
-    def is_literal(self) -> bool:
-        return self.regex is None
-
-    def matches(self, value: str) -> bool:
-        if self.regex is None:
-            return value == self.text
-        return self.regex.fullmatch(value) is not None
-
-    def covers(self, other: Glob) -> bool:
-        """True when every value ``other`` matches is matched by this glob too.
-
-        Exact for literals and for ``*``; for two non-trivial globs only identity is accepted,
-        which may refuse a subset it cannot prove (the safe direction).
-        """
-        if self.text == "*" or self.text == other.text:
-            return True
-        return other.is_literal and self.matches(other.text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,9 +223,14 @@ def _compile_entry(pattern: str, value: Any, default_label_key: str | None) -> E
 
 # Pattern failures, said in words rather than as the regular expression.
 _PATTERN_NAMES = {
-    _RESOURCE_PATTERN: "a resource pattern (res[.group][/subresource], with * and ? globs)",
+    _RESOURCE_PATTERN: (
+        "a resource pattern (res[.group][/subresource], with * and ? globs; resource and "
+        "subresource at most 63 characters, group at most 253)"
+    ),
     _LABEL_KEY: "a label key ([prefix/]name, name at most 63 characters)",
     _VALUE_GLOB: "a label value glob (at most 63 of A-Z a-z 0-9 - _ . * ?)",
+    _FEW_WILDCARDS_VALUE: f"a glob with at most {MAX_WILDCARDS} wildcards (* and ? together)",
+    _FEW_WILDCARDS_RESOURCE: f"a glob with at most {MAX_WILDCARDS} wildcards (* and ? together)",
 }
 
 
@@ -244,6 +250,9 @@ def parse_permissions(
         raise AnnotationError("not valid JSON: nested too deeply") from None
     except (TypeError, ValueError) as exc:
         raise AnnotationError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        # Nesting deeper than the interpreter's limit is no annotation this schema accepts.
+        raise AnnotationError("not valid JSON: nested too deeply") from None
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from app.engine.model import Resource
 from app.engine.policy import (
     AnnotationError,
-    Glob,
     parse_permissions,
     permissions_of,
 )
@@ -25,88 +25,6 @@ def res(text: str, group: str = CORE) -> Resource:
 
 def perms(document: object, default_label_key: str | None = None):
     return parse_permissions(json.dumps(document), default_label_key=default_label_key)
-
-
-# --- Glob -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("pattern", "value", "expected"),
-    [
-        pytest.param("a", "a", True, id="literal-equal"),
-        pytest.param("a", "ab", False, id="literal-no-prefix-match"),
-        pytest.param("a", "A", False, id="literal-case-sensitive"),
-        pytest.param("a", "", False, id="literal-vs-empty"),
-        pytest.param("*", "", True, id="star-matches-empty"),
-        pytest.param("*", "anything-at-all", True, id="star-matches-all"),
-        pytest.param("team-*", "team-a", True, id="star-suffix"),
-        pytest.param("team-*", "team-", True, id="star-suffix-empty"),
-        pytest.param("team-*", "xteam-a", False, id="star-anchored-at-start"),
-        pytest.param("*-prod", "eu-prod", True, id="star-prefix"),
-        pytest.param("*-prod", "eu-prod-2", False, id="star-anchored-at-end"),
-        pytest.param("a*b*c", "a-x-b-y-c", True, id="several-stars"),
-        pytest.param("v?", "v1", True, id="question-one-char"),
-        pytest.param("v?", "v", False, id="question-not-zero-chars"),
-        pytest.param("v?", "v12", False, id="question-not-two-chars"),
-        # Literal characters that are regex metacharacters must stay literal inside a glob.
-        pytest.param("a.b*", "a.b1", True, id="dot-literal-matches-dot"),
-        pytest.param("a.b*", "aXb1", False, id="dot-is-not-any-char"),
-        pytest.param("v1.*", "v1.2", True, id="dot-then-star"),
-        pytest.param("v1.*", "v102", False, id="dot-then-star-needs-dot"),
-        pytest.param("a+*", "a+b", True, id="plus-literal"),
-        pytest.param("a+*", "aab", False, id="plus-not-repetition"),
-        pytest.param("(a|b)*", "(a|b)x", True, id="parens-literal"),
-        pytest.param("(a|b)*", "ax", False, id="alternation-not-regex"),
-        pytest.param("[ab]?", "[ab]x", True, id="brackets-literal"),
-        pytest.param("[ab]?", "ax", False, id="class-not-regex"),
-        pytest.param("^a$*", "^a$", True, id="anchors-literal"),
-        # A literal is compared by equality, even with metacharacters in it.
-        pytest.param("a.b", "a.b", True, id="literal-with-dot"),
-        pytest.param("a.b", "axb", False, id="literal-dot-not-wildcard"),
-    ],
-)
-def test_glob_matches(pattern: str, value: str, expected: bool) -> None:
-    assert Glob.compile(pattern).matches(value) is expected
-
-
-def test_glob_literal_has_no_regex() -> None:
-    assert Glob.compile("app-intent").is_literal
-    assert not Glob.compile("app-*").is_literal
-    assert not Glob.compile("app-?").is_literal
-
-
-def test_glob_star_does_not_stop_at_newline() -> None:
-    # Label values cannot hold newlines, but a glob must never be weaker than it claims.
-    assert Glob.compile("a*").matches("a\nb")
-
-
-def test_glob_equality_ignores_compiled_regex() -> None:
-    assert Glob.compile("a*") == Glob.compile("a*")
-    assert Glob.compile("a*") != Glob.compile("a?")
-
-
-@pytest.mark.parametrize(
-    ("outer", "inner", "expected"),
-    [
-        pytest.param("*", "anything", True, id="star-covers-literal"),
-        pytest.param("*", "team-*", True, id="star-covers-glob"),
-        pytest.param("*", "*", True, id="star-covers-star"),
-        pytest.param("a", "a", True, id="literal-covers-itself"),
-        pytest.param("a", "b", False, id="literal-not-other-literal"),
-        pytest.param("a", "*", False, id="literal-not-star"),
-        pytest.param("a", "a*", False, id="literal-not-glob"),
-        pytest.param("team-*", "team-a", True, id="glob-covers-matching-literal"),
-        pytest.param("team-*", "other", False, id="glob-not-non-matching-literal"),
-        pytest.param("team-*", "team-*", True, id="glob-covers-itself"),
-        pytest.param("team-*", "*", False, id="glob-not-star"),
-        # Subset of globs that cannot be proven: refused (the safe direction).
-        pytest.param("team-*", "team-a*", False, id="unprovable-glob-subset-refused"),
-        pytest.param("v?", "v1", True, id="question-covers-literal"),
-        pytest.param("v?", "v12", False, id="question-not-longer-literal"),
-    ],
-)
-def test_glob_covers(outer: str, inner: str, expected: bool) -> None:
-    assert Glob.compile(outer).covers(Glob.compile(inner)) is expected
 
 
 # --- Parsing and schema validation -----------------------------------------------------------
@@ -221,6 +139,94 @@ def test_invalid_annotations(raw: str, default_label_key: str | None, fragment: 
     with pytest.raises(AnnotationError) as info:
         parse_permissions(raw, default_label_key=default_label_key)
     assert fragment in str(info.value)
+
+
+WILD = "a glob with at most 16 wildcards (* and ? together)"
+RESOURCE_LIMITS = "resource and subresource at most 63 characters, group at most 253"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fragment"),
+    [
+        pytest.param("r" * 64, RESOURCE_LIMITS, id="resource-over-63"),
+        pytest.param("pods." + "g" * 254, RESOURCE_LIMITS, id="group-over-253"),
+        pytest.param("pods/" + "s" * 64, RESOURCE_LIMITS, id="subresource-over-63"),
+        pytest.param("*a" * 17, WILD, id="resource-17-stars"),
+        pytest.param("pods.*.*.*.*.*.*/" + "?" * 11, WILD, id="wildcards-counted-across-parts"),
+        pytest.param("r" * 64 + "*" * 20, RESOURCE_LIMITS, id="length-reported-before-count"),
+    ],
+)
+def test_resource_pattern_bounds(pattern: str, fragment: str) -> None:
+    with pytest.raises(AnnotationError) as info:
+        parse_permissions(json.dumps({pattern: {"t": ["a"]}}))
+    assert f"{pattern!r} is not" in str(info.value)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        pytest.param("*a" * 8 + "*b" + "?" * 8, WILD, id="value-17-wildcards"),
+        pytest.param("?" * 17, WILD, id="value-17-questions"),
+        pytest.param("*" * 64, "at most 63 of", id="value-over-63-stars"),
+    ],
+)
+def test_value_glob_bounds(value: str, fragment: str) -> None:
+    with pytest.raises(AnnotationError) as info:
+        parse_permissions(json.dumps({"configmaps": {"team": [value]}}))
+    assert "at configmaps/team/0" in str(info.value)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        pytest.param("r" * 63, id="resource-63"),
+        pytest.param("r" * 63 + "." + "g" * 253 + "/" + "s" * 63, id="every-part-at-its-limit"),
+        pytest.param("*a" * 16, id="resource-16-stars"),
+        pytest.param("*.*/*", id="all-wildcards"),
+    ],
+)
+def test_patterns_at_the_limits_are_valid(pattern: str) -> None:
+    (entry,) = perms({pattern: {"team": ["?" * 16, "*a" * 8, "v" * 63]}}).entries
+    assert entry.pattern == pattern
+
+
+def test_annotation_nested_beyond_the_recursion_limit_is_invalid() -> None:
+    deep = '{"configmaps": {"team": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    with pytest.raises(AnnotationError, match="not valid JSON: nested too deeply"):
+        parse_permissions(deep)
+
+
+def test_schema_rejects_huge_hostile_text_quickly() -> None:
+    """Schema patterns run Python's backtracking re on text of any size: each gives up at once.
+
+    Near misses a megabyte long in every place a pattern meets text: resource patterns, label
+    keys (prefix and name) and value globs, dense with the characters each pattern repeats.
+    """
+    size = 1_000_000
+    hostile = [
+        "a" * size + "!",
+        "a." * (size // 2) + "!",
+        "*a" * (size // 2) + "!",
+        "a" + "." * size + "a/b",
+        "a" * 252 + "/" + "a" * size,
+        ("a" * 63 + "*") * (size // 64),
+        "?" * size,
+        "-" * size,
+    ]
+    started = time.perf_counter()
+    for text in hostile:
+        for document in (
+            {text: {"team": ["a"]}},
+            {"configmaps": {text: ["a"]}},
+            {"configmaps": {"team": [text]}},
+        ):
+            with pytest.raises(AnnotationError):
+                parse_permissions(json.dumps(document))
+    elapsed = time.perf_counter() - started
+    # Reading and writing the JSON dominates (24 megabytes); matching must add nothing to it.
+    assert elapsed < 5.0, f"24 hostile annotations took {elapsed:.2f}s"
 
 
 def test_schema_error_names_its_location() -> None:
