@@ -85,6 +85,7 @@ SCHEMA: Mapping[str, Any] = {
     },
 }
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+_PATTERN_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA["propertyNames"])
 
 
 class AnnotationError(ValueError):
@@ -194,8 +195,9 @@ class Permissions:
 def resource_pattern(pattern: str) -> Entry:
     """A resource pattern alone (``configmaps``, ``*.apps``, ``pods/log``), matched as an
     annotation entry's key is; ``rank(res) > 0`` says it applies. Raises ``AnnotationError``."""
-    if not re.match(_RESOURCE_PATTERN, pattern):
-        raise AnnotationError(f"{pattern!r} is not {_PATTERN_NAMES[_RESOURCE_PATTERN]}")
+    error = jsonschema.exceptions.best_match(_PATTERN_VALIDATOR.iter_errors(pattern))
+    if error is not None:
+        raise AnnotationError(_explain(error))
     return _compile_entry(pattern, {}, None)
 
 
