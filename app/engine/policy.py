@@ -252,9 +252,6 @@ def parse_permissions(
         raise AnnotationError("not valid JSON: nested too deeply") from None
     except (TypeError, ValueError) as exc:
         raise AnnotationError(f"not valid JSON: {exc}") from None
-    except RecursionError:
-        # Nesting deeper than the interpreter's limit is no annotation this schema accepts.
-        raise AnnotationError("not valid JSON: nested too deeply") from None
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
