@@ -20,8 +20,9 @@ O(|a|·|b|): it refuses what it cannot prove (see ``Glob.covers``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 STAR = "*"
 ANY = "?"
@@ -130,16 +131,17 @@ class Glob:
 
     text: str
     canonical: str = field(default="", compare=False, repr=False)
-    _segments: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
     _automaton: _Automaton | None = field(default=None, compare=False, repr=False)
+    # The cheapest test for this glob's shape, chosen once (see _matcher).
+    _match: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def compile(cls, text: str) -> Glob:
         if not WILDCARDS.intersection(text):
             return cls(text, text)
         canonical = normalize(text)
-        segments = tuple(canonical.split(STAR)) if ANY not in canonical else None
-        return cls(text, canonical, segments, _Automaton.build(canonical))
+        automaton = _Automaton.build(canonical)
+        return cls(text, canonical, automaton, _matcher(canonical, automaton))
 
     @property
     def is_literal(self) -> bool:
@@ -150,18 +152,11 @@ class Glob:
         """True when the glob matches every string (``*``, or ``**``)."""
         return self.canonical == STAR
 
-    @property
-    def wildcards(self) -> int:
-        return sum(ch in WILDCARDS for ch in self.text)
-
     def matches(self, value: str) -> bool:
-        automaton = self._automaton
-        if automaton is None:
+        match = self._match
+        if match is None:
             return value == self.text
-        segments = self._segments
-        if segments is None:
-            return automaton.accepts(value)
-        return _matches_segments(segments, value)
+        return match(value)
 
     def covers(self, other: Glob) -> bool:
         """True only when every string ``other`` matches is matched by this glob too.
@@ -182,8 +177,25 @@ class Glob:
         return self._automaton.accepts_glob(other.canonical)
 
 
+def _matcher(canonical: str, automaton: _Automaton) -> Callable[[str], bool]:
+    """The test for a wildcard glob: string methods for the usual star-only shapes."""
+    if ANY in canonical:
+        return automaton.accepts
+    segments = canonical.split(STAR)
+    if len(segments) == 2:  # "prefix*suffix", "prefix*", "*suffix", "*"
+        prefix, suffix = segments
+        shortest = len(prefix) + len(suffix)
+        return lambda value: (
+            len(value) >= shortest and value.startswith(prefix) and value.endswith(suffix)
+        )
+    if len(segments) == 3 and not segments[0] and not segments[2]:  # "*infix*"
+        infix = segments[1]
+        return lambda value: infix in value
+    return partial(_matches_segments, tuple(segments))
+
+
 def _matches_segments(segments: tuple[str, ...], value: str) -> bool:
-    """Match a star-only glob given as its ``*``-separated segments (at least two)."""
+    """Match a star-only glob given as its ``*``-separated segments (at least three)."""
     first, last = segments[0], segments[-1]
     end = len(value) - len(last)
     if end < len(first) or not value.startswith(first) or not value.endswith(last):

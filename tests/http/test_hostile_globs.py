@@ -100,7 +100,7 @@ def test_hostile_globs_are_decided_correctly_and_fast(client: FlaskClient) -> No
     wider = json.dumps({"configmaps": {"team": ["*a*"]}})
     too_long = json.dumps({"*" * 10 + "s" * 10_000: {"team": ["a"]}})
 
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(10):
         assert decide(client, configmap(NEAR_MISS))["allowed"] is False
         assert decide(client, configmap(HIT))["allowed"] is True
@@ -108,6 +108,6 @@ def test_hostile_globs_are_decided_correctly_and_fast(client: FlaskClient) -> No
         assert decide(client, role_review(wider))["allowed"] is False
         refused = decide(client, role_review(too_long))
         assert refused["allowed"] is False and refused["status"]["code"] == 422
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     # 50 reviews; the regular expressions these globs used to become would not finish one.
     assert elapsed < 5.0, f"50 reviews took {elapsed:.2f}s"
