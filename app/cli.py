@@ -28,7 +28,15 @@ from app.engine.context import (
 )
 from app.engine.decide import POST_CHECKS, evaluate
 from app.engine.kinds import BINDING_KINDS, ROLE_KINDS, snapshot_from_objects
-from app.engine.model import ENFORCE, MODES, Decision, Request, Resource, UserInfo
+from app.engine.model import (
+    ENFORCE,
+    MODES,
+    SERVICE_ACCOUNT_PREFIX,
+    Decision,
+    Request,
+    Resource,
+    UserInfo,
+)
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, resource_pattern
 from app.engine.rbac import Snapshot
 from app.settings import Settings
@@ -429,6 +437,29 @@ def _resource_of(kind: str, obj: Mapping[str, Any], loaded: Loaded) -> Resource:
     return Resource(group, plural(kind))
 
 
+AUTHENTICATED, UNAUTHENTICATED, ANONYMOUS = (
+    "system:authenticated",
+    "system:unauthenticated",
+    "system:anonymous",
+)
+
+
+def impersonated(username: str, groups: Sequence[str]) -> UserInfo:
+    """The identity ``--as``/``--as-group`` stand for, as the API server completes it when
+    impersonating: a service account without groups gets its default groups, and everyone
+    ``system:authenticated`` (``system:unauthenticated`` for ``system:anonymous``)."""
+    found = list(groups)
+    if not found and username.startswith(SERVICE_ACCOUNT_PREFIX):
+        namespace = username[len(SERVICE_ACCOUNT_PREFIX) :].partition(":")[0]
+        found = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+    if username != ANONYMOUS:
+        if AUTHENTICATED not in found and UNAUTHENTICATED not in found:
+            found.append(AUTHENTICATED)
+    elif UNAUTHENTICATED not in found:
+        found.append(UNAUTHENTICATED)
+    return UserInfo(username, tuple(found))
+
+
 def _requests(args: argparse.Namespace, loaded: Loaded) -> list[Request]:
     if args.review:
         try:
@@ -448,7 +479,7 @@ def _requests(args: argparse.Namespace, loaded: Loaded) -> list[Request]:
         raise CliError("--verb and --resource are required (or -f FILE, or --review FILE)")
     labels = dict(args.label)
     operation = OPERATION_FOR_VERB[verb]
-    user = UserInfo(args.user, tuple(args.group))
+    user = impersonated(args.user, args.group)
     if args.filename:
         targets = _manifest(args.filename)
     else:

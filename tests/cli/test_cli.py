@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from app.cli import main
+from app.cli import impersonated, main
 from tests.conftest import EXAMPLES
 from tests.support import REVIEWS, ROOT, load_review
 
@@ -198,3 +198,43 @@ def test_lint_reports_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixt
         "invalid: role t1/loud: invalid labelrbac.io/mode annotation 'loud': "
         "expected one of enforce, warn, audit\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("user", "groups", "expected"),
+    [
+        pytest.param("bob", [], ("system:authenticated",), id="user"),
+        pytest.param("bob", ["devs"], ("devs", "system:authenticated"), id="user-with-group"),
+        pytest.param("system:serviceaccount:t1:ci", [],
+                     ("system:serviceaccounts", "system:serviceaccounts:t1",
+                      "system:authenticated"), id="service-account-default-groups"),
+        pytest.param("system:serviceaccount:t1:ci", ["x"], ("x", "system:authenticated"),
+                     id="service-account-with-groups"),
+        pytest.param("system:anonymous", [], ("system:unauthenticated",), id="anonymous"),
+        pytest.param("bob", ["system:unauthenticated"], ("system:unauthenticated",),
+                     id="explicitly-unauthenticated"),
+    ],
+)  # fmt: skip
+def test_as_is_completed_like_api_server_impersonation(
+    user: str, groups: list[str], expected: tuple[str, ...]
+) -> None:
+    assert impersonated(user, groups).groups == expected
+
+
+def test_as_counts_bindings_to_system_authenticated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rbac = tmp_path / "rbac"
+    rbac.mkdir()
+    (rbac / "rbac.yaml").write_text(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
+        "metadata: {name: all, namespace: t1, annotations: "
+        "{labelrbac.io/permissions: '{\"configmaps\": {\"team\": [\"x\"]}}'}}\n"
+        "rules: [{apiGroups: [''], resources: [configmaps], verbs: [create]}]\n---\n"
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n"
+        "metadata: {name: all, namespace: t1}\nroleRef: {kind: Role, name: all}\n"
+        "subjects: [{kind: Group, name: 'system:authenticated'}]\n"
+    )
+    assert main(["check", "--rbac-dir", str(rbac), "--as", "bob", "--verb", "create",
+                 "--resource", "configmaps", "-n", "t1", "-l", "team=y"]) == 1  # fmt: skip
+    assert "(role t1/all allows team in [x])" in capsys.readouterr().out
