@@ -79,6 +79,16 @@ def _read_pattern(text: str) -> str:
     return text
 
 
+def _resource_name(text: str) -> str:
+    try:
+        res = Resource.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if res.subresource:
+        raise argparse.ArgumentTypeError(f"{text!r}: name a resource, not a subresource")
+    return text
+
+
 def _policy_flags() -> _Parser:
     parent = _Parser(add_help=False)
     group = parent.add_argument_group("policy")
@@ -166,6 +176,15 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         "--node-authorizer",
         action="store_true",
         help="decide kubelets' reads from the pods bound to them (watches pods and PVs)",
+    )
+    serve.add_argument(
+        "--watch-labels",
+        action="append",
+        type=_resource_name,
+        default=[],
+        metavar="RESOURCE[.GROUP]",
+        help="keep the labels of this resource from a metadata-only watch, for label-scoped "
+        "gets (repeatable; configmaps, secrets, pods and deployments.apps always are)",
     )
     serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes)
     serve.add_argument("--log-level", default="info")
@@ -270,6 +289,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         in_cluster=in_cluster,
         max_staleness=args.max_staleness,
         node_authorizer=args.node_authorizer,
+        watch_labels=tuple(args.watch_labels),
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
         drain_seconds=args.drain_seconds,

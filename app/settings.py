@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.context import Options
-from app.engine.model import ENFORCE
+from app.engine.model import ENFORCE, Resource
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import Compiler
 
@@ -35,6 +35,9 @@ class Settings:
     max_staleness: float | None = None
     # Decide kubelets' reads from the pods bound to them (watches pods and PVs).
     node_authorizer: bool = False
+    # Resources (``res[.group]``) whose labels are also kept from a metadata-only watch, beyond
+    # the default set, for label-scoped gets (the ClusterRole must grant list/watch on them).
+    watch_labels: tuple[str, ...] = ()
     # Serving.
     bind: str = "0.0.0.0:8443"
     workers: int = 2
@@ -48,6 +51,11 @@ class Settings:
     @property
     def compiler(self) -> Compiler:
         return Compiler(self.annotation_keys, self.default_label_key)
+
+    @property
+    def watched_labels(self) -> frozenset[tuple[str, str]]:
+        parsed = map(Resource.parse, self.watch_labels)
+        return frozenset((res.group, res.resource) for res in parsed)
 
     @property
     def engine_options(self) -> Options:

@@ -31,7 +31,7 @@ from app.source.informer import (
     NullObserver,
     Tuning,
 )
-from app.source.metadata import MAX_RESOURCES, MetadataCache
+from app.source.metadata import WATCHED_RESOURCES, MetadataCache
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -112,7 +112,7 @@ class ClusterSource:
         observer: SourceObserver | None = None,
         max_staleness: float | None = None,
         parent_resources: Mapping[tuple[str, str], str] = PARENT_RESOURCES,
-        metadata_resources: int = MAX_RESOURCES,
+        watched_labels: frozenset[tuple[str, str]] = WATCHED_RESOURCES,
         node_graph: NodeGraph | None = None,
     ) -> None:
         self._client = client
@@ -122,7 +122,7 @@ class ClusterSource:
         self._parent_versions = dict(parent_resources)
         self._parents = TtlCache(self._tuning.parent_ttl)
         # Labels of objects read by name (label-scoped gets), from metadata-only watches.
-        self.metadata = MetadataCache(client, self._tuning, self._observer, metadata_resources)
+        self.metadata = MetadataCache(client, self._tuning, self._observer, watched_labels)
         self.informers: tuple[Informer, ...] = tuple(
             Informer(
                 spec,
@@ -171,6 +171,7 @@ class ClusterSource:
             observer=observer,
             max_staleness=settings.max_staleness,
             node_graph=NodeGraph() if settings.node_authorizer else None,
+            watched_labels=WATCHED_RESOURCES | settings.watched_labels,
         )
 
     # RbacSource

@@ -14,7 +14,9 @@ answers "not found" on its own: an object is judged by labels read from the API 
 none at all, so another bucket's object is never revealed, and an object created a moment ago
 is judged by its real labels at once.
 
-Memory is bounded: informers start lazily, for at most ``max_resources`` resources, and hold
+Only the resources in ``watched`` get an informer (the shipped ClusterRole grants list/watch on
+exactly ``WATCHED_RESOURCES``; ``serve --watch-labels`` adds more); every other resource is read
+by GET. Memory is bounded: informers start lazily, on the first read of their resource, and hold
 names and labels only (a few hundred bytes per object).
 """
 
@@ -33,8 +35,11 @@ from app.source.informer import Informer, InformerObserver, Tuning
 
 log = logging.getLogger("label_rbac.source")
 
-# Metadata informers per worker; further resources are read by GET only.
-MAX_RESOURCES = 32
+# The resources whose labels are kept from a metadata-only watch by default: those the example
+# tenants' annotations restrict. manifests/deploy/rbac.yaml grants list/watch on exactly these.
+WATCHED_RESOURCES: frozenset[tuple[str, str]] = frozenset(
+    {("", "configmaps"), ("", "secrets"), ("", "pods"), ("apps", "deployments")}
+)
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -75,12 +80,12 @@ class MetadataCache:
         client: KubeClient,
         tuning: Tuning,
         observer: InformerObserver | None = None,
-        max_resources: int = MAX_RESOURCES,
+        watched: frozenset[tuple[str, str]] = WATCHED_RESOURCES,
     ) -> None:
         self._client = client
         self._tuning = tuning
         self._observer = observer
-        self._max = max_resources
+        self._watched = watched
         self._informers: dict[tuple[str, str], MetadataInformer] = {}
         self._lock = threading.Lock()
         self._stopped = False
@@ -104,7 +109,7 @@ class MetadataCache:
     def _informer(self, ref: ObjectRef) -> MetadataInformer | None:
         key = (ref.group, ref.resource)
         found = self._informers.get(key)
-        if found is not None or self._stopped:
+        if found is not None or self._stopped or key not in self._watched:
             return found
         version = ref.version if ref.version not in ("", "*") else ("" if ref.group else "v1")
         if not version:
@@ -113,8 +118,6 @@ class MetadataCache:
             found = self._informers.get(key)
             if found is not None or self._stopped:
                 return found
-            if len(self._informers) >= self._max:
-                return None
             name = str(Resource(ref.group, ref.resource))
             spec = KindSpec(name, ref.group, ref.resource, lambda _c, o: _labels(o), version)
             informer = MetadataInformer(

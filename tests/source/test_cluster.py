@@ -20,6 +20,7 @@ from app.server import Decider, create_app
 from app.settings import Settings
 from app.source.api import object_path
 from app.source.cluster import PARENT_RESOURCES
+from app.source.metadata import WATCHED_RESOURCES
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import (
     FAST,
@@ -298,7 +299,8 @@ def test_object_paths() -> None:
 
 
 def test_deployed_clusterrole_grants_exactly_what_the_source_uses() -> None:
-    """list/watch on the six kinds; get only on the parents and metadata looked up (no more)."""
+    """list/watch on the six kinds and the resources whose labels are watched; get only on the
+    parents and metadata looked up (no more)."""
     documents = yaml.safe_load_all((ROOT / "manifests" / "deploy" / "rbac.yaml").read_text())
     (role,) = [d for d in documents if d["kind"] == "ClusterRole"]
     granted = {
@@ -311,4 +313,7 @@ def test_deployed_clusterrole_grants_exactly_what_the_source_uses() -> None:
     watched = {(k.group, k.resource, v) for k in KINDS for v in ("list", "watch")}
     parents = {(group, resource, "get") for group, resource in PARENT_RESOURCES}
     metadata = {(group, resource, "get") for group, resource in METADATA_RESOURCES}
-    assert granted == watched | parents | metadata
+    labels = {
+        (group, resource, v) for group, resource in WATCHED_RESOURCES for v in ("list", "watch")
+    }
+    assert granted == watched | parents | metadata | labels

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app.engine.authorize import authorize
-from app.engine.context import Context, ObjectRef
+from app.engine.context import Context, ObjectRef, ParentUnavailable
 from app.engine.model import Access, AccessDecision, Resource, UserInfo, Verdict
 from app.source.api import KubeClient
 from app.source.cluster import ClusterSource
@@ -166,13 +166,14 @@ def test_cache_reads_only_what_it_may_and_falls_back(
     assert not informer_of(source).synced
 
 
-def test_resources_beyond_the_limit_are_read_by_get(
+def test_only_watched_resources_get_an_informer(
     kubeapi: FakeKubeAPI, make_source: MakeSource
 ) -> None:
     kubeapi.add_collection("secrets", "/api/v1", "Secret", "v1", [secret("s-a", team="a")])
     kubeapi.add_collection("configmaps", "/api/v1", "ConfigMap", "v1")
-    source = make_source(metadata_resources=1)
+    source = make_source(watched_labels=frozenset({("", "secrets")}))
     source.fetch_metadata(ObjectRef("", "v1", "secrets", "default", "s-a"))
-    with pytest.raises(Exception, match="404"):
+    with pytest.raises(ParentUnavailable, match="404"):
         source.fetch_metadata(ObjectRef("", "v1", "configmaps", "default", "none"))
     assert [i.spec.resource for i in source.metadata.informers] == ["secrets"]
+    assert kubeapi.recorded("configmaps") == []  # never listed: read by GET only
