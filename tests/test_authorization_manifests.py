@@ -1,0 +1,138 @@
+"""The shipped AuthorizationConfiguration (manifests/authorization/): the chain, its failure and
+caching settings, the webhook kubeconfig, and which recorded SubjectAccessReviews its
+matchConditions let through to label-rbac, evaluated as CEL (cel-python) as the API server
+evaluates them against the typed SubjectAccessReviewSpec."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+
+from app.source.metadata import WATCHED_RESOURCES
+from tests.support import ACCESS_REVIEWS, ROOT, make_access_review
+
+AUTHZ = ROOT / "manifests" / "authorization"
+CONFIG = yaml.safe_load((AUTHZ / "authorization-config.yaml").read_text())
+KUBECONFIG = yaml.safe_load((AUTHZ / "authorization-webhook.kubeconfig").read_text())
+(WEBHOOK,) = [a for a in CONFIG["authorizers"] if a["type"] == "Webhook"]
+STEMS = sorted(p.stem for p in ACCESS_REVIEWS.glob("c*.json"))
+
+# The typed spec's string fields: absent on the wire, "" to CEL.
+RESOURCE_FIELDS = ("namespace", "verb", "group", "version", "resource", "subresource", "name")
+
+
+def reaches_webhook(spec: dict[str, Any]) -> bool:
+    spec = copy.deepcopy(spec)
+    spec.setdefault("groups", [])
+    spec.setdefault("user", "")
+    if "resourceAttributes" in spec:
+        for field in RESOURCE_FIELDS:
+            spec["resourceAttributes"].setdefault(field, "")
+    env = celpy.Environment()
+    activation = {"request": celpy.json_to_cel(spec)}
+    return all(
+        bool(env.program(env.compile(c["expression"])).evaluate(activation))
+        for c in WEBHOOK["webhook"]["matchConditions"]
+    )
+
+
+def test_the_webhook_sits_between_node_and_rbac() -> None:
+    assert CONFIG["apiVersion"] == "apiserver.config.k8s.io/v1"
+    assert CONFIG["kind"] == "AuthorizationConfiguration"
+    assert [a["type"] for a in CONFIG["authorizers"]] == ["Node", "Webhook", "RBAC"]
+    webhook = WEBHOOK["webhook"]
+    assert webhook["subjectAccessReviewVersion"] == "v1"
+    assert webhook["matchConditionSubjectAccessReviewVersion"] == "v1"
+    assert webhook["failurePolicy"] == "Deny"
+
+
+def _seconds(duration: str) -> float:
+    match = re.fullmatch(r"(\d+)(ms|s)", duration)
+    assert match, duration
+    return int(match[1]) / (1000 if match[2] == "ms" else 1)
+
+
+def test_cached_answers_expire_within_about_a_second() -> None:
+    webhook = WEBHOOK["webhook"]
+    for ttl in ("authorizedTTL", "unauthorizedTTL"):
+        assert 0 < _seconds(webhook[ttl]) <= 1, ttl
+    # Longer than the webhook's own 2 s metadata lookup, shorter than the API server's default.
+    assert 2 < _seconds(webhook["timeout"]) <= 30
+
+
+def test_kubeconfig_points_at_authorize_with_the_served_certificate() -> None:
+    assert WEBHOOK["webhook"]["connectionInfo"]["type"] == "KubeConfigFile"
+    (cluster,) = KUBECONFIG["clusters"]
+    assert cluster["cluster"]["server"].endswith("/authorize")
+    certificates = yaml.safe_load_all((ROOT / "manifests/deploy/certificate.yaml").read_text())
+    (serving,) = [
+        c for c in certificates if c["kind"] == "Certificate" and not c["spec"].get("isCA")
+    ]
+    assert cluster["cluster"]["tls-server-name"] in serving["spec"]["dnsNames"]
+    assert KUBECONFIG["current-context"] == KUBECONFIG["contexts"][0]["name"]
+
+
+# The recorded requests the webhook must see: alice's reads of the resources her role restricts.
+REACHING = {
+    *(f"c{n:03d}-tenant-list-configmaps" for n in range(4, 12)),
+    "c002-tenant-get-configmaps",
+    "c003-tenant-get-configmaps",
+    "c012-tenant-watch-configmaps",
+    "c014-tenant-get-secrets",
+    "c015-tenant-list-pods",
+    "c016-tenant-get-pods",
+    "c017-tenant-get-pods-log",
+    "c018-tenant-deletecollection-configmaps",
+    "c022-tenant-get-configmaps",
+    "c029-tenant-list-configmaps",
+    "c034-tenant-get-deployments",
+}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_recorded_requests_reach_the_webhook_only_when_restrictable(stem: str) -> None:
+    spec = json.loads((ACCESS_REVIEWS / f"{stem}.json").read_text())["spec"]
+    assert reaches_webhook(spec) is (stem in REACHING)
+
+
+@pytest.mark.parametrize(
+    ("user", "groups", "reaches"),
+    [
+        pytest.param("alice", ("tenants",), True, id="tenant"),
+        pytest.param("system:serviceaccount:t1:ci", (), True, id="tenant-service-account"),
+        pytest.param("root", ("system:masters",), False, id="admin"),
+        pytest.param("system:serviceaccount:label-rbac:label-rbac", (), False, id="itself"),
+        pytest.param("system:serviceaccount:kube-system:coredns", (), False, id="kube-system"),
+        pytest.param("system:kube-controller-manager", (), False, id="controller-manager"),
+        pytest.param("system:node:node1", ("system:nodes",), False, id="node"),
+    ],
+)
+def test_who_reaches_the_webhook(user: str, groups: tuple[str, ...], reaches: bool) -> None:
+    review = make_access_review(user, "list", "secrets", groups=groups, namespace="t1")
+    assert reaches_webhook(review["spec"]) is reaches
+
+
+def test_the_restricted_resources_are_those_whose_labels_are_watched() -> None:
+    for group, resource in WATCHED_RESOURCES:
+        name = f"{resource}.{group}" if group else resource
+        review = make_access_review("alice", "get", name, namespace="t1", name="x")
+        assert reaches_webhook(review["spec"]), name
+    other = make_access_review("alice", "get", "deployments.example.com", namespace="t1")
+    assert not reaches_webhook(other["spec"])
+
+
+def test_the_webhook_itself_is_kept_out() -> None:
+    account = next(
+        doc
+        for doc in yaml.safe_load_all((ROOT / "manifests/deploy/rbac.yaml").read_text())
+        if doc["kind"] == "ServiceAccount"
+    )["metadata"]
+    user = f"system:serviceaccount:{account['namespace']}:{account['name']}"
+    expressions = " ".join(c["expression"] for c in WEBHOOK["webhook"]["matchConditions"])
+    assert f"'{user}'" in expressions
