@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import app
+from app.engine.authorize import READ_VERBS, authorize
 from app.engine.context import (
     Context,
     MetadataLookup,
+    ObjectRef,
     ParentLookup,
     no_metadata_lookup,
     no_parent_lookup,
@@ -32,16 +34,21 @@ from app.engine.model import (
     ENFORCE,
     MODES,
     SERVICE_ACCOUNT_PREFIX,
+    Access,
+    AccessDecision,
     Decision,
     Request,
     Resource,
     UserInfo,
+    Verdict,
 )
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, resource_pattern
 from app.engine.rbac import Snapshot
+from app.engine.selectors import Selector, SelectorError, parse_selector
 from app.settings import Settings
 from app.source.static import ManifestError, parse_manifests, read_manifests
 from app.wire import ReviewError, parse_review
+from app.wire_sar import AccessReview, parse_access_review
 
 if TYPE_CHECKING:  # the official client is imported only to talk to a cluster (it is slow)
     from app.source.api import KubeClient
@@ -202,7 +209,9 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         parents=[policy, rbac_source],
         help="explain one decision, like kubectl auth can-i with labels",
     )
-    check.add_argument("--review", type=Path, help="an AdmissionReview JSON file to decide")
+    check.add_argument(
+        "--review", type=Path, help="an AdmissionReview or SubjectAccessReview JSON file to decide"
+    )
     check.add_argument(
         "-f", "--filename", metavar="FILE", help="the object to judge, a manifest file or - (stdin)"
     )
@@ -210,7 +219,13 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     check.add_argument(
         "--as-group", "--group", dest="group", action="append", default=[], metavar="GROUP"
     )
-    check.add_argument("--verb", choices=sorted(OPERATION_FOR_VERB))
+    check.add_argument("--verb", choices=sorted({*OPERATION_FOR_VERB, *READ_VERBS}))
+    check.add_argument(
+        "--selector",
+        type=_selector_arg,
+        metavar="SELECTOR",
+        help="a read's label selector, as kubectl -l takes it (list, watch, deletecollection)",
+    )
     check.add_argument("--resource", type=_resource_arg, help="res[.group][/subresource]")
     check.add_argument("-n", "--namespace", default="")
     check.add_argument("--name", default="")
@@ -480,14 +495,93 @@ def impersonated(username: str, groups: Sequence[str]) -> UserInfo:
     return UserInfo(username, tuple(found))
 
 
-def _requests(args: argparse.Namespace, loaded: Loaded) -> list[Request]:
+def _review_document(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise CliError(f"--review {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise CliError(f"--review {path}: not JSON: {exc}") from None
+
+
+def _selector_arg(text: str) -> Selector:
+    try:
+        return parse_selector(text)
+    except SelectorError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _is_read(args: argparse.Namespace) -> bool:
+    """A SubjectAccessReview file, or a read asked with flags: decided by the read pipeline."""
+    if args.review:
+        document = _review_document(args.review)
+        return isinstance(document, Mapping) and document.get("kind") == "SubjectAccessReview"
+    if args.verb == "deletecollection":
+        return args.selector is not None
+    return args.verb in READ_VERBS
+
+
+def _access(args: argparse.Namespace) -> AccessReview:
     if args.review:
         try:
-            document = json.loads(args.review.read_bytes().decode("utf-8"))
-        except OSError as exc:
-            raise CliError(f"--review {args.review}: {exc.strerror or exc}") from None
-        except ValueError as exc:
-            raise CliError(f"--review {args.review}: not JSON: {exc}") from None
+            return parse_access_review(_review_document(args.review))
+        except ReviewError as exc:
+            raise CliError(f"--review {args.review}: {exc}") from None
+    if not args.user or args.resource is None:
+        raise CliError("--as USER and --resource are required (or --review FILE)")
+    access = Access(
+        impersonated(args.user, args.group),
+        args.verb,
+        args.resource,
+        "v1",  # the version kubectl asks for of every built-in resource label-rbac restricts
+        args.namespace,
+        args.name,
+        labels=args.selector,
+    )
+    return AccessReview("authorization.k8s.io/v1", access, None)
+
+
+def _cmd_check_read(args: argparse.Namespace, settings: Settings, loaded: Loaded) -> int:
+    """Explain a read as the authorization webhook answers it."""
+    from app.audit import dump
+
+    review = _access(args)
+    metadata = loaded.metadata
+    if args.label:  # -l states the named object's labels, instead of reading them
+        labels = dict(args.label)
+
+        def metadata(ref: ObjectRef) -> Mapping[str, Any]:
+            return {"metadata": {"name": ref.name, "labels": labels}}
+
+    ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, metadata)
+    if review.access is None:
+        decision = AccessDecision.no_opinion("NonResource", "non-resource requests are RBAC's")
+    else:
+        decision = authorize(review.access, ctx)
+    if args.output != "text":
+        data = {
+            "verdict": decision.verdict.value,
+            "reason": decision.reason,
+            "message": decision.message,
+            "explanation": list(decision.explanation),
+        }
+        print(dump(data, args.output), end="")
+    else:
+        words = {"Allow": "allowed", "Deny": "denied", "NoOpinion": "no opinion"}
+        detail = decision.message or (
+            "RBAC decides" if decision.verdict is Verdict.NO_OPINION else ""
+        )
+        print(
+            f"{words[decision.verdict.value]} ({decision.reason}){': ' if detail else ''}{detail}"
+        )
+        for line in decision.explanation:
+            print(f"  - {line}")
+    return 1 if decision.verdict is Verdict.DENY else 0
+
+
+def _requests(args: argparse.Namespace, loaded: Loaded) -> list[Request]:
+    if args.review:
+        document = _review_document(args.review)
         try:
             return [parse_review(document).request]
         except ReviewError as exc:
@@ -562,6 +656,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     loaded = _load(args, settings)
+    if _is_read(args):
+        return _cmd_check_read(args, settings, loaded)
     requests = _requests(args, loaded)
     ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, loaded.metadata)
     # Flags describe only the object's labels: what a write makes controllers do (its pod

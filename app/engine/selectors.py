@@ -10,6 +10,7 @@ same question through ``confinement``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -107,4 +108,42 @@ def from_label_selector(obj: Any) -> Selector:
         found.append(requirement(expr.get("key"), expr.get("operator"), expr.get("values")))
     if expressions and len(found) - len(labels) != len(expressions):
         raise SelectorError("each of matchExpressions must be an object")
+    return tuple(found)
+
+
+_SET_TERM = re.compile(r"\s*([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)\s*")
+_EQ_TERM = re.compile(r"\s*([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)\s*")
+_KEY_TERM = re.compile(r"\s*(!?)\s*([^\s!=(),]+)\s*")
+
+
+def _split_terms(text: str) -> list[str]:
+    """Split at commas outside parentheses (``a in (x,y),b=c`` → two terms)."""
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return terms
+
+
+def parse_selector(text: str) -> Selector:
+    """A label selector as ``kubectl -l`` spells it: ``k=v``, ``k==v``, ``k!=v``,
+    ``k in (a,b)``, ``k notin (a,b)``, ``k``, ``!k``, joined by commas. Raises ``SelectorError``.
+    """
+    found: list[Requirement] = []
+    for term in _split_terms(text):
+        if match := _SET_TERM.fullmatch(term):
+            key, op, values = match[1], match[2], [v.strip() for v in match[3].split(",")]
+            found.append(requirement(key, IN if op == "in" else NOT_IN, [v for v in values if v]))
+        elif match := _EQ_TERM.fullmatch(term):
+            found.append(Requirement(match[1], NOT_IN if match[2] == "!=" else IN, (match[3],)))
+        elif match := _KEY_TERM.fullmatch(term):
+            found.append(Requirement(match[2], DOES_NOT_EXIST if match[1] else EXISTS))
+        else:
+            raise SelectorError(f"cannot parse label selector term {term.strip()!r}")
     return tuple(found)

@@ -1,0 +1,94 @@
+"""``check`` explains reads as the authorization webhook answers them: flags or a recorded
+SubjectAccessReview file, against the example RBAC (alice: team=a in t1)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cli import main
+from app.engine.selectors import SelectorError, parse_selector
+from tests.conftest import EXAMPLES
+from tests.support import ACCESS_REVIEWS
+
+CHECK = ["check", "--rbac-dir", str(EXAMPLES)]
+LIST = ["--as", "alice", "--verb", "list", "--resource", "configmaps", "-n", "t1"]
+GET = ["--as", "alice", "--verb", "get", "--resource", "configmaps", "-n", "t1", "--name", "c2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "expected"),
+    [
+        pytest.param(
+            LIST, 1,
+            'denied (SelectorNotWithinLabels): user "alice" may list configmaps in namespace '
+            '"t1" only with a label selector within team in [a] (add -l team=a)',
+            id="list-without-selector",
+        ),
+        pytest.param(
+            [*LIST, "--selector", "team=a"], 0, "no opinion (SelectorWithinLabels): RBAC decides",
+            id="list-own-bucket",
+        ),
+        pytest.param(
+            [*LIST, "--selector", "team in (a,b)"], 1, "(add -l team=a)", id="list-two-buckets"
+        ),
+        pytest.param(
+            [*GET, "-l", "team=b"], 1,
+            'denied (LabelNotPermitted): user "alice" may not get configmaps "c2" in namespace '
+            "\"t1\": the existing object's label team=\"b\" is not permitted",
+            id="get-other-bucket",
+        ),
+        pytest.param(GET, 1, "without cluster access", id="get-unknown-labels"),
+        pytest.param([*GET, "-l", "team=a"], 0, "no opinion (LabelsPermitted)", id="get-own"),
+        pytest.param(
+            ["--as", "alice", "--verb", "deletecollection", "--resource", "configmaps", "-n", "t1",
+             "--selector", "team=b"], 1, "deletecollection configmaps", id="deletecollection",
+        ),
+        pytest.param(
+            ["--review", str(ACCESS_REVIEWS / "c005-tenant-list-configmaps.json")], 0,
+            "no opinion (SelectorWithinLabels)", id="review-file-list-team-a",
+        ),
+        pytest.param(
+            ["--review", str(ACCESS_REVIEWS / "c001-tenant-get-nonresource.json")], 0,
+            "no opinion (NonResource)", id="review-file-non-resource",
+        ),
+    ],
+)  # fmt: skip
+def test_check_explains_reads(
+    args: list[str], code: int, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*CHECK, *args]) == code
+    assert expected in capsys.readouterr().out
+
+
+def test_check_read_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*CHECK, *LIST, "--selector", "team", "-o", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert (data["verdict"], data["reason"]) == ("Deny", "SelectorNotWithinLabels")
+    assert data["explanation"] == ["role t1/team-a: team in [a]"]
+
+
+def test_bad_selector_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*CHECK, *LIST, "--selector", "team in (a"]) == 2
+    assert "cannot parse label selector" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("team=a", ["team=a"], id="equals"),
+        pytest.param("team==a", ["team=a"], id="double-equals"),
+        pytest.param("team!=a", ["team notin (a)"], id="not-equals"),
+        pytest.param("team in (a, b),env", ["team in (a,b)", "env"], id="set-and-exists"),
+        pytest.param("team notin (a),!env", ["team notin (a)", "!env"], id="notin-and-absent"),
+    ],
+)
+def test_selector_syntax(text: str, expected: list[str]) -> None:
+    assert [str(r) for r in parse_selector(text)] == expected
+
+
+@pytest.mark.parametrize("text", ["", "a=b=c", "team in a", "(x)", "a in (b", "=a"])
+def test_selector_syntax_errors(text: str) -> None:
+    with pytest.raises(SelectorError):
+        parse_selector(text)
