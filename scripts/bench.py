@@ -16,6 +16,12 @@ on a shared machine mean little:
 - reverse questions (``--reverse``): ``audit`` per existing object and ``who-can`` against one
   admission decision about the same object (what a loop of ``check`` would cost);
 - HTTP: ``POST /validate`` against ``GET /healthz`` on the same gunicorn server, driven by wrk.
+
+
+- reads: ``authorize`` (SubjectAccessReviews) against ``json.loads`` of the same review, and a
+  whole SubjectAccessReview (parse, decide, build, serialize) against a whole AdmissionReview;
+- HTTP: ``POST /validate`` and ``POST /authorize`` against ``GET /healthz`` on the same gunicorn
+  server, driven by wrk, with their latency percentiles side by side.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.engine.authorize import authorize  # noqa: E402
 from app.engine.context import Context, ObjectRef, Options  # noqa: E402
 from app.engine.decide import PRE_CHECKS, evaluate  # noqa: E402
 from app.engine.kinds import snapshot_from_objects  # noqa: E402
@@ -45,7 +52,8 @@ from app.engine.rbac import Binding, CompiledRole, Compiler, Snapshot  # noqa: E
 from app.engine.selectors import Requirement  # noqa: E402
 from app.source.static import read_manifests  # noqa: E402
 from app.wire import build_response, parse_review  # noqa: E402
-from tests.support import API, make_review  # noqa: E402
+from app.wire_sar import build_access_response, parse_access_review  # noqa: E402
+from tests.support import API, make_access_review, make_review  # noqa: E402
 
 
 class LinearSnapshot(Snapshot):
@@ -375,6 +383,63 @@ def reverse_bench(tenant_namespaces: int, per_namespace: int) -> None:
           f"({who_s * decide:,.0f}x one admission decision)")
 
 
+def access_reviews(tenant_namespaces: int) -> dict[str, dict[str, Any]]:
+    ns = f"tenant-{tenant_namespaces // 2}"
+    user = f"user-{tenant_namespaces // 2}-a-0"
+    own = [("team", "In", ["a"])]
+    return {
+        "list-own-bucket": make_access_review(user, "list", "configmaps", namespace=ns,
+                                              selector=own),
+        "list-denied": make_access_review(user, "list", "configmaps", namespace=ns),
+        "get-by-name": make_access_review(user, "get", "configmaps", namespace=ns, name="cm-a"),
+        "unrestricted": make_access_review(user, "list", "secrets", namespace=ns),
+        "admin": make_access_review("admin", "list", "configmaps", namespace=ns,
+                                    groups=("system:masters",)),
+    }  # fmt: skip
+
+
+def authorize_bench(tenant_namespaces: int, seconds: float) -> None:
+    """SubjectAccessReviews: decisions/s, and a whole review against a whole AdmissionReview."""
+    compiler = Compiler(("labelrbac.io/permissions",))
+    snapshot = snapshot_from_objects(cluster_objects(tenant_namespaces), compiler)
+    labels = {"metadata": {"name": "cm-a", "labels": {"team": "a"}}}
+
+    def metadata(ref: ObjectRef) -> dict[str, Any]:
+        return labels  # what the metadata watch holds: a dictionary read
+
+    ctx = Context(snapshot, Options(compiler=compiler), metadata=metadata)
+    admission = json.dumps(reviews(tenant_namespaces)["tenant-allowed"])
+
+    def whole_admission(b: str = admission) -> bytes:
+        rev = parse_review(json.loads(b))
+        out = build_response(rev.api_version, rev.request.uid, evaluate(rev.request, ctx))
+        return json.dumps(out).encode()
+
+    baseline = rate(whole_admission, seconds)
+    print(f"{'read request':16} {'decisions/s':>12} {'json.loads/s':>13} {'decide/parse':>13} "
+          f"{'full review/s':>14} {'vs admission':>13}  verdict")  # fmt: skip
+    for name, document in access_reviews(tenant_namespaces).items():
+        body = json.dumps(document)
+        access = parse_access_review(document).access
+        assert access is not None
+        decision = authorize(access, ctx)
+        decide = rate(lambda a=access: authorize(a, ctx), seconds)
+        parse = rate(lambda b=body: json.loads(b), seconds)
+
+        def full(b: str = body) -> bytes:
+            review = parse_access_review(json.loads(b))
+            assert review.access is not None
+            out = build_access_response(review.api_version, authorize(review.access, ctx))
+            return json.dumps(out).encode()
+
+        whole = rate(full, seconds)
+        print(
+            f"{name:16} {decide:12,.0f} {parse:13,.0f} {decide / parse:13.2f} "
+            f"{whole:14,.0f} {whole / baseline:12.2f}x  {decision.verdict.value}"
+        )
+    print(f"(a whole tenant AdmissionReview: {baseline:,.0f}/s in the same run)")
+
+
 def http_bench(duration: int) -> None:
     if shutil.which("wrk") is None:
         print("http: wrk not found (apt-get install wrk); skipped")
@@ -382,22 +447,28 @@ def http_bench(duration: int) -> None:
     from tests.process import serve
 
     review = make_review("alice", "CREATE", "configmaps", namespace="t1", labels={"team": "a"})
+    access = make_access_review(
+        "alice", "list", "configmaps", namespace="t1", selector=[("team", "In", ["a"])]
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "post.lua"
-        script.write_text(
-            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-            f"wrk.body = {json.dumps(json.dumps(review))}\n"
-        )
+        scripts = {}
+        for label, document in (("validate", review), ("authorize", access)):
+            scripts[label] = Path(tmp) / f"{label}.lua"
+            scripts[label].write_text(
+                'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                f"wrk.body = {json.dumps(json.dumps(document))}\n"
+            )
         workers = str(os.cpu_count() or 2)
         with serve(Path(tmp), "--rbac-dir", "manifests/examples", "--workers", workers,
                    "--threads", "4", "--log-level", "warning") as server:  # fmt: skip
-            results = {}
+            results, p50s = {}, {}
             # Warm up (TLS session setup, worker imports) before measuring either endpoint.
             subprocess.run(["wrk", "-t2", "-c16", "-d2s", server.base_url + "/healthz"],
                            capture_output=True, check=True)  # fmt: skip
             for label, path, extra in (
                 ("GET /healthz", "/healthz", []),
-                ("POST /validate", "/validate", ["-s", str(script)]),
+                ("POST /validate", "/validate", ["-s", str(scripts["validate"])]),
+                ("POST /authorize", "/authorize", ["-s", str(scripts["authorize"])]),
             ):
                 out = subprocess.run(
                     ["wrk", "-t2", "-c16", f"-d{duration}s", "--latency", *extra,
@@ -405,11 +476,17 @@ def http_bench(duration: int) -> None:
                     capture_output=True, text=True, check=True,
                 ).stdout  # fmt: skip
                 rps = float(next(ln for ln in out.splitlines() if "Requests/sec" in ln).split()[1])
-                p99 = next(ln for ln in out.splitlines() if ln.strip().startswith("99%")).split()[1]
-                results[label] = rps
-                print(f"{label:16} {rps:10,.0f} req/s   p99 {p99}")
-            ratio = results["POST /validate"] / results["GET /healthz"]
-            print(f"validate/healthz throughput ratio: {ratio:.2f} ({workers} workers, TLS)")
+                lines = out.splitlines()
+                p50 = next(ln for ln in lines if ln.strip().startswith("50%")).split()[1]
+                p99 = next(ln for ln in lines if ln.strip().startswith("99%")).split()[1]
+                results[label], p50s[label] = rps, p50
+                print(f"{label:16} {rps:10,.0f} req/s   p50 {p50}   p99 {p99}")
+            for label in ("POST /validate", "POST /authorize"):
+                ratio = results[label] / results["GET /healthz"]
+                print(f"{label[6:]}/healthz throughput ratio: {ratio:.2f} ({workers} workers, TLS)")
+            ratio = results["POST /authorize"] / results["POST /validate"]
+            print(f"authorize/validate throughput ratio: {ratio:.2f}; p50 "
+                  f"{p50s['POST /authorize']} against {p50s['POST /validate']}")  # fmt: skip
 
 
 def main() -> None:
@@ -426,6 +503,7 @@ def main() -> None:
         reverse_bench(args.namespaces, 10)
         return
     engine_bench(args.namespaces, args.seconds)
+    authorize_bench(args.namespaces, args.seconds)
     node_graph_bench(args.pods, args.nodes, args.seconds)
     if args.http:
         http_bench(args.http_duration)
