@@ -68,6 +68,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
+
 OPERATION_FOR_VERB = {
     "create": "CREATE",
     "update": "UPDATE",
@@ -147,9 +148,7 @@ def _settings(args: argparse.Namespace, **extra: object) -> Settings:
 
 
 def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=prog, description="label-rbac: label-based permissions for Kubernetes"
-    )
+    parser = _Parser(prog=prog, description="label-rbac: label-based permissions for Kubernetes")
     parser.add_argument("--version", action="version", version=f"label-rbac {app.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     policy = _policy_flags()

@@ -55,6 +55,12 @@ RESOURCES: Mapping[str, tuple[str, str, str, str | None]] = {
     # Empty until a test applies some (the node authorizer's graph watches them).
     "pods": ("/api/v1", "Pod", "v1", None),
     "persistentvolumes": ("/api/v1", "PersistentVolume", "v1", None),
+    "volumeattachments": (
+        "/apis/storage.k8s.io/v1",
+        "VolumeAttachment",
+        "storage.k8s.io/v1",
+        None,
+    ),
 }
 
 

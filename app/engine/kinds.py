@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.nodegraph import compile_pod, compile_volume
+from app.engine.nodegraph import compile_attachment, compile_pod, compile_volume
 from app.engine.rbac import RBAC_GROUP, Binding, CompiledRole, Compiler, Snapshot
 
 CompileFn = Callable[[Compiler, Mapping[str, Any]], Any]
@@ -49,7 +49,10 @@ POD = KindSpec("Pod", "", "pods", lambda c, o: compile_pod(o))
 PERSISTENT_VOLUME = KindSpec(
     "PersistentVolume", "", "persistentvolumes", lambda c, o: compile_volume(o)
 )
-GRAPH_KINDS: tuple[KindSpec, ...] = (POD, PERSISTENT_VOLUME)
+VOLUME_ATTACHMENT = KindSpec(
+    "VolumeAttachment", "storage.k8s.io", "volumeattachments", lambda c, o: compile_attachment(o)
+)
+GRAPH_KINDS: tuple[KindSpec, ...] = (POD, PERSISTENT_VOLUME, VOLUME_ATTACHMENT)
 
 ROLE_KINDS: tuple[KindSpec, ...] = (ROLE, CLUSTER_ROLE)
 BINDING_KINDS: tuple[KindSpec, ...] = (ROLE_BINDING, CLUSTER_ROLE_BINDING)

@@ -228,9 +228,7 @@ def grant_decision(request: Request, grants: Grants) -> Decision | None:
             "Unrestricted", f"{grants.unrestricted.ref} grants this without label limits"
         )
     if not grants.restricted:
-        return Decision.deny(
-            "InvalidAnnotation", f"{who(request, grants.verb)}: {grants.broken()}"
-        )
+        return Decision.deny("InvalidAnnotation", f"{who(request, grants.verb)}: {grants.broken()}")
     return None
 
 

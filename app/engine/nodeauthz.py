@@ -188,6 +188,7 @@ RULES: Mapping[tuple[str, str], Rule] = {
     ("resource.k8s.io", RESOURCE_CLAIMS): _get_only,
     ("coordination.k8s.io", "leases"): _leases,
     ("storage.k8s.io", "csinodes"): _csinodes,
+    ("storage.k8s.io", "volumeattachments"): _get_only,
 }
 
 

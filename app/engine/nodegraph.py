@@ -42,6 +42,7 @@ GRAPH_REFERENCE_KINDS = frozenset(
     {SERVICE_ACCOUNTS, SECRETS, CONFIGMAPS, PERSISTENT_VOLUME_CLAIMS, RESOURCE_CLAIMS}
 )
 PERSISTENT_VOLUMES = "persistentvolumes"
+VOLUME_ATTACHMENTS = "volumeattachments"
 
 # (resource, namespace, name) of a referenced object.
 ObjectKey = tuple[str, str, str]
@@ -168,6 +169,25 @@ def _text(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value)
 
 
+@dataclass(frozen=True, slots=True)
+class AttachmentBinding:
+    """A VolumeAttachment and the node it attaches a volume to."""
+
+    name: str
+    node: str
+
+
+def compile_attachment(attachment: Mapping[str, Any]) -> AttachmentBinding | None:
+    """A VolumeAttachment's binding; None without a node (no node may read it)."""
+    meta, spec = attachment.get("metadata"), attachment.get("spec")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return None
+    name, node = meta.get("name"), spec.get("nodeName")
+    if not (_text(name) and _text(node)):
+        return None
+    return AttachmentBinding(name, sys.intern(node))
+
+
 class NodeGraph:
     """Pods by node and what they reference, updated one binding at a time (module docstring)."""
 
@@ -177,6 +197,7 @@ class NodeGraph:
         self._reach: dict[ObjectKey, frozenset[str]] = {}
         self._volume_claims: dict[str, ObjectKey] = {}
         self._volume_secrets: dict[ObjectKey, frozenset[str]] = {}
+        self._attachments: dict[str, str] = {}  # VolumeAttachment → node
         # Writer-only: how many pods on each node reference an object.
         self._counts: dict[ObjectKey, dict[str, int]] = {}
         self.pods = 0
@@ -191,6 +212,8 @@ class NodeGraph:
                 graph.update_pod(None, compile_pod(obj))
             elif kind == "PersistentVolume":
                 graph.update_volume(None, compile_volume(obj))
+            elif kind == "VolumeAttachment":
+                graph.update_attachment(None, compile_attachment(obj))
         return graph
 
     # Readers (lock-free).
@@ -199,6 +222,8 @@ class NodeGraph:
         """Whether a path leads from the object to ``node``."""
         if resource == PERSISTENT_VOLUMES:
             return self._volume_reaches(name, node)
+        if resource == VOLUME_ATTACHMENTS:
+            return self._attachments.get(name) == node
         key = (resource, namespace, name)
         if node in self._reach.get(key, _NONE):
             return True
@@ -259,6 +284,18 @@ class NodeGraph:
                 if not same:
                     self._volume_claims.pop(old.name, None)
             self.volumes += (new is not None) - (old is not None)
+
+    def update_attachment(
+        self, old: AttachmentBinding | None, new: AttachmentBinding | None
+    ) -> None:
+        """Replace what VolumeAttachment binding ``old`` contributed by what ``new`` does."""
+        if old == new:
+            return
+        with self._lock:
+            if new is not None:
+                self._attachments[new.name] = new.node
+            if old is not None and (new is None or new.name != old.name):
+                self._attachments.pop(old.name, None)
 
     def _count(self, key: ObjectKey, node: str, delta: int) -> None:
         counts = self._counts.setdefault(key, {})

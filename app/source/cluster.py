@@ -19,7 +19,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.engine.context import ObjectRef, ParentUnavailable
-from app.engine.kinds import GRAPH_KINDS, KINDS, POD, build_snapshot
+from app.engine.kinds import (
+    GRAPH_KINDS,
+    KINDS,
+    PERSISTENT_VOLUME,
+    POD,
+    VOLUME_ATTACHMENT,
+    build_snapshot,
+)
 from app.engine.model import Request, Resource
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Compiler, Snapshot
@@ -30,6 +37,7 @@ from app.source.informer import (
     InformerObserver,
     NullObserver,
     Tuning,
+    Update,
 )
 from app.source.metadata import WATCHED_RESOURCES, MetadataCache
 
@@ -137,8 +145,13 @@ class ClusterSource:
         self._rbac_informers = self.informers
         self._graph = node_graph
         if node_graph is not None:
-            # Pods and PVs feed the node graph one change at a time; they do not rebuild the
-            # snapshot (pods churn), except to become ready once they have been listed.
+            updates: dict[str, Update] = {
+                POD.kind: node_graph.update_pod,
+                PERSISTENT_VOLUME.kind: node_graph.update_volume,
+                VOLUME_ATTACHMENT.kind: node_graph.update_attachment,
+            }
+            # Pods, PVs and VolumeAttachments feed the node graph one change at a time; they do
+            # not rebuild the snapshot (pods churn), except to become ready once listed.
             self.informers += tuple(
                 Informer(
                     spec,
@@ -147,7 +160,7 @@ class ClusterSource:
                     self._graph_listed,
                     self._tuning,
                     self._observer,
-                    on_update=node_graph.update_pod if spec is POD else node_graph.update_volume,
+                    on_update=updates[spec.kind],
                 )
                 for spec in GRAPH_KINDS
             )

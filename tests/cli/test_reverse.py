@@ -179,6 +179,7 @@ def test_audit_of_a_manifests_directory(tmp_path: Path, capsys: pytest.CaptureFi
 
 def discovery(api: FakeKubeAPI) -> None:
     """API discovery as kube-apiserver serves it (only the fields clients read)."""
+
     def resource(name: str, kind: str, namespaced: bool, verbs: str = "create delete get list "
                  "patch update watch") -> dict[str, Any]:  # fmt: skip
         return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
@@ -195,8 +196,14 @@ def discovery(api: FakeKubeAPI) -> None:
         {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
          "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
     ]})  # fmt: skip
-    api.put_object("/apis/apps/v1", {"kind": "APIResourceList", "groupVersion": "apps/v1",
-                                     "resources": [resource("deployments", "Deployment", True)]})
+    api.put_object(
+        "/apis/apps/v1",
+        {
+            "kind": "APIResourceList",
+            "groupVersion": "apps/v1",
+            "resources": [resource("deployments", "Deployment", True)],
+        },
+    )
 
 
 @pytest.fixture
@@ -208,9 +215,15 @@ def cluster(tmp_path: Path) -> Iterator[tuple[FakeKubeAPI, Path]]:
     discovery(api)
     api.collections["configmaps"] = Collection("configmaps", "/api/v1", "ConfigMap", "v1")
     for name, labels in (("mine", {"team": "a"}), ("stray", {"team": "z"})):
-        api.apply("configmaps", {"apiVersion": "v1", "kind": "ConfigMap",
-                                 "data": {"k": "not for the audit"},
-                                 "metadata": {"name": name, "namespace": "t1", "labels": labels}})
+        api.apply(
+            "configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "data": {"k": "not for the audit"},
+                "metadata": {"name": name, "namespace": "t1", "labels": labels},
+            },
+        )
     yield api, api.write_kubeconfig(tmp_path / "kubeconfig")
     api.stop()
 

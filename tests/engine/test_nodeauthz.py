@@ -29,6 +29,8 @@ GRAPH = NodeGraph.from_objects(
         pod("web-b", node="node2", volumes=[{"name": "s", "secret": {"secretName": "s-other"}}]),
         persistent_volume("pv-data", claim="data"),
         persistent_volume("pv-other", claim="elsewhere"),
+        {"kind": "VolumeAttachment", "metadata": {"name": "va-1"}, "spec": {"nodeName": "node1"}},
+        {"kind": "VolumeAttachment", "metadata": {"name": "va-2"}, "spec": {"nodeName": "node2"}},
     )
 )
 CTX = Context(snapshot(), nodes=GRAPH)
@@ -316,6 +318,24 @@ CASES = [
         "can only get, create, update, patch, or delete a CSINode",
         id="watch-csinodes",
     ),
+    pytest.param(
+        access("get", "volumeattachments.storage.k8s.io", "va-1", ""),
+        ALLOW,
+        "",
+        id="get-own-volume-attachment",
+    ),
+    pytest.param(
+        access("get", "volumeattachments.storage.k8s.io", "va-2", ""),
+        DENY,
+        NO_RELATIONSHIP,
+        id="get-other-nodes-volume-attachment",
+    ),
+    pytest.param(
+        access("list", "volumeattachments.storage.k8s.io", "", ""),
+        DENY,
+        "can only get individual resources of this type",
+        id="list-volume-attachments",
+    ),
 ]
 
 
@@ -333,8 +353,8 @@ NO_OPINION = [
     pytest.param(access("get", "services", "kubernetes", "default"), id="services-left-to-rbac"),
     pytest.param(access("create", "events", "", "t1"), id="events-left-to-rbac"),
     pytest.param(
-        access("get", "volumeattachments.storage.k8s.io", "va", ""),
-        id="volumeattachments-left-to-rbac",
+        access("get", "resourceslices.resource.k8s.io", "slice", ""),
+        id="resourceslices-left-to-rbac",
     ),
     pytest.param(
         access("create", "certificatesigningrequests.certificates.k8s.io", "", ""),

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from app.engine.nodegraph import NodeGraph, compile_pod, compile_volume, graph_references
+from app.engine.nodegraph import (
+    NodeGraph,
+    compile_attachment,
+    compile_pod,
+    compile_volume,
+    graph_references,
+)
 from app.engine.podrefs import PodRef
 from tests.support import persistent_volume, pod
 
@@ -360,3 +366,28 @@ def test_readers_never_see_a_kept_reference_missing_during_updates() -> None:
         thread.join()
     assert misses == []
     assert graph.pods == 1
+
+
+# --- VolumeAttachments ---------------------------------------------------------------------------
+
+
+def attachment(name: str, node: str) -> dict[str, Any]:
+    spec = {"attacher": "csi.example.com", "source": {}, **({"nodeName": node} if node else {})}
+    return {"kind": "VolumeAttachment", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_volume_attachment_is_reached_by_its_node_only() -> None:
+    graph = graph_of(attachment("csi-1", "node1"), attachment("csi-2", ""))
+    assert graph.related("node1", "volumeattachments", "", "csi-1")
+    assert not graph.related("node2", "volumeattachments", "", "csi-1")
+    assert not graph.related("node1", "volumeattachments", "", "csi-2")
+    assert compile_attachment(attachment("csi-2", "")) is None
+    old, new = (
+        compile_attachment(attachment("csi-1", "node1")),
+        compile_attachment(attachment("csi-1", "node2")),
+    )
+    graph.update_attachment(old, new)
+    assert graph.related("node2", "volumeattachments", "", "csi-1")
+    assert not graph.related("node1", "volumeattachments", "", "csi-1")
+    graph.update_attachment(new, None)
+    assert not graph.related("node2", "volumeattachments", "", "csi-1")

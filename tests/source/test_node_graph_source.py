@@ -100,13 +100,35 @@ def test_pod_churn_does_not_rebuild_the_rbac_snapshot(
 
 def test_the_shipped_role_grants_the_graph_watches_and_nothing_more() -> None:
     objects = dict(read_manifests(ROOT / "manifests" / "node-authorizer"))
-    (rule,) = objects["ClusterRole"]["rules"]
-    assert rule["verbs"] == ["list", "watch"]
-    assert {(group, resource) for group in rule["apiGroups"] for resource in rule["resources"]} == {
-        (spec.group, spec.resource) for spec in GRAPH_KINDS
+    rules = objects["ClusterRole"]["rules"]
+    assert all(rule["verbs"] == ["list", "watch"] for rule in rules)
+    granted = {
+        (group, resource)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
     }
+    assert granted == {(spec.group, spec.resource) for spec in GRAPH_KINDS}
     binding = objects["ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == objects["ClusterRole"]["metadata"]["name"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "label-rbac", "namespace": "label-rbac"}
     ]
+
+
+def test_a_volume_attachment_is_readable_by_the_node_it_is_attached_to(
+    kubeapi: FakeKubeAPI, make_source: MakeSource
+) -> None:
+    graph = NodeGraph()
+    make_source(node_graph=graph)
+    attachment = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": "csi-123"},
+        "spec": {"attacher": "csi.example.com", "nodeName": "node1", "source": {}},
+    }
+    kubeapi.apply("volumeattachments", attachment)
+    wait_until(lambda: graph.related("node1", "volumeattachments", "", "csi-123"), what="added")
+    assert not graph.related("node2", "volumeattachments", "", "csi-123")
+    kubeapi.delete("volumeattachments", "csi-123")
+    wait_until(lambda: not graph.related("node1", "volumeattachments", "", "csi-123"))
