@@ -9,7 +9,6 @@ pod's service account), and take kubectl's spellings (``--as``, ``--as-group``, 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import app
+from app import deepjson
 from app.engine.authorize import READ_VERBS, authorize
 from app.engine.context import (
     Context,
@@ -495,8 +495,9 @@ def impersonated(username: str, groups: Sequence[str]) -> UserInfo:
 
 
 def _review_document(path: Path) -> Any:
+    deepjson.prepare()  # a review may be nested as deep as the API server allows
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        return deepjson.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise CliError(f"--review {path}: {exc.strerror or exc}") from None
     except ValueError as exc:

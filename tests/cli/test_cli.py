@@ -121,6 +121,28 @@ def test_check_review_file_with_akraino_flags(
         assert "role default/create-intent allows sdewan-bucket-type in [app-intent]" in out
 
 
+@pytest.mark.parametrize(
+    ("depth", "code"),
+    [pytest.param(10_000, 0, id="as-deep-as-the-api-server-allows"),
+     pytest.param(200_000, 2, id="beyond-parsing")],
+)  # fmt: skip
+def test_check_a_deeply_nested_review(
+    tmp_path: Path, depth: int, code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    review = load_review("a003-create-mwan3policies")
+    review["request"]["object"]["spec"] = "DEEP"
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(review).replace('"DEEP"', "[" * depth + "]" * depth))
+    args = [
+        "check", "--rbac-dir", str(akraino_rbac(tmp_path)), "--review", str(path),
+        "--annotation-key", "sdewan-bucket-type-permission",
+        "--default-label-key", "sdewan-bucket-type",
+    ]  # fmt: skip
+    assert main(args) == code
+    if code == 2:
+        assert "nested deeper than" in capsys.readouterr().err
+
+
 def test_shorthand_without_default_key_grants_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
