@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -18,8 +21,12 @@ from flask.testing import FlaskClient
 
 from app.deepjson import API_SERVER_MAX_DEPTH
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
-from app.engine.rbac import Compiler
+from app.engine.rbac import Compiler, Snapshot
+from app.server import HEAVY_BYTES, MAX_JSON_VALUES, create_app
+from app.settings import Settings
+from app.source.static import StaticSource
 from app.wire import MAX_MESSAGE_CHARS
+from tests.conftest import EXAMPLES
 from tests.support import REVIEWS, load_review, make_review, role, rule
 
 WRONG_VALUES: tuple[Any, ...] = (None, 7, "x", [None], {"": None})
@@ -127,3 +134,51 @@ def test_a_too_deep_annotation_grants_nothing() -> None:
         role("deep", "t1", [rule("*", "configmaps")], "[" * 200_000 + "]" * 200_000)[1], "Role"
     )
     assert compiled.error is not None and "nested too deeply" in compiled.error
+
+
+def test_a_body_with_more_json_values_than_any_review_is_413(client: FlaskClient) -> None:
+    body = b"[" + b"0," * MAX_JSON_VALUES + b"0]"
+    response = client.post("/validate", data=body, content_type="application/json")
+    assert response.status_code == 413
+    assert response.get_json()["error"] == (
+        f"request body has more than {MAX_JSON_VALUES} JSON values"
+    )
+
+
+class _Overlap(StaticSource):
+    """Counts how many requests are being decided at once."""
+
+    def __init__(self) -> None:
+        super().__init__(EXAMPLES, Settings().compiler)
+        self.lock = threading.Lock()
+        self.now = self.most = 0
+
+    def snapshot(self) -> Snapshot | None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(0.2)
+        with self.lock:
+            self.now -= 1
+        return super().snapshot()
+
+
+@pytest.mark.parametrize(
+    ("padding", "parallel"),
+    [pytest.param(10, True, id="small-bodies-in-parallel"),
+     pytest.param(HEAVY_BYTES, False, id="large-bodies-one-at-a-time")],
+)  # fmt: skip
+def test_large_bodies_are_decided_one_at_a_time(padding: int, parallel: bool) -> None:
+    source = _Overlap()
+    source.start()
+    app = create_app(Settings(rbac_dir=EXAMPLES), source)
+    review = make_review("alice", "CREATE", "configmaps", namespace="t1", labels={"team": "a"},
+                         extra_object={"data": {"pad": "x" * padding}})  # fmt: skip
+    body = json.dumps(review).encode()
+
+    def post() -> int:
+        return app.test_client().post("/validate", data=body).status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(lambda _: post(), range(4))) == [200] * 4
+    assert (source.most > 1) is parallel, source.most
