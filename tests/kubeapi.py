@@ -343,6 +343,12 @@ class FakeKubeAPI:
         with self.cond:
             self.collections[resource].list_faults.extend(faults)
 
+    def clear_faults(self, resource: str) -> None:
+        """Forget the list and watch faults still queued for ``resource``."""
+        with self.cond:
+            self.collections[resource].list_faults.clear()
+            self.collections[resource].watch_faults.clear()
+
     def cut_next_event(self, resource: str) -> None:
         with self.cond:
             self.collections[resource].cut_next = True

@@ -95,19 +95,22 @@ def test_parent_lookup_faults_deny_with_the_cause_then_recover(
     assert decide(exec_request(name="other")).reason == "LabelsPermitted"
 
 
+UNTIL_CLEARED = 100_000  # more than any test waits through
+
+
 def _watch_fails(api: FakeKubeAPI) -> None:
-    for _ in range(30):
+    for _ in range(UNTIL_CLEARED):
         api.fail_next_watch("rolebindings", 500)
     api.end_watches("rolebindings")
 
 
 def _relist_fails(api: FakeKubeAPI) -> None:
-    api.fail_next_lists("rolebindings", *[503] * 30)
+    api.fail_next_lists("rolebindings", *[503] * UNTIL_CLEARED)
     api.expire_watches("rolebindings")
 
 
 def _relist_truncated(api: FakeKubeAPI) -> None:
-    api.fail_next_lists("rolebindings", *[TRUNCATE] * 30)
+    api.fail_next_lists("rolebindings", *[TRUNCATE] * UNTIL_CLEARED)
     api.expire_watches("rolebindings")
 
 
@@ -135,6 +138,7 @@ def test_watch_and_list_faults_keep_the_last_state_then_catch_up(
     assert decide(request("alice", {"team": "b"})).reason == "LabelNotPermitted"
     kubeapi.apply("rolebindings", rolebinding("bob-a", "bob"))  # made during the fault
 
-    # The faults run out: the change arrives, and the state is current again.
+    # The API server recovers: the change arrives, and the state is current again.
+    kubeapi.clear_faults("rolebindings")
     wait_until(lambda: decide(bob_b).reason == "LabelNotPermitted", what="the missed change")
     wait_until(lambda: source.stale_seconds() is None, what="current again")
