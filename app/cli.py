@@ -668,7 +668,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for request in requests
     ]
     if args.output == "text":
-        for _, decision in results:
+        for request, decision in results:
+            if len(results) > 1:  # several objects from -f: say which one each answer is for
+                print(f"{request.describe()}:")
             _print_decision(decision)
     else:
         data = [_decision_dict(r, d) for r, d in results]

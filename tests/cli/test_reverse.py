@@ -344,3 +344,20 @@ def test_audit_of_one_namespace_lists_only_there(
     assert list(data["buckets"]) == ["t1"]
     paths = {r.path for r in api.recorded()}
     assert "/api/v1/namespaces/t1/configmaps" in paths and "/api/v1/configmaps" not in paths
+
+
+def test_check_judges_every_object_of_a_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "two.yaml"
+    manifest.write_text(yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": name, "namespace": "t1", "labels": {"team": team}}}
+        for name, team in (("ours", "b"), ("theirs", "a"))
+    ]))  # fmt: skip
+    assert main(["check", "--as", "bob", "-f", str(manifest), "--rbac-dir", str(EXAMPLES)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == 'configmaps "ours" in namespace "t1":'
+    assert out[1] == "allowed (LabelsPermitted)"
+    theirs = out.index('configmaps "theirs" in namespace "t1":')
+    assert out[theirs + 1].startswith("denied (403 LabelNotPermitted)")
