@@ -360,6 +360,9 @@ def _source_flags() -> _Parser:
     exclusive.add_argument(
         "--kubeconfig", type=Path, metavar="FILE", help="read RBAC from this cluster"
     )
+    group.add_argument(
+        "--context", metavar="NAME", help="the kubeconfig context to use (default: current)"
+    )
     return parent
 
 
@@ -420,8 +423,10 @@ def _load(args: argparse.Namespace, settings: Settings) -> Loaded:
     from app.source.cluster import ClusterSource
 
     kubeconfig, in_cluster = _kube_connection(args.kubeconfig)
+    if args.context and in_cluster:
+        raise CliError("--context needs a kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config)")
     try:
-        client = KubeClient.connect(kubeconfig, in_cluster)
+        client = KubeClient.connect(kubeconfig, in_cluster, args.context)
     except Exception as exc:  # the official client raises anything from YAML errors on
         where = f"{kubeconfig}: " if kubeconfig else ""
         text = str(exc)

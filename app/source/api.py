@@ -218,13 +218,17 @@ class KubeClient:
         self._api = api_client
 
     @classmethod
-    def connect(cls, kubeconfig: Path | None = None, in_cluster: bool = False) -> KubeClient:
-        """Build a client from a kubeconfig file or the pod's service account."""
+    def connect(
+        cls, kubeconfig: Path | None = None, in_cluster: bool = False, context: str | None = None
+    ) -> KubeClient:
+        """Build a client from a kubeconfig file (its current context, or ``context``) or the
+        pod's service account."""
         configuration = k8s.Configuration()
         try:
             if kubeconfig is not None:
                 k8s_config.load_kube_config(
                     config_file=str(kubeconfig),
+                    context=context,
                     client_configuration=configuration,
                     persist_config=False,
                 )

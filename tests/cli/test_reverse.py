@@ -361,3 +361,22 @@ def test_check_judges_every_object_of_a_manifest(
     assert out[1] == "allowed (LabelsPermitted)"
     theirs = out.index('configmaps "theirs" in namespace "t1":')
     assert out[theirs + 1].startswith("denied (403 LabelNotPermitted)")
+
+
+def test_context_picks_another_cluster_of_the_kubeconfig(
+    cluster: tuple[FakeKubeAPI, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The current context points at nothing; ``--context`` picks the loopback server."""
+    _, kubeconfig = cluster
+    config = yaml.safe_load(kubeconfig.read_text())
+    config["clusters"].append({"name": "gone", "cluster": {"server": "http://127.0.0.1:9"}})
+    config["contexts"].append({"name": "gone", "context": {"cluster": "gone", "user": "webhook"}})
+    config["current-context"] = "gone"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    argv = ["who-can", "create", "configmaps", "-n", "t1", "-l", "team=a",
+            "--kubeconfig", str(kubeconfig)]  # fmt: skip
+    assert main(argv) == 2
+    assert "cannot read RBAC from http://127.0.0.1:9" in capsys.readouterr().err
+    code, data = run_json(capsys, *argv, "--context", "fake")
+    assert code == 0
+    assert any(s["name"] == "alice" and s["allowed"] for s in data["subjects"])
