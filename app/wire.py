@@ -215,7 +215,7 @@ def build_response(api_version: str, uid: str, decision: Decision) -> AdmissionR
         response["warnings"] = list(decision.warnings)
     if decision.softened:
         # The API server prefixes each key with the webhook's name in the audit event, e.g.
-        # "validate.labelrbac.io/would-deny".
+        # "labels.labelrbac.io/would-deny".
         response["auditAnnotations"] = {
             "mode": decision.mode,
             "would-deny-reason": decision.reason,
