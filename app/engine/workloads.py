@@ -4,9 +4,9 @@ RBAC treats "create deployments" as "create pods", because a controller will cre
 label rule judges the labels of the object written; this rule set judges what controllers will
 do with it, so that a tenant cannot use a controller as a deputy to act in another bucket:
 
-- a workload's pod template (and a CronJob's job template) must carry labels the user may give
-  the objects the controller creates from it — their grant on ``create`` of that resource, or
-  the workload's own entry when they hold no such grant;
+- a workload's pod template (a CronJob's job template, a StatefulSet's claim templates) must
+  carry labels the user may give the objects the controller creates from it — their grant on
+  ``create`` of that resource, or the workload's own entry when they hold no such grant;
 - a workload's selector must not match objects outside those labels (the controller adopts and
   deletes what it matches);
 - a HorizontalPodAutoscaler's ``scaleTargetRef`` must be an object the user may scale;
@@ -14,8 +14,9 @@ do with it, so that a tenant cannot use a controller as a deputy to act in anoth
   labels the user's own ``get`` grant permits, where that grant is label-restricted;
 - the legacy ``bindings`` resource is judged by the bound pod's labels, as ``pods/binding`` is.
 
-Each rule is a pre-check: it only denies. Requests of other resources cost one dictionary
-lookup; users whose grants are unrestricted are never looked up for.
+The rules run after the label rule let the write through (``decide.POST_CHECKS``) and only deny.
+Requests of other resources cost one dictionary lookup; for users whose grants are unrestricted
+nothing is looked up.
 """
 
 from __future__ import annotations
@@ -308,7 +309,10 @@ def _check_references(request: Request, ctx: Context, spec: Any, whose: str) -> 
         if decided is not None:
             if decided.allowed:
                 continue
-            return decided
+            # Only roles with an invalid annotation grant the user this object: they grant nothing.
+            return Decision.deny(
+                decided.reason, f"{who(request)}: {whose} uses {ref}, and {grants.broken()}"
+            )
         target = ObjectRef("", "v1", ref.kind, request.namespace, ref.name)
         try:
             labels = labels_of(ctx.metadata(target))

@@ -748,3 +748,23 @@ def test_statefulset_claim_templates_are_judged_for_claims(
     decision = decide(review("alice", "CREATE", obj))
     assert decision.allowed is not fragment, decision.message
     assert fragment in decision.message
+
+
+def test_reference_granted_only_through_an_invalid_annotation_is_refused() -> None:
+    """frank reads Secrets only through a role whose annotation is broken: it grants nothing."""
+    world = snapshot(
+        role("broken-get", NS, [rule("get", "secrets"), rule("create", "pods")], "{not json"),
+        role("pods-open", NS, [rule("create", "pods")]),
+        binding("frank-get", "broken-get", "User:frank", namespace=NS),
+        binding("frank-pods", "pods-open", "User:frank", namespace=NS),
+    )
+    cluster = Cluster()
+    ctx = Context(world, Options(), cluster.lookup, cluster.metadata)
+    spec = {"volumes": [{"name": "v", "secret": {"secretName": "s-a"}}]}
+    decision = evaluate(review("frank", "CREATE", pod(**spec)), ctx)
+    assert (decision.allowed, decision.reason) == (False, "InvalidAnnotation")
+    assert decision.message.startswith(
+        'user "frank" may not create pods "p" in namespace "t1": it uses secrets "s-a", and role '
+        "t1/broken-get grants nothing here: "
+    )
+    assert cluster.calls == []
