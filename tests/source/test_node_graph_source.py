@@ -99,7 +99,10 @@ def test_pod_churn_does_not_rebuild_the_rbac_snapshot(
 
 
 def test_the_shipped_role_grants_the_graph_watches_and_nothing_more() -> None:
-    objects = dict(read_manifests(ROOT / "manifests" / "node-authorizer"))
+    objects = {
+        kind: obj
+        for kind, obj in read_manifests(ROOT / "manifests" / "node-authorizer" / "rbac.yaml")
+    }
     rules = objects["ClusterRole"]["rules"]
     assert all(rule["verbs"] == ["list", "watch"] for rule in rules)
     granted = {
