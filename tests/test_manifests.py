@@ -224,6 +224,36 @@ ROUTING = [
         id="node-writes-configmap",
     ),
     pytest.param(
+        node_review("UPDATE", "leases.coordination.k8s.io", namespace="kube-node-lease"),
+        {"node-objects.labelrbac.io"},
+        id="node-lease",
+    ),
+    pytest.param(
+        node_review("CREATE", "certificatesigningrequests.certificates.k8s.io"),
+        {"node-objects.labelrbac.io"},
+        id="node-csr",
+    ),
+    pytest.param(
+        node_review("CREATE", "resourceslices.resource.k8s.io"),
+        {"node-objects.labelrbac.io"},
+        id="node-resourceslice",
+    ),
+    pytest.param(
+        node_review("UPDATE", "csinodes.storage.k8s.io"),
+        {"node-objects.labelrbac.io"},
+        id="node-csinode",
+    ),
+    pytest.param(
+        node_review("UPDATE", "persistentvolumeclaims/status", namespace="t1"),
+        {"labels.labelrbac.io"},
+        id="node-pvc-status",
+    ),
+    pytest.param(
+        make_review("bob", "CREATE", "certificatesigningrequests.certificates.k8s.io", labels={}),
+        set(),
+        id="user-csr",
+    ),
+    pytest.param(
         make_review("system:node:x", "UPDATE", "nodes", labels={}),
         set(),
         id="node-name-without-group",
@@ -318,6 +348,7 @@ def test_enforce_overlay_fails_closed_except_pod_status() -> None:
         "rbac.labelrbac.io": "Fail",
         "nodes.labelrbac.io": "Fail",
         "pod-status.labelrbac.io": "Ignore",
+        "node-objects.labelrbac.io": "Ignore",
     }
 
 

@@ -13,13 +13,25 @@ where it is on. Everything here is pure: the stored pod behind an eviction comes
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import base64
+import binascii
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
 from app.engine import podrefs
 from app.engine.context import Context, ParentUnavailable
-from app.engine.model import Decision, Request, annotations_of, labels_of
+from app.engine.model import (
+    Decision,
+    Request,
+    Resource,
+    annotations_of,
+    labels_of,
+    mapping_items,
+)
 from app.engine.podrefs import pod_references
 
 NODE_USER_PREFIX = "system:node:"
@@ -103,17 +115,14 @@ def check_node(request: Request, ctx: Context) -> Decision | None:
     if not username.startswith(NODE_USER_PREFIX) or NODES_GROUP not in request.user.groups:
         return None
     # NodeRestriction sees CREATE, UPDATE and DELETE only (CONNECT such as exec is left to
-    # authorization), and only core-group pods and nodes are in this rule set.
-    if request.operation == "CONNECT" or res.group:
+    # authorization).
+    if request.operation == "CONNECT":
         return None
     node = username[len(NODE_USER_PREFIX) :]
     if not node:
         return _deny(f'could not determine node from user "{username}"')
-    if res.resource == "pods":
-        return _admit_pod(node, request, ctx)
-    if res.resource == "nodes":
-        return _admit_node(node, request, ctx)
-    return None
+    admit = _RULES.get((res.group, res.resource))
+    return admit(node, request, ctx) if admit is not None else None
 
 
 def check_mirror_annotation(request: Request) -> Decision | None:
@@ -275,7 +284,9 @@ def _check_owner_references(node: str, pod: Mapping[str, Any], ctx: Context) -> 
             f'node "{node}" can only create pods with a single owner reference set to itself'
         )
     if not owners:
-        return None
+        # The kubelet always names its Node as the owner, so that deleting the Node collects
+        # the mirror pod; a mirror pod without one would outlive it.
+        return _deny(f'node "{node}" can only create pods with an owner reference set to itself')
     owner = owners[0] if isinstance(owners[0], Mapping) else {}
     if owner.get("apiVersion") != "v1" or owner.get("kind") != "Node" or owner.get("name") != node:
         return _deny(f'node "{node}" can only create pods with an owner reference set to itself')
@@ -356,7 +367,23 @@ def _admit_pod_status(node: str, request: Request) -> Decision | None:
     old_owners = _metadata(request.old_object).get("ownerReferences") or []
     if old_owners != (_metadata(request.object).get("ownerReferences") or []):
         return _deny(f'node "{node}" cannot update owner references through pod status')
+    # The node authorizer lets a node read the ResourceClaims its pods' status names: changing
+    # them would let the node read claims of pods it does not run. ("statues" is upstream's
+    # wording, kept so that tooling matching it keeps working.)
+    if _claim_statuses(request.old_object) != _claim_statuses(request.object):
+        return _deny(f'node "{node}" cannot update resource claim statues')
+    old_extended = _status(request.old_object).get("extendedResourceClaimStatus")
+    if not _same(old_extended, _status(request.object).get("extendedResourceClaimStatus")):
+        return _deny(f'node "{node}" cannot update extended resource claim status')
     return None
+
+
+def _claim_statuses(pod: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+    """``status.resourceClaimStatuses`` as (name, resourceClaimName) pairs, in order."""
+    return [
+        (item.get("name"), item.get("resourceClaimName"))
+        for item in mapping_items(_status(pod).get("resourceClaimStatuses"))
+    ]
 
 
 def _admit_pod_eviction(node: str, request: Request, ctx: Context) -> Decision | None:
@@ -389,6 +416,185 @@ def _bound_pod_only(
     return None
 
 
+# --- other objects a kubelet writes --------------------------------------------------------------
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+# Signers whose certificates name a node; a node may ask for them only in its own name.
+KUBELET_SIGNERS = frozenset(
+    {"kubernetes.io/kubelet-serving", "kubernetes.io/kube-apiserver-client-kubelet"}
+)
+# PVC status fields a kubelet maintains while expanding a volume; everything else is left alone.
+PVC_STATUS_FIELDS = ("capacity", "conditions", "allocatedResourceStatuses", "allocatedResources")
+
+
+def _admit_pvc(node: str, request: Request, ctx: Context) -> Decision | None:
+    """A node may only update PVC status, and only the fields volume expansion reports."""
+    if request.resource.subresource != "status":
+        return _deny("may only update PVC status")
+    if request.operation != "UPDATE":
+        return _deny(f'unexpected operation "{request.operation}"')
+    if request.object is None or request.old_object is None:
+        return _deny(f'node "{node}": the request carries no PersistentVolumeClaim to compare with')
+    changed = _changed_fields(_pvc_view(request.old_object), _pvc_view(request.object))
+    if changed:
+        return _deny(
+            f'node "{node}" is not allowed to update fields other than status.capacity and '
+            f"status.conditions: {', '.join(changed)}"
+        )
+    return None
+
+
+def _pvc_view(pvc: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim without what a status update may change (and what the server bumps itself)."""
+    view = {key: value for key, value in pvc.items() if key not in ("metadata", "status")}
+    view["metadata"] = {
+        key: value
+        for key, value in _metadata(pvc).items()
+        if key not in ("resourceVersion", "managedFields")
+    }
+    status = pvc.get("status")
+    view["status"] = {
+        key: value
+        for key, value in (status.items() if isinstance(status, Mapping) else ())
+        if key not in PVC_STATUS_FIELDS
+    }
+    return view
+
+
+def _changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Paths (two levels deep) whose values differ; absent, null, {} and [] count as equal."""
+    changed = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            changed += [
+                f"{key}.{sub}"
+                for sub in sorted(a.keys() | b.keys())
+                if not _same(a.get(sub), b.get(sub))
+            ]
+        elif not _same(a, b):
+            changed.append(key)
+    return changed
+
+
+def _same(a: Any, b: Any) -> bool:
+    # As the API server's semantic equality: an empty list or map is the same as none at all.
+    return (a in (None, {}, []) and b in (None, {}, [])) or a == b
+
+
+def _admit_service_account(node: str, request: Request, ctx: Context) -> Decision | None:
+    """Tokens only for pods bound to the node, proven by the pod's uid (kubelet's pod tokens)."""
+    if request.operation != "CREATE" or request.resource.subresource != "token":
+        return None
+    spec = _spec(request.object)
+    ref = spec.get("boundObjectRef")
+    if (
+        not isinstance(ref, Mapping)
+        or ref.get("apiVersion") != "v1"
+        or ref.get("kind") != "Pod"
+        or not ref.get("name")
+    ):
+        return _deny("node requested token not bound to a pod")
+    if not ref.get("uid"):
+        return _deny("node requested token with a pod binding without a uid")
+    pod_name = str(ref["name"])
+    target = replace(request, resource=Resource("", "pods"), name=pod_name, kind="Pod")
+    try:
+        pod = ctx.lookup(target)
+    except ParentUnavailable as exc:
+        return Decision.deny(
+            UNAVAILABLE,
+            f'node "{node}" requested a token bound to pod "{pod_name}" in namespace '
+            f'"{request.namespace}", which could not be read to check it: {exc}',
+        )
+    if _metadata(pod).get("uid") != ref.get("uid"):
+        return _deny(
+            f"the UID in the bound object reference ({ref.get('uid')}) does not match the UID in "
+            "record. The object might have been deleted and then recreated"
+        )
+    if _bound_to(pod) != node:
+        return _deny("node requested token bound to a pod scheduled on a different node")
+    return None
+
+
+def _admit_lease(node: str, request: Request, ctx: Context) -> Decision | None:
+    """Only the node's own heartbeat Lease, in the node-lease namespace."""
+    if request.namespace != NODE_LEASE_NAMESPACE:
+        return _deny(f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace')
+    if _target_name(request) != node:
+        return _deny("can only access node lease with the same name as the requesting node")
+    return None
+
+
+def _admit_csinode(node: str, request: Request, ctx: Context) -> Decision | None:
+    if _target_name(request) != node:
+        return _deny("can only access CSINode with the same name as the requesting node")
+    return None
+
+
+def _target_name(request: Request) -> str:
+    # On create the request carries no name yet: the object's is the one that will be stored.
+    return _name(request.object) if request.operation == "CREATE" else request.name
+
+
+def _admit_resource_slice(node: str, request: Request, ctx: Context) -> Decision | None:
+    """ResourceSlices a node publishes name it; the node authorizer cannot see a new object's
+    content, nor each object of a collection delete, so the node is checked here."""
+    if request.operation == "CREATE":
+        slice_, verb = request.object, "create"
+    elif request.operation == "DELETE":
+        slice_, verb = request.old_object, "delete"
+    else:
+        return None  # updates: the node authorizer reads the stored object itself
+    if _spec(slice_).get("nodeName") != node:
+        return _deny(f"can only {verb} ResourceSlice with the same NodeName as the requesting node")
+    return None
+
+
+def _admit_csr(node: str, request: Request, ctx: Context) -> Decision | None:
+    """A node asks for kubelet certificates in its own name only (CN=system:node:<name>)."""
+    if request.operation != "CREATE":
+        return None
+    spec = _spec(request.object)
+    if spec.get("signerName") not in KUBELET_SIGNERS:
+        return None  # other signers check the request themselves
+    try:
+        common_name = csr_common_name(spec.get("request"))
+    except ValueError as exc:
+        return _deny(f"unable to parse csr: {exc}")
+    if common_name != f"{NODE_USER_PREFIX}{node}":
+        return _deny(f"can only create a node CSR with CN={NODE_USER_PREFIX}{node}")
+    return None
+
+
+def csr_common_name(encoded: Any) -> str:
+    """The subject CN of a CertificateSigningRequest's ``spec.request`` (base64 of a PEM CSR)."""
+    if not isinstance(encoded, str):
+        raise ValueError("spec.request is not a base64 string")
+    try:
+        pem = base64.b64decode(encoded, validate=True)
+        csr = x509.load_pem_x509_csr(pem)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(str(exc) or "not a PEM certificate request") from None
+    names = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    value = names[0].value if names else ""
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+# What a node may write, by (group, resource); other resources are not node-scoped here.
+Admission = Callable[[str, Request, Context], "Decision | None"]
+_RULES: Mapping[tuple[str, str], Admission] = {
+    ("", "pods"): _admit_pod,
+    ("", "nodes"): _admit_node,
+    ("", "persistentvolumeclaims"): _admit_pvc,
+    ("", "serviceaccounts"): _admit_service_account,
+    ("coordination.k8s.io", "leases"): _admit_lease,
+    ("storage.k8s.io", "csinodes"): _admit_csinode,
+    ("resource.k8s.io", "resourceslices"): _admit_resource_slice,
+    ("certificates.k8s.io", "certificatesigningrequests"): _admit_csr,
+}
+
+
 # --- object access -------------------------------------------------------------------------------
 
 
@@ -399,6 +605,11 @@ def _deny(message: str) -> Decision:
 def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     metadata = obj.get("metadata") if obj else None
     return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    status = obj.get("status") if obj else None
+    return status if isinstance(status, Mapping) else {}
 
 
 def _spec(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:

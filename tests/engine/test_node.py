@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from app.engine.context import Context, ParentUnavailable
 from app.engine.decide import evaluate
@@ -19,6 +26,8 @@ from app.engine.node import (
     is_protected_node_label,
 )
 from app.engine.rbac import Snapshot
+from app.wire import parse_review
+from tests.support import V135_REVIEWS
 
 NODE1_UID = "8aefcc65-67a5-4183-8f8a-9a9f69d9145e"
 NODE2_UID = "6154ff63-585d-4cfa-823a-370c3222b4f0"
@@ -393,7 +402,11 @@ MIRROR_CREATE = [
         "bound-to-other-node",
     ),
     # owner references
-    case(create(pod(owners=[])), None, "no-owner-reference"),
+    case(
+        create(pod(owners=[])),
+        'node "node1" can only create pods with an owner reference set to itself',
+        "no-owner-reference",
+    ),
     case(
         create(pod(owners=[node_owner(), node_owner()])),
         'node "node1" can only create pods with a single owner reference set to itself',
@@ -685,6 +698,459 @@ def test_eviction_looks_up_the_named_pod() -> None:
 
     assert decide(evict(name=""), lookup) is None
     assert seen == [("default", "app")]
+
+
+# --- pods/status fields the node authorizer derives access from --------------------------------
+
+
+def with_status(obj: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {**obj, "status": {**obj.get("status", {}), **fields}}
+
+
+CLAIMED = with_status(
+    APP,
+    phase="Running",
+    resourceClaimStatuses=[{"name": "gpu", "resourceClaimName": "app-gpu-x7k2p"}],
+    extendedResourceClaimStatus={
+        "resourceClaimName": "app-extended-resources-abcde",
+        "requestMappings": [
+            {"containerName": "web", "resourceName": "example.com/gpu", "requestName": "c0"}
+        ],
+    },
+)
+CLAIM_STATUSES = 'node "node1" cannot update resource claim statues'
+EXTENDED = 'node "node1" cannot update extended resource claim status'
+
+POD_STATUS_CLAIMS = [
+    case(status(CLAIMED, with_status(CLAIMED, phase="Succeeded")), None, "claims-unchanged"),
+    case(
+        status(APP, with_status(APP, resourceClaimStatuses=[])), None, "empty-list-is-no-claims"
+    ),
+    case(
+        status(APP, with_status(APP, resourceClaimStatuses=[{"name": "gpu"}])),
+        CLAIM_STATUSES,
+        "claim-status-added",
+    ),
+    case(
+        status(
+            CLAIMED,
+            with_status(
+                CLAIMED, resourceClaimStatuses=[{"name": "gpu", "resourceClaimName": "other"}]
+            ),
+        ),
+        CLAIM_STATUSES,
+        "claim-name-changed",
+    ),
+    case(
+        status(CLAIMED, with_status(CLAIMED, resourceClaimStatuses=[{"name": "gpu"}])),
+        CLAIM_STATUSES,
+        "claim-name-cleared",
+    ),
+    case(
+        status(CLAIMED, with_status(CLAIMED, resourceClaimStatuses=None)),
+        CLAIM_STATUSES,
+        "claim-statuses-removed",
+    ),
+    case(
+        status(APP, with_status(APP, extendedResourceClaimStatus={"resourceClaimName": "x"})),
+        EXTENDED,
+        "extended-claim-added",
+    ),
+    case(
+        status(
+            CLAIMED,
+            with_status(CLAIMED, extendedResourceClaimStatus={"resourceClaimName": "other"}),
+        ),
+        EXTENDED,
+        "extended-claim-changed",
+    ),
+    case(
+        status(CLAIMED, with_status(CLAIMED, extendedResourceClaimStatus=None)),
+        EXTENDED,
+        "extended-claim-removed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("req", "lookup", "refused"), POD_STATUS_CLAIMS)
+def test_pod_status_resource_claims(req: Request, lookup: Lookup, refused: str | None) -> None:
+    run_cases(req, lookup, refused, "NodeRestriction")
+
+
+def recorded_status_update() -> Request:
+    """c048: node1 patches pods/status of its pod web-a (kube-apiserver v1.35)."""
+    review = json.loads((V135_REVIEWS / "c048-node-update-pods-status.json").read_text())
+    return parse_review(review).request
+
+
+def test_recorded_status_update_passes_and_claim_changes_do_not() -> None:
+    recorded = recorded_status_update()
+    assert decide(recorded) is None
+    assert recorded.object is not None and recorded.old_object is not None
+    for field, value in (
+        ("resourceClaimStatuses", [{"name": "gpu", "resourceClaimName": "stolen"}]),
+        ("extendedResourceClaimStatus", {"resourceClaimName": "stolen"}),
+    ):
+        changed = replace(recorded, object=with_status(dict(recorded.object), **{field: value}))
+        denial = decide(changed)
+        assert denial is not None and "cannot update" in denial.message
+
+
+# --- persistentvolumeclaims ----------------------------------------------------------------------
+
+
+def pvc(**status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": "data",
+            "namespace": "default",
+            "resourceVersion": "10",
+            "labels": {"app": "web"},
+        },
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}, **status},
+    }
+
+
+def edit(obj: dict[str, Any], section: str, **fields: Any) -> dict[str, Any]:
+    return {**obj, section: {**obj[section], **fields}}
+
+
+OTHER_FIELDS = (
+    'node "node1" is not allowed to update fields other than status.capacity and '
+    "status.conditions: "
+)
+EXPANDED = pvc(
+    capacity={"storage": "2Gi"},
+    conditions=[{"type": "FileSystemResizePending", "status": "True"}],
+    allocatedResources={"storage": "2Gi"},
+    allocatedResourceStatuses={"storage": "NodeResizeInProgress"},
+)
+
+PVCS = [
+    case(request("UPDATE", "persistentvolumeclaims/status", EXPANDED, pvc()), None, "expand"),
+    case(
+        request(
+            "UPDATE",
+            "persistentvolumeclaims/status",
+            edit(pvc(), "metadata", resourceVersion="", managedFields=[{"manager": "kubelet"}]),
+            pvc(),
+        ),
+        None,
+        "resource-version-and-managed-fields-ignored",
+    ),
+    case(
+        request(
+            "UPDATE",
+            "persistentvolumeclaims/status",
+            edit(pvc(), "metadata", labels={}),
+            edit(pvc(), "metadata", labels=None),
+        ),
+        None,
+        "empty-and-absent-labels-equal",
+    ),
+    case(
+        request(
+            "UPDATE",
+            "persistentvolumeclaims/status",
+            edit(pvc(), "metadata", labels={"app": "evil"}),
+            pvc(),
+        ),
+        OTHER_FIELDS + "metadata.labels",
+        "relabel",
+    ),
+    case(
+        request(
+            "UPDATE",
+            "persistentvolumeclaims/status",
+            edit(pvc(), "metadata", finalizers=["example.com/keep"]),
+            pvc(),
+        ),
+        OTHER_FIELDS + "metadata.finalizers",
+        "finalizer-added",
+    ),
+    case(
+        request("UPDATE", "persistentvolumeclaims/status", pvc(phase="Lost"), pvc()),
+        OTHER_FIELDS + "status.phase",
+        "phase-changed",
+    ),
+    case(
+        request(
+            "UPDATE",
+            "persistentvolumeclaims/status",
+            edit(pvc(), "spec", volumeName="pv-other"),
+            pvc(),
+        ),
+        OTHER_FIELDS + "spec.volumeName",
+        "spec-changed",
+    ),
+    case(
+        request("UPDATE", "persistentvolumeclaims", EXPANDED, pvc()),
+        "may only update PVC status",
+        "update-claim-itself",
+    ),
+    case(
+        request("CREATE", "persistentvolumeclaims", pvc()),
+        "may only update PVC status",
+        "create-claim",
+    ),
+    case(
+        request("DELETE", "persistentvolumeclaims/status", None, pvc()),
+        'unexpected operation "DELETE"',
+        "status-delete",
+    ),
+    case(
+        request(
+            "UPDATE",
+            "persistentvolumeclaims",
+            edit(pvc(), "metadata", labels={"app": "evil"}),
+            pvc(),
+            user=ADMIN,
+        ),
+        None,
+        "admin-unrestricted",
+    ),
+]
+
+
+@pytest.mark.parametrize(("req", "lookup", "refused"), PVCS)
+def test_persistent_volume_claims(req: Request, lookup: Lookup, refused: str | None) -> None:
+    run_cases(req, lookup, refused, "NodeRestriction")
+
+
+# --- serviceaccounts/token -----------------------------------------------------------------------
+
+APP_UID = "7d3f1c3e-0000-4000-8000-00000000a11c"
+APP_WITH_UID = {**APP, "metadata": {**APP["metadata"], "uid": APP_UID}}
+APP_ON_NODE2_WITH_UID = {**APP_ON_NODE2, "metadata": {**APP_ON_NODE2["metadata"], "uid": APP_UID}}
+
+
+def token(bound: dict[str, Any] | None, operation: str = "CREATE", sub: str = "token") -> Request:
+    spec: dict[str, Any] = {"audiences": ["https://kubernetes.default.svc"]}
+    if bound is not None:
+        spec["boundObjectRef"] = bound
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    resource = f"serviceaccounts/{sub}" if sub else "serviceaccounts"
+    return request(operation, resource, body, name="default", namespace="default")
+
+
+def pod_ref(**overrides: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "name": "app", "uid": APP_UID, **overrides}
+
+
+NOT_BOUND = "node requested token not bound to a pod"
+
+TOKENS = [
+    case(token(pod_ref()), None, "bound-to-own-pod", returning(APP_WITH_UID)),
+    case(token(None), NOT_BOUND, "not-bound"),
+    case(token(pod_ref(kind="Secret")), NOT_BOUND, "bound-to-a-secret"),
+    case(token(pod_ref(apiVersion="v2")), NOT_BOUND, "bound-to-another-version"),
+    case(token(pod_ref(name="")), NOT_BOUND, "bound-without-name"),
+    case(
+        token(pod_ref(uid="")),
+        "node requested token with a pod binding without a uid",
+        "bound-without-uid",
+    ),
+    case(
+        token(pod_ref(uid="0ld-uid")),
+        "the UID in the bound object reference (0ld-uid) does not match the UID in record",
+        "uid-of-a-deleted-namesake",
+        returning(APP_WITH_UID),
+    ),
+    case(
+        token(pod_ref()),
+        "node requested token bound to a pod scheduled on a different node",
+        "pod-on-another-node",
+        returning(APP_ON_NODE2_WITH_UID),
+    ),
+    case(token(None, operation="UPDATE", sub=""), None, "not-a-token-request"),
+]
+
+
+@pytest.mark.parametrize(("req", "lookup", "refused"), TOKENS)
+def test_service_account_tokens(req: Request, lookup: Lookup, refused: str | None) -> None:
+    run_cases(req, lookup, refused, "NodeRestriction")
+
+
+def test_token_request_reads_the_bound_pod() -> None:
+    seen: list[tuple[Resource, str, str]] = []
+
+    def lookup(req: Request) -> Mapping[str, Any]:
+        seen.append((req.resource, req.namespace, req.name))
+        return APP_WITH_UID
+
+    assert decide(token(pod_ref()), lookup) is None
+    assert seen == [(Resource("", "pods"), "default", "app")]
+
+
+def test_token_for_an_unreadable_pod_is_refused() -> None:
+    decision = decide(token(pod_ref()), unavailable)
+    assert_outcome(
+        decision,
+        'node "node1" requested a token bound to pod "app" in namespace "default", which could '
+        'not be read to check it: pod "app" is not in the cache',
+        "ParentUnavailable",
+    )
+
+
+# --- leases, CSINodes, ResourceSlices ------------------------------------------------------------
+
+
+def named(kind: str, name: str, namespace: str = "", **spec: Any) -> dict[str, Any]:
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"kind": kind, "metadata": metadata, "spec": spec}
+
+
+LEASE_NS = "kube-node-lease"
+OWN_LEASE = named("Lease", "node1", LEASE_NS, holderIdentity="node1")
+OTHER_LEASE = named("Lease", "node2", LEASE_NS, holderIdentity="node1")
+LEASE_NAME = "can only access node lease with the same name as the requesting node"
+CSINODE_NAME = "can only access CSINode with the same name as the requesting node"
+COORDINATION, STORAGE, RESOURCE = "coordination.k8s.io", "storage.k8s.io", "resource.k8s.io"
+
+
+def slice_(node_name: str) -> dict[str, Any]:
+    return named("ResourceSlice", f"{node_name}-gpu", nodeName=node_name, driver="gpu.example.com")
+
+
+OWNED_OBJECTS = [
+    case(request("CREATE", "leases", OWN_LEASE, group=COORDINATION, name=""), None, "lease-own"),
+    case(request("UPDATE", "leases", OWN_LEASE, OWN_LEASE, group=COORDINATION), None, "renew"),
+    case(
+        request("CREATE", "leases", OTHER_LEASE, group=COORDINATION, name=""),
+        LEASE_NAME,
+        "lease-create-other",
+    ),
+    case(
+        request("UPDATE", "leases", OTHER_LEASE, OTHER_LEASE, group=COORDINATION),
+        LEASE_NAME,
+        "lease-update-other",
+    ),
+    case(
+        request("DELETE", "leases", None, OTHER_LEASE, group=COORDINATION),
+        LEASE_NAME,
+        "lease-delete-other",
+    ),
+    case(
+        request("CREATE", "leases", named("Lease", "node1", "default"), group=COORDINATION),
+        'can only access leases in the "kube-node-lease" system namespace',
+        "lease-elsewhere",
+    ),
+    case(
+        request("CREATE", "csinodes", named("CSINode", "node1"), group=STORAGE, name=""),
+        None,
+        "csinode-own",
+    ),
+    case(
+        request("CREATE", "csinodes", named("CSINode", "node2"), group=STORAGE, name=""),
+        CSINODE_NAME,
+        "csinode-create-other",
+    ),
+    case(
+        request(
+            "UPDATE",
+            "csinodes",
+            named("CSINode", "node2"),
+            named("CSINode", "node2"),
+            group=STORAGE,
+        ),
+        CSINODE_NAME,
+        "csinode-update-other",
+    ),
+    case(
+        request("CREATE", "resourceslices", slice_("node1"), group=RESOURCE), None, "slice-own"
+    ),
+    case(
+        request("CREATE", "resourceslices", slice_("node2"), group=RESOURCE),
+        "can only create ResourceSlice with the same NodeName as the requesting node",
+        "slice-create-other",
+    ),
+    case(
+        request("DELETE", "resourceslices", None, slice_("node1"), group=RESOURCE),
+        None,
+        "slice-delete-own",
+    ),
+    case(
+        request("DELETE", "resourceslices", None, slice_("node2"), group=RESOURCE),
+        "can only delete ResourceSlice with the same NodeName as the requesting node",
+        "slice-delete-other",
+    ),
+    case(
+        request("UPDATE", "resourceslices", slice_("node2"), slice_("node2"), group=RESOURCE),
+        None,
+        "slice-update-left-to-the-authorizer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("req", "lookup", "refused"), OWNED_OBJECTS)
+def test_objects_named_after_the_node(req: Request, lookup: Lookup, refused: str | None) -> None:
+    run_cases(req, lookup, refused, "NodeRestriction")
+
+
+# --- certificatesigningrequests -----------------------------------------------------------------
+
+_KEY = ec.generate_private_key(ec.SECP256R1())
+
+
+def csr(common_name: str, signer: str = "kubernetes.io/kube-apiserver-client-kubelet") -> Request:
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
+    pem = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(subject)
+        .sign(_KEY, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    return csr_request(base64.b64encode(pem).decode(), signer)
+
+
+def csr_request(encoded: Any, signer: str, operation: str = "CREATE") -> Request:
+    body = {
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": "csr-x7k2p"},
+        "spec": {"request": encoded, "signerName": signer, "usages": ["client auth"]},
+    }
+    return request(operation, "certificatesigningrequests", body, group="certificates.k8s.io")
+
+
+OWN_CN = "can only create a node CSR with CN=system:node:node1"
+
+CSRS = [
+    case(csr("system:node:node1"), None, "client-cert-own-name"),
+    case(csr("system:node:node1", "kubernetes.io/kubelet-serving"), None, "serving-own-name"),
+    case(csr("system:node:node2"), OWN_CN, "client-cert-other-node"),
+    case(csr("system:node:node2", "kubernetes.io/kubelet-serving"), OWN_CN, "serving-other"),
+    case(csr("system:admin"), OWN_CN, "client-cert-not-a-node"),
+    case(csr("system:admin", "example.com/internal"), None, "other-signer-checks-itself"),
+    case(
+        csr_request("bm90IGEgY3Ny", "kubernetes.io/kubelet-serving"),
+        "unable to parse csr",
+        "not-a-pem-request",
+    ),
+    case(
+        csr_request("%%%", "kubernetes.io/kubelet-serving"),
+        "unable to parse csr",
+        "not-base64",
+    ),
+    case(csr_request(None, "kubernetes.io/kubelet-serving"), "unable to parse csr", "no-request"),
+    case(
+        csr_request("%%%", "kubernetes.io/kubelet-serving", operation="UPDATE"),
+        None,
+        "updates-left-to-the-approver",
+    ),
+]
+
+
+@pytest.mark.parametrize(("req", "lookup", "refused"), CSRS)
+def test_certificate_signing_requests(req: Request, lookup: Lookup, refused: str | None) -> None:
+    run_cases(req, lookup, refused, "NodeRestriction")
 
 
 # --- mirror-pod annotation validation, for every user ---------------------------------------------
