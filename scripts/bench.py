@@ -417,7 +417,8 @@ def access_reviews(tenant_namespaces: int) -> dict[str, dict[str, Any]]:
                                               selector=own),
         "list-denied": make_access_review(user, "list", "configmaps", namespace=ns),
         "get-by-name": make_access_review(user, "get", "configmaps", namespace=ns, name="cm-a"),
-        "unrestricted": make_access_review(user, "list", "secrets", namespace=ns),
+        "list-two-buckets": make_access_review(user, "list", "configmaps", namespace=ns,
+                                               selector=[("team", "In", ["a", "b"])]),
         "admin": make_access_review("admin", "list", "configmaps", namespace=ns,
                                     groups=("system:masters",)),
     }  # fmt: skip
@@ -582,10 +583,14 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=20000, help="pods in the node graph")
     parser.add_argument("--nodes", type=int, default=500, help="nodes the pods spread over")
     parser.add_argument("--reverse", action="store_true", help="only audit and who-can")
+    parser.add_argument("--http-only", action="store_true", help="only the wrk figures")
     parser.add_argument("--logs-only", action="store_true", help="only the decision-log figure")
     args = parser.parse_args()
     if args.reverse:
         reverse_bench(args.namespaces, 10)
+        return
+    if args.http_only:
+        http_bench(args.http_duration)
         return
     if args.logs_only:
         log_bench(args.seconds)
