@@ -321,6 +321,7 @@ class WebhookServer(BaseApplication):
 def serve(settings: Settings) -> None:
     """Check the settings, then run gunicorn until it stops (ConfigError: nothing started)."""
     check_settings(settings)
-    logs.configure(settings.log_level)
+    # Logging is configured in each worker (build_app): no listener thread runs in the arbiter
+    # when it forks.
     with multiprocess_dir():
         WebhookServer(settings).run()
