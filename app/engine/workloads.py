@@ -36,6 +36,7 @@ from app.engine.podrefs import (
     PodRef,
     pod_references,
 )
+from app.engine.rbac import Snapshot, user_keys
 from app.engine.selectors import SelectorError, from_label_selector
 
 PODS = Resource("", "pods")
@@ -141,8 +142,40 @@ METADATA_RESOURCES: frozenset[tuple[str, str]] = frozenset(
 
 def check_workloads(request: Request, ctx: Context) -> Decision | None:
     """Refuse a write that would make a controller act outside the user's labels; else None."""
-    rule = _RULES.get((request.resource.group, request.resource.resource))
-    return rule(request, ctx) if rule is not None else None
+    rule = RULES.get((request.resource.group, request.resource.resource))
+    if rule is None or not _limited(request, ctx.snapshot):
+        return None
+    return rule(request, ctx)
+
+
+# Every denial here needs a grant with label limits (or an invalid annotation). A user bound to no
+# role carrying an annotation in the namespace or cluster-wide has none, whatever they do, so the
+# rules are skipped for them (cluster admins, controllers) at the price of a few set lookups.
+_limiting_subjects: tuple[Snapshot, frozenset[tuple[str, str, str]]] | None = None
+
+
+def _limited(request: Request, snapshot: Snapshot) -> bool:
+    """Whether any role bound to the user in the request's namespace carries an annotation."""
+    subjects = _subjects_with_limits(snapshot)
+    scopes = (request.namespace, "") if request.namespace else ("",)
+    keys = user_keys(request.user)
+    return any((scope, kind, name) in subjects for scope in scopes for kind, name in keys)
+
+
+def _subjects_with_limits(snapshot: Snapshot) -> frozenset[tuple[str, str, str]]:
+    """The binding-index keys leading to a role with an annotation (valid or not), per snapshot."""
+    global _limiting_subjects
+    cached = _limiting_subjects
+    if cached is not None and cached[0] is snapshot:
+        return cached[1]
+    found = frozenset(
+        key
+        for key, pairs in snapshot.bindings.items()
+        if any(role.permissions is not None or role.error is not None for _, role in pairs)
+    )
+    # One assignment: a concurrent decision sees the old pair or the new, never a mix.
+    _limiting_subjects = (snapshot, found)
+    return found
 
 
 # --- workloads -----------------------------------------------------------------------------------
@@ -474,7 +507,7 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-_RULES: Mapping[tuple[str, str], Callable[[Request, Context], Decision | None]] = {
+RULES: Mapping[tuple[str, str], Callable[[Request, Context], Decision | None]] = {
     **{key: check_workload for key in WORKLOADS},
     ("", "pods"): check_pod,
     ("autoscaling", "horizontalpodautoscalers"): check_scale_target,

@@ -27,7 +27,7 @@ from app.engine.decide import POST_CHECKS, evaluate
 from app.engine.model import Decision, Request
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
-from app.engine.workloads import WORKLOADS, check_workloads
+from app.engine.workloads import RULES, WORKLOADS, check_workloads
 from app.wire import parse_review
 from tests.support import binding, load_review, make_review, role, rule, snapshot
 
@@ -768,3 +768,31 @@ def test_reference_granted_only_through_an_invalid_annotation_is_refused() -> No
         "t1/broken-get grants nothing here: "
     )
     assert cluster.calls == []
+
+
+@pytest.mark.parametrize("user", ["alice", "dave", "erin", "frank", "gina", "sched", "admin"])
+def test_the_shortcut_for_users_without_label_limits_changes_no_decision(user: str) -> None:
+    """Users bound to no annotated role skip the rules; the rules alone decide the same."""
+    cluster = Cluster({("deployments", "w"): workload("Deployment", pods=TEAM_B)})
+    ctx = Context(WORLD, Options(), cluster.lookup, cluster.metadata)
+    secret = {"volumes": [{"name": "v", "secret": {"secretName": "s-b"}}]}
+    for obj in (workload("Deployment", pods=TEAM_B, select={}, **secret), pod(**secret)):
+        req = review(user, "CREATE", obj)
+        rule = RULES[(req.resource.group, req.resource.resource)]
+        assert check_workloads(req, ctx) == rule(req, ctx)
+
+
+def test_a_new_snapshot_is_seen_by_the_shortcut() -> None:
+    foreign = review("erin", "CREATE", workload("StatefulSet", pods=TEAM_B, select={}))
+    open_world = snapshot(
+        role("pods-open", NS, [rule("*", "pods"), rule("*", "statefulsets", "apps")]),
+        binding("erin", "pods-open", "User:erin", namespace=NS),
+    )
+    assert check_workloads(foreign, Context(open_world)) is None
+    limited = snapshot(
+        role("pods-a", NS, [rule("*", "pods"), rule("*", "statefulsets", "apps")], {"*": A_ONLY}),
+        binding("erin", "pods-a", "User:erin", namespace=NS),
+    )
+    denial = check_workloads(foreign, Context(limited))
+    assert denial is not None and denial.reason == "TemplateLabelNotPermitted"
+    assert check_workloads(foreign, Context(open_world)) is None
