@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import app
 from app import deepjson
-from app.engine.authorize import READ_VERBS, authorize
+from app.engine.authorize import READ_CHECKS, READ_VERBS, authorize
 from app.engine.context import (
     Context,
     MetadataLookup,
@@ -29,7 +29,7 @@ from app.engine.context import (
     no_parent_lookup,
 )
 from app.engine.decide import POST_CHECKS, evaluate
-from app.engine.kinds import BINDING_KINDS, ROLE_KINDS, snapshot_from_objects
+from app.engine.kinds import BINDING_KINDS, GRAPH_KINDS, ROLE_KINDS, snapshot_from_objects
 from app.engine.model import (
     ENFORCE,
     MODES,
@@ -42,6 +42,8 @@ from app.engine.model import (
     UserInfo,
     Verdict,
 )
+from app.engine.nodeauthz import check_node_read
+from app.engine.nodegraph import NodeGraph
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, resource_pattern
 from app.engine.rbac import Snapshot
 from app.engine.selectors import Selector, SelectorError, parse_selector
@@ -231,6 +233,11 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     check.add_argument("-l", "--label", action="append", default=[], type=_label_arg,
                        metavar="KEY=VALUE")  # fmt: skip
     check.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    check.add_argument(
+        "--node-authorizer",
+        action="store_true",
+        help="decide kubelets' requests from the pods bound to them, as serve does",
+    )
 
     who = sub.add_parser(
         "who-can",
@@ -546,6 +553,23 @@ def _access(args: argparse.Namespace) -> AccessReview:
     return AccessReview("authorization.k8s.io/v1", access, None)
 
 
+def _node_graph(loaded: Loaded) -> NodeGraph:
+    """The node graph of the directory's Pods, PVs and VolumeAttachments, or the cluster's."""
+    if loaded.client is None:
+        return NodeGraph.from_objects(loaded.objects)
+    from app.source.api import KubeError, object_path
+
+    objects: list[tuple[str, Mapping[str, Any]]] = []
+    for spec in GRAPH_KINDS:
+        path = object_path(spec.group, spec.version, spec.resource)
+        try:
+            items, _ = loaded.client.list(path, 500, (10.0, 60.0))
+        except KubeError as exc:
+            raise CliError(f"could not list {spec.resource} for the node graph: {exc}") from None
+        objects += [(spec.kind, item) for item in items]
+    return NodeGraph.from_objects(objects)
+
+
 def _cmd_check_read(args: argparse.Namespace, settings: Settings, loaded: Loaded) -> int:
     """Explain a read as the authorization webhook answers it."""
     from app.audit import dump
@@ -558,11 +582,13 @@ def _cmd_check_read(args: argparse.Namespace, settings: Settings, loaded: Loaded
         def metadata(ref: ObjectRef) -> Mapping[str, Any]:
             return {"metadata": {"name": ref.name, "labels": labels}}
 
-    ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, metadata)
+    graph = _node_graph(loaded) if args.node_authorizer else None
+    ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, metadata, graph)
+    checks = (check_node_read, *READ_CHECKS) if args.node_authorizer else READ_CHECKS
     if review.access is None:
         decision = AccessDecision.no_opinion("NonResource", "non-resource requests are RBAC's")
     else:
-        decision = authorize(review.access, ctx)
+        decision = authorize(review.access, ctx, checks)
     if args.output != "text":
         data = {
             "verdict": decision.verdict.value,
