@@ -92,3 +92,30 @@ def test_selector_syntax(text: str, expected: list[str]) -> None:
 def test_selector_syntax_errors(text: str) -> None:
     with pytest.raises(SelectorError):
         parse_selector(text)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        pytest.param(
+            [*CHECK, *LIST, "--unrestricted-reads", "config maps"],
+            "is not a resource pattern",
+            id="unrestricted-reads-pattern",
+        ),
+        pytest.param(
+            ["serve", "--dev-tls", "--watch-labels", "pods/log"],
+            "name a resource, not a subresource",
+            id="watch-labels-subresource",
+        ),
+    ],
+)
+def test_read_flags_are_checked(
+    args: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == 2
+    assert error in capsys.readouterr().err
+
+
+def test_unrestricted_reads_leave_the_read_to_rbac(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*CHECK, *LIST, "--unrestricted-reads", "configmaps"]) == 0
+    assert "no opinion (ReadsUnrestricted)" in capsys.readouterr().out
