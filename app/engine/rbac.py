@@ -316,22 +316,23 @@ class Snapshot:
         self, user: UserInfo, namespace: str, verbs: Sequence[str], res: Resource, name: str
     ) -> list[CompiledRole]:
         """Distinct roles that authorize the request in RBAC, in binding order."""
-        found: list[CompiledRole] = []
+        # Distinct by identity, kept in a set: a user may be bound to thousands of roles, and
+        # comparing each with every one found so far would cost their number squared.
+        found: dict[int, CompiledRole] = {}
         for _, role in self.roles_for(user, namespace):
-            if role.grants(verbs, res, name) and all(r is not role for r in found):
-                found.append(role)
-        return found
+            if id(role) not in found and role.grants(verbs, res, name):
+                found[id(role)] = role
+        return list(found.values())
 
     def authorizing_roles(
         self, user: UserInfo, namespace: str, res: Resource, alternatives: Sequence[Authorization]
     ) -> list[CompiledRole]:
         """Distinct roles granting any of ``alternatives``, in binding order. An alternative
         made only ``after`` other verbs counts when the user holds one of them on that name."""
-        found: list[CompiledRole] = []
+        found: dict[int, CompiledRole] = {}
         for alt in alternatives:
             if alt.after and not self.granting_roles(user, namespace, alt.after, res, alt.name):
                 continue
             for role in self.granting_roles(user, namespace, (alt.verb,), res, alt.name):
-                if all(r is not role for r in found):
-                    found.append(role)
-        return found
+                found.setdefault(id(role), role)
+        return list(found.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -526,3 +527,22 @@ def test_recorded_tenant_role_is_restricted() -> None:
     assert tenant_a.permissions is not None
     (entry,) = tenant_a.permissions.entries_for(R("configmaps"))
     assert entry.describe() == "team in [a]"
+
+
+def test_thousands_of_granting_roles_are_found_in_linear_time() -> None:
+    """A namespace admin may bind herself to as many roles as she likes: finding the distinct
+    granting ones must not cost their number squared (it used to: seconds of CPU at 10,000)."""
+    count = 10_000
+    objects = []
+    for i in range(count):
+        objects.append(role(f"r{i}", "t1", rules=[rule("create", "configmaps")]))
+        objects.append(binding(f"b{i}", f"r{i}", "User:alice", namespace="t1"))
+    snap = snapshot(*objects)
+    started = time.process_time()
+    found = snap.granting_roles(
+        UserInfo("alice"), "t1", ("create",), Resource("", "configmaps"), ""
+    )
+    elapsed = time.process_time() - started
+    assert len(found) == count
+    assert len({id(r) for r in found}) == count
+    assert elapsed < 1.0, f"{count} granting roles took {elapsed:.2f}s of CPU"
