@@ -22,7 +22,7 @@ from app.engine.model import (
     strictest,
 )
 from app.engine.policy import Entry, Requirement
-from app.engine.rbac import CompiledRole, Snapshot
+from app.engine.rbac import CompiledRole, Snapshot, authorizing_roles
 from app.engine.selectors import Selector, confinement
 
 Restriction = tuple[CompiledRole, tuple[Entry, ...]]
@@ -106,12 +106,9 @@ def request_grants(request: Request, snapshot: Snapshot) -> list[Grants]:
     """The granting roles of each authorization the request passed (see ``authorizations``),
     matched on the resource RBAC authorized."""
     resource = request.authorized_resource
+    bound = snapshot.bound_roles(request.user, request.namespace)
     return [
-        classify(
-            snapshot.authorizing_roles(request.user, request.namespace, resource, alternatives),
-            resource,
-            alternatives[0].verb,
-        )
+        classify(authorizing_roles(bound, resource, alternatives), resource, alternatives[0].verb)
         for alternatives in request.authorizations
     ]
 

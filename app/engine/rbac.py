@@ -145,7 +145,11 @@ class CompiledRole:
     mode: str = ENFORCE
 
     def grants(self, verbs: Sequence[str], res: Resource, name: str) -> bool:
-        return any(rule.matches(v, res, name) for rule in self.rules for v in verbs)
+        for rule in self.rules:  # loops, not any(): this runs for every bound role per request
+            for verb in verbs:
+                if rule.matches(verb, res, name):
+                    return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,27 +316,47 @@ class Snapshot:
                         seen.add(id(pair[0]))
                         yield pair
 
+    def bound_roles(self, user: UserInfo, namespace: str) -> list[CompiledRole]:
+        """Distinct roles bound to the user in ``namespace`` or cluster-wide, in binding order."""
+        seen: set[int] = set()
+        found: list[CompiledRole] = []
+        for _, role in self.roles_for(user, namespace):
+            if id(role) not in seen:
+                seen.add(id(role))
+                found.append(role)
+        return found
+
     def granting_roles(
         self, user: UserInfo, namespace: str, verbs: Sequence[str], res: Resource, name: str
     ) -> list[CompiledRole]:
         """Distinct roles that authorize the request in RBAC, in binding order."""
-        # Distinct by identity, kept in a set: a user may be bound to thousands of roles, and
-        # comparing each with every one found so far would cost their number squared.
-        found: dict[int, CompiledRole] = {}
-        for _, role in self.roles_for(user, namespace):
-            if id(role) not in found and role.grants(verbs, res, name):
-                found[id(role)] = role
-        return list(found.values())
+        return [r for r in self.bound_roles(user, namespace) if r.grants(verbs, res, name)]
 
-    def authorizing_roles(
-        self, user: UserInfo, namespace: str, res: Resource, alternatives: Sequence[Authorization]
-    ) -> list[CompiledRole]:
-        """Distinct roles granting any of ``alternatives``, in binding order. An alternative
-        made only ``after`` other verbs counts when the user holds one of them on that name."""
-        found: dict[int, CompiledRole] = {}
+
+def authorizing_roles(
+    bound: Sequence[CompiledRole], res: Resource, alternatives: Sequence[Authorization]
+) -> list[CompiledRole]:
+    """The roles of ``bound`` granting any of ``alternatives``, in order. An alternative the API
+    server checks only ``after`` other verbs counts when a bound role grants one of them."""
+    found: list[CompiledRole] = []
+    later: list[tuple[CompiledRole, Authorization]] = []
+    for role in bound:
+        only_after: Authorization | None = None
         for alt in alternatives:
-            if alt.after and not self.granting_roles(user, namespace, alt.after, res, alt.name):
-                continue
-            for role in self.granting_roles(user, namespace, (alt.verb,), res, alt.name):
-                found.setdefault(id(role), role)
-        return list(found.values())
+            if role.grants((alt.verb,), res, alt.name):
+                if not alt.after:
+                    found.append(role)
+                    break
+                only_after = only_after or alt
+        else:
+            if only_after is not None:
+                later.append((role, only_after))
+    # Looked at only when it matters (most creates find no role beyond the nameless ones), and
+    # once per alternative, so thousands of bound roles cost linear time.
+    held: dict[Authorization, bool] = {}
+    for role, alt in later:
+        if alt not in held:
+            held[alt] = any(r.grants(alt.after, res, alt.name) for r in bound)
+        if held[alt]:
+            found.append(role)
+    return found
