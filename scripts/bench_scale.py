@@ -1,0 +1,271 @@
+"""Scale benchmark: load time, memory and decisions/s of a static RBAC directory of N objects.
+
+Run with ``.venv/bin/python scripts/bench_scale.py`` (default sizes 1k, 10k and 100k objects;
+``--sizes 1000,10000`` for fewer). Each size is written once as YAML files, like a cluster's
+exported RBAC: per namespace a Namespace, three Roles (one with an annotation shared by every
+namespace, one with its own, one without) and four RoleBindings with users, groups and service
+accounts; cluster-wide, ClusterRoles with wildcard annotations and their ClusterRoleBindings.
+
+Every size is loaded in a fresh process (so its memory is its own) and measured against
+baselines taken in that same process:
+
+- load: ``StaticSource.start()`` against parsing the same files with the pure-Python YAML
+  loader only (what loading cost before anything else); in CPU seconds of this process, which a
+  busy machine does not inflate (the wall time is printed too);
+- memory: resident set after the load, and what the process held before it (imports done);
+- decisions per CPU second: ``evaluate`` for an allowed and a denied review against
+  ``json.loads`` of the review; flatness is each size's rate over the smallest size's, both
+  measured in this run.
+
+The table is printed and the figures written as JSON (``--json``, default bench-scale.json).
+``--against DIR`` measures the ``app`` package under DIR too, each size right after this one's
+(``mkdir /tmp/prev && git archive v1 app | tar -x -C /tmp/prev`` for a previous version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+# ``--code DIR`` measures the ``app`` package of another checkout (e.g. the previous release,
+# unpacked with ``git archive``) against the same directories in the same run.
+_CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv[:-1] else None
+sys.path.insert(0, str(ROOT))
+if _CODE:
+    sys.path.insert(0, _CODE)
+
+PER_NAMESPACE = 8  # a Namespace, three Roles, four RoleBindings
+ANNOTATION = "labelrbac.io/permissions"
+SHARED = json.dumps({"configmaps": {"team": ["a", "b"]}, "secrets": {"team": ["a"]},
+                     "deployments.apps": {"team": ["a", "b"]}})  # fmt: skip
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def layout(objects: int) -> tuple[int, int]:
+    """(namespaces, cluster roles) for about ``objects`` objects: one ClusterRole and one
+    ClusterRoleBinding per 500 objects, the rest namespaces of eight objects each."""
+    cluster_roles = max(2, objects // 500)
+    return max(1, (objects - 2 * cluster_roles) // PER_NAMESPACE), cluster_roles
+
+
+def namespace_objects(i: int, cluster_roles: int) -> list[dict[str, Any]]:
+    ns = f"tenant-{i}"
+    own = json.dumps({"configmaps": {"team": [f"t{i}-*"]}, "pods": {"team": [f"t{i}-*"]}})
+    rules = [{"apiGroups": ["", "apps"], "resources": ["configmaps", "secrets", "pods",
+                                                       "deployments"], "verbs": ["*"]}]  # fmt: skip
+    read = [{"apiGroups": [""], "resources": ["configmaps", "pods"],
+             "verbs": ["get", "list", "watch"]}]  # fmt: skip
+
+    def role(name: str, annotation: str | None, role_rules: list[Any]) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": ns}
+        if annotation is not None:
+            meta["annotations"] = {ANNOTATION: annotation}
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+                "rules": role_rules}  # fmt: skip
+
+    def binding(name: str, ref_kind: str, ref: str, subjects: list[Any]) -> dict[str, Any]:
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": name, "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind,
+                            "name": ref},
+                "subjects": subjects}  # fmt: skip
+
+    users = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"user-{i}-{u}"}
+             for u in range(6)]  # fmt: skip
+    groups = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": f"team-{i}-{g}"}
+              for g in range(3)]  # fmt: skip
+    accounts = [{"kind": "ServiceAccount", "name": f"sa-{s}", "namespace": ns} for s in range(4)]
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        role("team-shared", SHARED, rules),
+        role("team-own", own, rules),
+        role("reader", None, read),
+        binding("team-shared", "Role", "team-shared", users[:3] + groups[:1]),
+        binding("team-own", "Role", "team-own", users[3:] + groups[1:]),
+        binding("reader", "Role", "reader", accounts + groups),
+        binding("platform", "ClusterRole", f"platform-{i % cluster_roles}", users[:1] + accounts),
+    ]
+
+
+def cluster_objects(cluster_roles: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for c in range(cluster_roles):
+        annotation = json.dumps({"*": {"team": ["*"]}, f"crd{c}-*.example.com": {"env": ["prod-*"]},
+                                 "configmaps": {"team": ["*-a", "*-b"]}})  # fmt: skip
+        meta = {"name": f"platform-{c}", "annotations": {ANNOTATION: annotation}}
+        rules = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
+        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": meta, "rules": rules})  # fmt: skip
+        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": f"platform-{c}"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": f"platform-{c}"},
+                    "subjects": [{"kind": "Group", "name": f"platform-{c}"},
+                                 {"kind": "User", "name": f"operator-{c}"}]})  # fmt: skip
+    return out
+
+
+def write_dir(directory: Path, objects: int, per_file: int = 100) -> int:
+    """Write about ``objects`` objects as YAML files of ``per_file`` namespaces; the count."""
+    namespaces, cluster_roles = layout(objects)
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = cluster_objects(cluster_roles)
+    count = len(docs)
+    (directory / "cluster.yaml").write_text(yaml.dump_all(docs, Dumper=_DUMPER))
+    for start in range(0, namespaces, per_file):
+        docs = [o for i in range(start, min(start + per_file, namespaces))
+                for o in namespace_objects(i, cluster_roles)]  # fmt: skip
+        count += len(docs)
+        (directory / f"ns-{start:07d}.yaml").write_text(yaml.dump_all(docs, Dumper=_DUMPER))
+    return count
+
+
+def rss_mb() -> float:
+    """This process's resident set size now, in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rate(fn: Any, seconds: float) -> float:
+    """Calls per CPU second of ``fn``, best of three rounds of ``seconds / 3``."""
+    best = 0.0
+    for _ in range(3):
+        calls, start = 0, time.process_time()
+        while True:
+            for _ in range(100):
+                fn()
+            calls += 100
+            now = time.process_time()
+            if now - start >= seconds / 3:
+                break
+        best = max(best, calls / (now - start))
+    return best
+
+
+def measure(directory: Path, seconds: float) -> dict[str, Any]:
+    """In this (fresh) process: load ``directory`` and measure it against its baselines."""
+    from app.engine.context import Context, Options
+    from app.engine.decide import evaluate
+    from app.engine.rbac import Compiler
+    from app.source.static import StaticSource, read_manifests
+    from app.wire import parse_review
+    from tests.support import make_review
+
+    compiler = Compiler((ANNOTATION,))
+    before = rss_mb()
+    started, cpu = time.perf_counter(), time.process_time()
+    source = StaticSource(directory, compiler)
+    source.start()
+    load_wall_s, load_s = time.perf_counter() - started, time.process_time() - cpu
+    after = rss_mb()
+    snapshot = source.snapshot()
+    assert snapshot is not None
+    parsed = len(read_manifests(directory))
+    cpu = time.process_time()
+    for path in sorted(directory.glob("*.yaml")):
+        list(yaml.load_all(path.read_text(), Loader=yaml.SafeLoader))
+    parse_s = time.process_time() - cpu
+
+    namespaces, _ = layout(parsed)
+    ns = f"tenant-{namespaces // 2}"
+    user = f"user-{namespaces // 2}-0"
+    ctx = Context(snapshot, Options(compiler=compiler))
+    figures: dict[str, Any] = {
+        "objects": parsed, "roles": len(snapshot.roles), "load_s": load_s,
+        "load_wall_s": load_wall_s, "parse_s": parse_s,
+        "rss_before_mb": before, "rss_after_mb": after,
+    }  # fmt: skip
+    for name, labels in (("allowed", {"team": "a"}), ("denied", {"team": "z"})):
+        review = make_review(user, "CREATE", "configmaps", namespace=ns, labels=labels)
+        request = parse_review(review).request
+        decision = evaluate(request, ctx)
+        assert decision.allowed == (name == "allowed"), (name, decision)
+        body = json.dumps(review)
+        figures[f"{name}_per_s"] = rate(lambda r=request: evaluate(r, ctx), seconds)
+        figures[f"{name}_parse_per_s"] = rate(lambda b=body: json.loads(b), seconds)
+    return figures
+
+
+def run(
+    sizes: list[int], seconds: float, keep: Path | None, against: Path | None
+) -> list[dict[str, Any]]:
+    """Measure each size in a fresh process; with ``against``, that code too, right after."""
+    results = []
+    codes: list[tuple[str, list[str]]] = [("this", [])]
+    if against is not None:
+        codes.append((str(against), ["--code", str(against)]))
+    with tempfile.TemporaryDirectory() as tmp:
+        base = keep or Path(tmp)
+        for size in sizes:
+            directory = base / f"rbac-{size}"
+            if not (directory / "cluster.yaml").exists():
+                write_dir(directory, size)
+            for code, extra in codes:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--measure", str(directory),
+                     "--seconds", str(seconds), *extra],
+                    capture_output=True, text=True, check=True,
+                ).stdout  # fmt: skip
+                results.append({"size": size, "code": code, **json.loads(out.splitlines()[-1])})
+    return results
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    firsts: dict[str, dict[str, Any]] = {}
+    lines = [
+        f"{'code':>10} {'objects':>8} {'load s':>7} {'(wall)':>7} {'parse s':>8} "
+        f"{'load/parse':>10} {'RSS MB':>7} "
+        f"{'(before)':>8} {'allowed/s':>10} {'denied/s':>9} {'decide/parse':>12} "
+        f"{'vs smallest':>11}"
+    ]
+    for r in results:
+        first = firsts.setdefault(r["code"], r)
+        decide_parse = min(r["allowed_per_s"] / r["allowed_parse_per_s"],
+                           r["denied_per_s"] / r["denied_parse_per_s"])  # fmt: skip
+        flat = min(r["allowed_per_s"] / first["allowed_per_s"],
+                   r["denied_per_s"] / first["denied_per_s"])  # fmt: skip
+        lines.append(
+            f"{Path(r['code']).name[:10]:>10} {r['objects']:>8,} {r['load_s']:7.2f} "
+            f"{r['load_wall_s']:7.2f} {r['parse_s']:8.2f} "
+            f"{r['load_s'] / r['parse_s']:10.2f} {r['rss_after_mb']:7.0f} "
+            f"{r['rss_before_mb']:8.0f} {r['allowed_per_s']:10,.0f} {r['denied_per_s']:9,.0f} "
+            f"{decide_parse:12.2f} {flat:10.2f}x"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000", help="objects, comma-separated")
+    parser.add_argument("--seconds", type=float, default=1.5, help="per decision-rate figure")
+    parser.add_argument("--json", type=Path, default=Path("bench-scale.json"))
+    parser.add_argument("--keep", type=Path, help="write (and reuse) the RBAC dirs here")
+    parser.add_argument("--against", type=Path, help="also measure the app package under DIR")
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--code", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.seconds)))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = run(sizes, args.seconds, args.keep, args.against)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(table(results))
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
