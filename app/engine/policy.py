@@ -12,6 +12,8 @@ default label key. Everything is compiled once, when the role is loaded.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,6 +264,38 @@ def parse_permissions(
     return Permissions(annotation_key, entries)
 
 
+# Compiled annotations by (text, annotation key, default label key). A cluster's roles repeat a
+# few annotations thousands of times (one per tenant namespace), and a compiled ``Permissions`` is
+# immutable (its memo only ever caches a pure function of it), so identical texts compile and
+# validate once and share one object. Bounded in entries and in the size of a cached text, so
+# annotations written to be unique cost what they did without the cache.
+_CACHE_ENTRIES = 4096
+_CACHE_TEXT = 8192
+_cache: OrderedDict[tuple[str, str, str | None], Permissions | str] = OrderedDict()
+_cache_lock = threading.Lock()  # watch threads compile concurrently
+
+
+def _parse_cached(raw: str, key: str, default_label_key: str | None) -> Permissions:
+    """``parse_permissions``, through the cache; an error is cached as its message."""
+    if len(raw) > _CACHE_TEXT:
+        return parse_permissions(raw, annotation_key=key, default_label_key=default_label_key)
+    cache_key = (raw, key, default_label_key)
+    with _cache_lock:
+        found = _cache.get(cache_key)
+    if found is None:
+        try:
+            found = parse_permissions(raw, annotation_key=key, default_label_key=default_label_key)
+        except AnnotationError as exc:
+            found = str(exc)
+        with _cache_lock:
+            _cache[cache_key] = found
+            if len(_cache) > _CACHE_ENTRIES:
+                _cache.popitem(last=False)  # the oldest entry
+    if isinstance(found, str):
+        raise AnnotationError(found)
+    return found
+
+
 def permissions_of(
     annotations: Mapping[str, str], keys: Sequence[str], default_label_key: str | None
 ) -> Permissions | None:
@@ -276,8 +310,6 @@ def permissions_of(
         )
     key = present[0]
     try:
-        return parse_permissions(
-            annotations[key], annotation_key=key, default_label_key=default_label_key
-        )
+        return _parse_cached(annotations[key], key, default_label_key)
     except AnnotationError as exc:
         raise AnnotationError(f"invalid {key} annotation: {exc}") from None

@@ -281,6 +281,48 @@ def test_invalid_value_error_names_the_key() -> None:
         permissions_of({KEYS[0]: "{}"}, KEYS, None)
 
 
+# --- Identical annotations compile once -------------------------------------------------------
+
+
+def test_identical_annotations_share_one_compiled_permissions() -> None:
+    text = '{"configmaps": {"team": ["shared-cache-a"]}}'
+    first = permissions_of({KEYS[0]: text}, KEYS, None)
+    again = permissions_of({KEYS[0]: str(text.encode().decode())}, KEYS, None)
+    assert first is not None and again is first
+    # Anything that changes what the text compiles to is a different entry.
+    other_key = permissions_of({KEYS[1]: text}, KEYS, None)
+    assert other_key is not None and other_key is not first
+    assert other_key.annotation_key == KEYS[1]
+    shorthand = '{"configmaps": ["shared-cache-a"]}'
+    with pytest.raises(AnnotationError, match="no default label key"):
+        permissions_of({KEYS[0]: shorthand}, KEYS, None)
+    with_default = permissions_of({KEYS[0]: shorthand}, KEYS, "team")
+    assert with_default is not None
+    assert with_default.entries[0].requirement("team") is not None
+
+
+def test_an_invalid_annotation_is_refused_every_time_with_its_cause() -> None:
+    bad = '{"configmaps": {"team": ["a b"]}}'
+    messages = []
+    for _ in range(2):
+        with pytest.raises(AnnotationError) as info:
+            permissions_of({KEYS[0]: bad}, KEYS, None)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert "schema violation at configmaps/team/0" in messages[0]
+
+
+def test_a_long_annotation_is_compiled_without_the_cache() -> None:
+    # Past the cached size every role's text is compiled on its own: still correct.
+    values = [f"v{i:04d}" for i in range(2000)]
+    text = json.dumps({"configmaps": {"team": values}})
+    assert len(text) > 8192
+    first = permissions_of({KEYS[0]: text}, KEYS, None)
+    again = permissions_of({KEYS[0]: text}, KEYS, None)
+    assert first is not None and again is not None and again is not first
+    assert first == again and len(first.entries[0].requirements[0].values) == 2000
+
+
 # --- entries_for: which entries decide -------------------------------------------------------
 
 
