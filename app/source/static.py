@@ -54,15 +54,21 @@ def _flatten(doc: Any) -> Iterator[tuple[str, Mapping[str, Any]]]:
     yield kind, doc
 
 
-def read_manifests(*paths: Path) -> list[tuple[str, Mapping[str, Any]]]:
-    """All objects in the given files and directories (recursively, sorted for determinism)."""
+def iter_manifests(*paths: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """The objects in the given files and directories (recursively, sorted for determinism),
+    one file parsed at a time, so a caller that compiles as it goes never holds them all."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
             files.extend(sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES))
         else:
             files.append(path)
-    return [item for f in files for doc in _documents(f) for item in _flatten(doc)]
+    return (item for f in files for doc in _documents(f) for item in _flatten(doc))
+
+
+def read_manifests(*paths: Path) -> list[tuple[str, Mapping[str, Any]]]:
+    """All objects in the given files and directories (recursively, sorted for determinism)."""
+    return list(iter_manifests(*paths))
 
 
 def parse_manifests(text: str, where: str) -> list[tuple[str, Mapping[str, Any]]]:
@@ -86,11 +92,16 @@ class StaticSource:
 
     def start(self) -> None:
         if self._snapshot is None:
+            if not self._with_graph:
+                # Compiled as parsed: the raw objects of a large directory are never all held.
+                self._snapshot = snapshot_from_objects(
+                    iter_manifests(self._directory), self._compiler
+                )
+                return
             objects = read_manifests(self._directory)
-            if self._with_graph:
-                # The Pods and PersistentVolumes among the manifests, as the API server stores
-                # them (spec.nodeName set, spec.serviceAccountName spelled out).
-                self._graph = NodeGraph.from_objects(objects)
+            # The Pods and PersistentVolumes among the manifests, as the API server stores
+            # them (spec.nodeName set, spec.serviceAccountName spelled out).
+            self._graph = NodeGraph.from_objects(objects)
             self._snapshot = snapshot_from_objects(objects, self._compiler)
 
     def stop(self) -> None:
