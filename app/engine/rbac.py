@@ -231,13 +231,29 @@ class Compiler:
         return Binding(namespace, _text(meta, "name"), ref, subject_keys(obj, namespace))
 
 
+# Compiled rules by value. Thousands of roles repeat the same few rules (one Role per tenant
+# namespace), and a Rule is immutable, so equal rules share one object and its frozensets. Bounded,
+# so rules written to be unique only stop being shared.
+_INTERNED_RULES = 16384
+_rules: dict[Rule, Rule] = {}
+
+
+def _intern(rule: Rule) -> Rule:
+    found = _rules.get(rule)
+    if found is not None:
+        return found
+    if len(_rules) < _INTERNED_RULES:
+        _rules[rule] = rule
+    return rule
+
+
 def _compile_rules(rules: Any) -> tuple[Rule, ...]:
     """A role's rules; those naming no resources (nonResourceURLs only) never reach admission."""
     if rules is None:
         return ()
     if not isinstance(rules, list):
         raise MalformedObject("rules must be a list")
-    return tuple(rule for rule in map(Rule.compile, rules) if rule.resources)
+    return tuple(_intern(rule) for rule in map(Rule.compile, rules) if rule.resources)
 
 
 def subject_keys(binding: Mapping[str, Any], namespace: str) -> tuple[tuple[str, str], ...]:

@@ -567,3 +567,19 @@ def test_thousands_of_name_scoped_create_roles_are_found_in_linear_time() -> Non
     elapsed = time.process_time() - started
     assert len(found) == count
     assert elapsed < 2.0, f"{elapsed:.2f}s for {count} roles"
+
+
+def test_equal_rules_and_annotations_of_many_roles_are_shared() -> None:
+    # A Role per tenant namespace repeats the same rules and annotation: compiled once, shared.
+    rules = [rule("create update", "configmaps secrets"), rule("get", "pods", names="p1")]
+    permissions = {"configmaps": {"team": ["shared-rules"]}}
+    snap = snapshot(*(role("team", f"ns-{i}", rules, permissions) for i in range(3)))
+    compiled = [snap.roles[RoleRef(f"ns-{i}", "team")] for i in range(3)]
+    for other in compiled[1:]:
+        assert all(a is b for a, b in zip(other.rules, compiled[0].rules, strict=True))
+        assert other.permissions is compiled[0].permissions
+    # A rule that differs in any field is its own.
+    changed = snapshot(role("team", "ns-x", [rule("create update", "configmaps secrets",
+                                                  names="only")], permissions))  # fmt: skip
+    assert changed.roles[RoleRef("ns-x", "team")].rules[0] is not compiled[0].rules[0]
+    assert changed.roles[RoleRef("ns-x", "team")].rules[0].names == frozenset({"only"})
