@@ -5,16 +5,15 @@ evaluates them against the typed SubjectAccessReviewSpec."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
 
-import celpy
 import pytest
 import yaml
 
 from app.source.metadata import WATCHED_RESOURCES
+from tests.cel import reaches_authorizer
 from tests.support import ACCESS_REVIEWS, ROOT, make_access_review
 
 AUTHZ = ROOT / "manifests" / "authorization"
@@ -23,23 +22,9 @@ KUBECONFIG = yaml.safe_load((AUTHZ / "authorization-webhook.kubeconfig").read_te
 (WEBHOOK,) = [a for a in CONFIG["authorizers"] if a["type"] == "Webhook"]
 STEMS = sorted(p.stem for p in ACCESS_REVIEWS.glob("c*.json"))
 
-# The typed spec's string fields: absent on the wire, "" to CEL.
-RESOURCE_FIELDS = ("namespace", "verb", "group", "version", "resource", "subresource", "name")
-
 
 def reaches_webhook(spec: dict[str, Any]) -> bool:
-    spec = copy.deepcopy(spec)
-    spec.setdefault("groups", [])
-    spec.setdefault("user", "")
-    if "resourceAttributes" in spec:
-        for field in RESOURCE_FIELDS:
-            spec["resourceAttributes"].setdefault(field, "")
-    env = celpy.Environment()
-    activation = {"request": celpy.json_to_cel(spec)}
-    return all(
-        bool(env.program(env.compile(c["expression"])).evaluate(activation))
-        for c in WEBHOOK["webhook"]["matchConditions"]
-    )
+    return reaches_authorizer(WEBHOOK, spec)
 
 
 def test_the_webhook_sits_between_node_and_rbac() -> None:

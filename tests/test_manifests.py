@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import celpy
 import pytest
 import yaml
 
@@ -28,6 +27,7 @@ from app.engine.node import check_node
 from app.engine.rbac import Snapshot
 from app.source.static import read_manifests
 from app.wire import parse_review
+from tests.cel import conditions_pass
 from tests.support import ROOT, make_review
 
 MANIFESTS = ROOT / "manifests"
@@ -105,12 +105,7 @@ def _selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 def _conditions_match(entry: dict[str, Any], request: dict[str, Any]) -> bool:
-    env = celpy.Environment()
-    activation = {"request": celpy.json_to_cel(request)}
-    for condition in entry.get("matchConditions", []):
-        if not env.program(env.compile(condition["expression"])).evaluate(activation):
-            return False
-    return True
+    return conditions_pass(entry.get("matchConditions", []), request)
 
 
 def receivers(

@@ -4,15 +4,14 @@ against the recorded SubjectAccessReviews, and RBAC's fixed node policy bound to
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
-import celpy
 import pytest
 import yaml
 
 from app.source.static import read_manifests
+from tests.cel import reaches_authorizer
 from tests.support import ACCESS_REVIEWS, ROOT, make_access_review
 from tests.test_authorization_manifests import REACHING as TENANT_REACHING
 
@@ -21,24 +20,11 @@ CONFIG = yaml.safe_load((NODE_AUTHZ / "authorization-config.yaml").read_text())
 DEFAULT = yaml.safe_load((ROOT / "manifests/authorization/authorization-config.yaml").read_text())
 (WEBHOOK,) = [a for a in CONFIG["authorizers"] if a["type"] == "Webhook"]
 STEMS = sorted(p.stem for p in ACCESS_REVIEWS.glob("c*.json"))
-RESOURCE_FIELDS = ("namespace", "verb", "group", "version", "resource", "subresource", "name")
 NODES = ("system:nodes",)
 
 
 def reaches_webhook(spec: dict[str, Any]) -> bool:
-    """The API server's evaluation: every condition on the typed spec ("" for absent fields)."""
-    spec = copy.deepcopy(spec)
-    spec.setdefault("groups", [])
-    spec.setdefault("user", "")
-    if "resourceAttributes" in spec:
-        for field in RESOURCE_FIELDS:
-            spec["resourceAttributes"].setdefault(field, "")
-    env = celpy.Environment()
-    activation = {"request": celpy.json_to_cel(spec)}
-    return all(
-        bool(env.program(env.compile(c["expression"])).evaluate(activation))
-        for c in WEBHOOK["webhook"]["matchConditions"]
-    )
+    return reaches_authorizer(WEBHOOK, spec)
 
 
 def test_label_rbac_replaces_the_node_authorizer_before_rbac() -> None:
