@@ -11,30 +11,13 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.engine.glob import Glob  # noqa: E402
-
-
-def rate(fn: Callable[[], object], seconds: float) -> float:
-    """Calls per second of ``fn`` over about ``seconds`` (best of three rounds)."""
-    best = 0.0
-    for _ in range(3):
-        calls, start = 0, time.perf_counter()
-        deadline = start + seconds / 3
-        while True:
-            for _ in range(200):
-                fn()
-            calls += 200
-            now = time.perf_counter()
-            if now >= deadline:
-                break
-        best = max(best, calls / (now - start))
-    return best
+from scripts.bench import rate  # noqa: E402
 
 
 def regex_glob(text: str) -> re.Pattern[str]:
