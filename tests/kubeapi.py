@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
+from app.certs import generate
 from tests.support import API
 
 T = TypeVar("T")
@@ -73,6 +74,17 @@ REASONS = {
     503: "ServiceUnavailable",
     504: "Timeout",
 }
+
+
+@contextlib.contextmanager
+def tls_cluster(directory: Path, token: str) -> Iterator[tuple[FakeKubeAPI, Path]]:
+    """A started TLS fake requiring ``token``, with a kubeconfig for it written to ``directory``."""
+    certs = generate(directory / "api-certs", ["127.0.0.1"])
+    api = FakeKubeAPI(tls=(certs.ca, certs.cert, certs.key), token=token).start()
+    try:
+        yield api, api.write_kubeconfig(directory / "kubeconfig")
+    finally:
+        api.stop()
 
 
 def wait_until(

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.certs import generate
-from tests.kubeapi import FakeKubeAPI, wait_until
+from tests.kubeapi import FakeKubeAPI, tls_cluster, wait_until
 from tests.process import Server, serve
 from tests.source.helpers import METRIC_NAMES
 from tests.support import make_access_review, make_review
@@ -26,13 +25,8 @@ TOKEN = "e2e-token"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeKubeAPI, Path]]:
-    tmp = tmp_path_factory.mktemp("cluster")
-    certs = generate(tmp / "api-certs", ["127.0.0.1"])
-    api = FakeKubeAPI(tls=(certs.ca, certs.cert, certs.key), token=TOKEN).start()
-    try:
-        yield api, api.write_kubeconfig(tmp / "kubeconfig")
-    finally:
-        api.stop()
+    with tls_cluster(tmp_path_factory.mktemp("cluster"), TOKEN) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")

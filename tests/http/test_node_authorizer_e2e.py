@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.certs import generate
-from tests.kubeapi import FakeKubeAPI, wait_until
+from tests.kubeapi import FakeKubeAPI, tls_cluster, wait_until
 from tests.process import Server, serve
 from tests.support import make_access_review, pod
 
@@ -23,13 +22,8 @@ NODES = ("system:nodes",)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeKubeAPI, Path]]:
-    tmp = tmp_path_factory.mktemp("cluster")
-    certs = generate(tmp / "api-certs", ["127.0.0.1"])
-    api = FakeKubeAPI(tls=(certs.ca, certs.cert, certs.key), token=TOKEN).start()
-    try:
-        yield api, api.write_kubeconfig(tmp / "kubeconfig")
-    finally:
-        api.stop()
+    with tls_cluster(tmp_path_factory.mktemp("cluster"), TOKEN) as found:
+        yield found
 
 
 @pytest.fixture(scope="module")
