@@ -2,7 +2,12 @@
 
 It speaks the protocol as kube-apiserver does: paged lists carrying a resourceVersion, chunked
 watch streams of newline-delimited JSON events (replayed from a requested resourceVersion),
-bookmarks, ``410 Gone`` as an HTTP status or as an ERROR event, ``Status`` bodies for errors.
+``410 Gone`` as an HTTP status or as an ERROR event, ``Status`` bodies for errors. A watch that
+asks for ``allowWatchBookmarks`` gets a BOOKMARK carrying the latest resourceVersion every
+``bookmark_interval`` seconds and when it reaches its ``timeoutSeconds`` (the real watch cache
+sends them about every minute and just before the timeout). ``compact()`` drops the history as
+etcd's compaction does: a watch from an older version then gets ``ERROR 410``. Every request and
+the bytes of every response are recorded, so tests and benchmarks can count the traffic.
 Metadata-only requests are answered as the real server answers them: a list asked for
 ``as=PartialObjectMetadataList`` returns a ``PartialObjectMetadataList``, a watch asked for
 ``as=PartialObjectMetadata`` streams events whose objects are ``PartialObjectMetadata``, and a
@@ -17,13 +22,15 @@ from __future__ import annotations
 import bisect
 import contextlib
 import copy
+import itertools
 import json
+import math
 import socket
 import ssl
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -157,6 +164,10 @@ class Recorded:
     accept: str = ""
 
 
+# How often the real API server's watch cache sends a bookmark to a watch that asked for them.
+BOOKMARK_INTERVAL = 60.0
+
+
 class FakeKubeAPI:
     """The server. ``start()``/``stop()`` may be called repeatedly; the port stays the same."""
 
@@ -182,6 +193,12 @@ class FakeKubeAPI:
         # GETs of these paths send half their body and drop the connection.
         self.truncate_gets: set[str] = set()
         self.requests: list[Recorded] = []
+        # Response bytes (headers and body) by (path, "list" | "watch" | "get").
+        self.sent: Counter[tuple[str, str]] = Counter()
+        self.bookmark_interval = BOOKMARK_INTERVAL
+        # False: ignore ``allowWatchBookmarks``, as a server without a watch cache does.
+        self.bookmarks = True
+        self.bookmarks_sent = 0
         self.serving = False
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -344,6 +361,13 @@ class FakeKubeAPI:
             coll.floor = self.rv
             self.cond.notify_all()
 
+    def compact(self) -> None:
+        """Forget the history up to now, as etcd's periodic compaction does: a watch from an older
+        resourceVersion gets ``ERROR 410``; open watches go on."""
+        with self.cond:
+            for coll in self.collections.values():
+                coll.floor = self.rv
+
     def end_watches(self, resource: str) -> None:
         """Open watches end cleanly, as at their timeoutSeconds."""
         with self.cond:
@@ -401,11 +425,27 @@ class FakeKubeAPI:
     def open_watches(self, resource: str) -> int:
         return self.collections[resource].open_watches
 
+    def sent_bytes(self, resource: str | None = None, *, watch: bool | None = None) -> int:
+        """Response bytes sent, for one resource's collection and/or lists or watches only."""
+        path = self.collections[resource].path if resource is not None else None
+        with self.cond:
+            return sum(
+                n
+                for (p, what), n in self.sent.items()
+                if (path is None or p == path)
+                and (watch is None or (what == "watch") == watch)
+                and (watch is None or what != "get")
+            )
+
     # Internals used by the handler.
 
     def _record(self, request: Recorded) -> None:
         with self.cond:
             self.requests.append(request)
+
+    def _count(self, key: tuple[str, str], size: int) -> None:
+        with self.cond:
+            self.sent[key] += size
 
     def _collection_at(self, path: str) -> Collection | None:
         for coll in self.collections.values():
@@ -448,6 +488,13 @@ def _partial_event(line: bytes) -> bytes:
     return json.dumps(event).encode() + b"\n"
 
 
+def _bookmark_line(coll: Collection, rv: int) -> bytes:
+    """A BOOKMARK as the API server sends it: an empty object of the kind, with a version."""
+    meta = {"resourceVersion": str(rv), "creationTimestamp": None}
+    obj = {"kind": coll.kind, "apiVersion": coll.api_version, "metadata": meta}
+    return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
+
+
 def _name_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
@@ -485,6 +532,17 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
     metadata_only = False
+    traffic = ("", "get")  # what the bytes of the current response are counted as
+
+    def _write(self, data: bytes) -> None:
+        self.server.api._count(self.traffic, len(data))
+        self.wfile.write(data)
+
+    def end_headers(self) -> None:
+        # The status line and headers are buffered until here: count them with the body.
+        buffered = b"".join(getattr(self, "_headers_buffer", []))
+        self.server.api._count(self.traffic, len(buffered) + 2)  # and the blank line
+        super().end_headers()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -530,13 +588,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(401, status(401, "Unauthorized", "Unauthorized"))
             return
         coll = api._collection_at(url.path)
+        watching = query.get("watch") in ("true", "1")
+        self.traffic = (url.path, "get" if coll is None else "watch" if watching else "list")
         # Content negotiation: the first type offered decides, as in the real server.
         offered = (self.headers.get("Accept") or "").split(",")[0]
         self.metadata_only = api.partial_metadata and "as=PartialObjectMetadata" in offered
         try:
             if coll is None:
                 self._get(url.path, self.metadata_only)
-            elif query.get("watch") in ("true", "1"):
+            elif watching:
                 self._watch(coll, query)
             else:
                 self._list(coll, query)
@@ -550,11 +610,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         if truncate:  # the declared length, half of it sent, then the connection drops
-            self.wfile.write(data[: len(data) // 2])
+            self._write(data[: len(data) // 2])
             self.wfile.flush()
             _abort(self.connection)
             raise _Aborted
-        self.wfile.write(data)
+        self._write(data)
 
     def _send_fault(self, code: int) -> None:
         self._send_json(code, status(code, REASONS.get(code, ""), f"injected {code}"))
@@ -577,18 +637,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _list(self, coll: Collection, query: Mapping[str, str]) -> None:
         api = self.server.api
+        start = int(query.get("continue") or 0)
         with api.cond:
-            items = [copy.deepcopy(i) for i in coll.items.values()]
+            total = len(coll.items)
+            limit = int(query.get("limit") or 0) or total
+            items = itertools.islice(coll.items.values(), start, start + limit)
+            page = [copy.deepcopy(i) for i in items]
             rv = api.rv
             fault = coll.list_faults.popleft() if coll.list_faults else None
         if isinstance(fault, int):
             self._send_fault(fault)
             return
-        start = int(query.get("continue") or 0)
-        limit = int(query.get("limit") or 0) or len(items)
-        page = items[start : start + limit]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if start + limit < len(items):
+        if start + limit < total:
             meta["continue"] = str(start + limit)
         body = {"kind": f"{coll.kind}List", "apiVersion": coll.api_version, "metadata": meta}
         if self.metadata_only:
@@ -597,7 +658,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, {**body, "items": page}, truncate=fault == TRUNCATE)
 
     def _chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self._write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _watch(self, coll: Collection, query: Mapping[str, str]) -> None:
         api = self.server.api
@@ -621,16 +682,25 @@ class _Handler(BaseHTTPRequestHandler):
             if compacted:
                 self._chunk(json.dumps(expired_event(since)).encode() + b"\n")
             else:
-                self._stream(coll, position, expiry, ending, deadline)
-            self.wfile.write(b"0\r\n\r\n")
+                asked = query.get("allowWatchBookmarks") in ("true", "1")
+                bookmarks = asked and api.bookmarks
+                self._stream(coll, position, expiry, ending, deadline, bookmarks)
+            self._write(b"0\r\n\r\n")
         finally:
             with api.cond:
                 coll.open_watches -= 1
 
     def _stream(
-        self, coll: Collection, position: int, expiry: int, ending: int, deadline: float
+        self,
+        coll: Collection,
+        position: int,
+        expiry: int,
+        ending: int,
+        deadline: float,
+        bookmarks: bool,
     ) -> None:
         api = self.server.api
+        next_bookmark = time.monotonic() + api.bookmark_interval if bookmarks else math.inf
         while True:
             with api.cond:
                 while (
@@ -638,13 +708,21 @@ class _Handler(BaseHTTPRequestHandler):
                     and position >= len(coll.log)
                     and coll.expiry == expiry
                     and coll.ending == ending
-                    and time.monotonic() < deadline
+                    and time.monotonic() < min(deadline, next_bookmark)
                 ):
-                    api.cond.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+                    wake = min(deadline, next_bookmark)
+                    api.cond.wait(min(0.2, max(0.0, wake - time.monotonic())))
                 if not api.serving:
                     raise _Aborted
                 pending = [line for _, line in coll.log[position:]]
                 position = len(coll.log)
+                now = time.monotonic()
+                # After the events up to now: the version they reached (or a later one).
+                bookmark = bookmarks and (now >= next_bookmark or now >= deadline)
+                if bookmark:
+                    pending.append(_bookmark_line(coll, api.rv))
+                    api.bookmarks_sent += 1
+                    next_bookmark = now + api.bookmark_interval
                 cut = coll.cut_next and bool(pending)
                 if cut:
                     coll.cut_next = False

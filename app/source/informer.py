@@ -1,12 +1,15 @@
 """One informer per kind: list, then watch, keeping the compiled objects a snapshot is built from.
 
 The protocol follows client-go's reflector: a paged list gives the state and a resourceVersion;
-a watch from there (with bookmarks and a server-side timeout) keeps it current. ``410 Gone`` (an
-HTTP status or an ERROR event) means the version left the API server's history: re-list. A lost
-connection means reconnect from the last version seen, after a capped, jittered exponential
-backoff. Objects are compiled on arrival; the cache holds the compiled values only (raw objects
-are dropped), keyed by uid with the resourceVersion they were compiled from, so a re-list
-recompiles only what changed.
+a watch from there (with bookmarks and a server-side timeout) keeps it current. A watch that ends
+at its timeout is resumed from the last version seen, which BOOKMARK events keep recent even for
+a kind that does not change, so a healthy watch never costs a list. ``410 Gone`` (an HTTP status
+or an ERROR event) means the version left the API server's history: re-list. A lost connection
+means reconnect from the last version seen, after a capped, jittered exponential backoff.
+
+Objects are compiled on arrival; the cache holds the compiled values only (raw objects are
+dropped), keyed by uid with the resourceVersion they were compiled from, so a re-list recompiles
+only what changed.
 """
 
 from __future__ import annotations
@@ -56,8 +59,12 @@ class Tuning:
     # Reconnect backoff: doubles from ``backoff_initial`` up to ``backoff_max``, jittered.
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
-    # Every kind is re-listed once per interval, one kind at a time (0 disables).
-    resync_interval: float = 600.0
+    # A periodic re-list of every kind, one kind at a time, once per interval; off (0) by
+    # default. As in client-go's reflector, a healthy watch is never replaced by a list: a list
+    # happens at start, after 410 Gone and after an undecodable event, which are the only ways
+    # the cache can miss a change (a reconnect resumes from the last version seen or is told
+    # 410). A list costs the API server the whole collection per worker; see the README.
+    resync_interval: float = 0.0
     # Events arriving within this window are folded into one new snapshot.
     coalesce: float = 0.005
     # Parent lookups on the request path: per-request timeout and cache lifetime.

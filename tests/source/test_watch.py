@@ -13,6 +13,7 @@ import pytest
 from app.engine.model import UserInfo
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import RoleRef, Snapshot
+from app.source.informer import Tuning
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import FAST, TOKEN, MakeSource, bindings_of, informer, rolebinding
 from tests.support import API
@@ -103,6 +104,65 @@ def test_recorded_watch_stream_added_modified_deleted_bookmark(
     wait_until(lambda: len(kubeapi.recorded("rolebindings", watch=True)) == 2, what="re-watch")
     assert kubeapi.recorded("rolebindings", watch=True)[-1].query["resourceVersion"] == "216"
     assert len(kubeapi.recorded("rolebindings", watch=False)) == 1
+
+
+def test_server_bookmarks_move_the_version_and_change_nothing(
+    kubeapi: FakeKubeAPI, make_source: MakeSource
+) -> None:
+    kubeapi.bookmark_interval = 0.1
+    source = make_source()
+    before = source.snapshot()
+    bindings = informer(source, "RoleBinding")
+    # The version moves on elsewhere (another kind, or a change this watch never reports).
+    kubeapi.change_silently("rolebindings", rolebinding("ivan-a", "ivan"))
+    version = str(kubeapi.rv)
+    wait_until(lambda: bindings.resource_version == version, what="a bookmark")
+    assert kubeapi.bookmarks_sent
+    time.sleep(0.1)  # (proving an absence: give a rebuild ample time to happen)
+    # Not an object: nothing cached, nothing rebuilt, nothing listed.
+    assert len(bindings) == 8
+    assert source.snapshot() is before
+    assert "ivan-a" not in bindings_of(source, "ivan")
+    assert len(kubeapi.recorded("rolebindings", watch=False)) == 1
+
+
+# The kinds that do not change in the test below.
+QUIET = ("roles", "clusterroles", "clusterrolebindings", "namespaces", "nodes")
+
+
+@pytest.mark.parametrize(
+    ("bookmarks", "relisted"),
+    [
+        pytest.param(True, set(), id="bookmarks-no-list"),
+        # Control: without bookmarks a kind that does not change resumes from its list's
+        # version, which compaction has dropped: 410 and a list at every renewal.
+        pytest.param(False, set(QUIET), id="no-bookmarks-quiet-kinds-relist"),
+    ],
+)
+def test_a_long_healthy_watch_costs_no_list(
+    kubeapi: FakeKubeAPI, make_source: MakeSource, bookmarks: bool, relisted: set[str]
+) -> None:
+    """Many server-side timeouts, history compacted under churn: with the default tuning (no
+    periodic re-list) each kind is listed once and then only watched."""
+    kubeapi.bookmarks = bookmarks
+    kubeapi.bookmark_interval = 0.3
+    tuning = replace(Tuning(), watch_timeout=1, backoff_initial=0.02, backoff_max=0.2)
+    assert tuning.resync_interval == 0
+    source = make_source(tuning=tuning)
+    rounds = 0
+    # Changes to RoleBindings only, each followed by a compaction of the history.
+    while min(len(kubeapi.recorded(r, watch=True)) for r in QUIET) < 4:
+        rounds += 1
+        assert rounds < 200, "watches were not renewed"
+        kubeapi.apply("rolebindings", rolebinding(f"churn-{rounds % 5}", f"user-{rounds}"))
+        kubeapi.compact()
+        time.sleep(0.05)
+    kubeapi.apply("rolebindings", rolebinding("last", "judy"))
+    wait_until(lambda: "last" in bindings_of(source, "judy"), what="the last change")
+    lists = {r: len(kubeapi.recorded(r, watch=False)) for r in (*QUIET, "rolebindings")}
+    assert {r for r, n in lists.items() if n > 1} == relisted, lists
+    assert lists["rolebindings"] == 1  # its events keep its version recent
+    assert source.status().ready
 
 
 def test_http_410_on_watch_relists(kubeapi: FakeKubeAPI, make_source: MakeSource) -> None:
