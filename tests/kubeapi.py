@@ -5,9 +5,10 @@ watch streams of newline-delimited JSON events (replayed from a requested resour
 ``410 Gone`` as an HTTP status or as an ERROR event, ``Status`` bodies for errors. A watch that
 asks for ``allowWatchBookmarks`` gets a BOOKMARK carrying the latest resourceVersion every
 ``bookmark_interval`` seconds and when it reaches its ``timeoutSeconds`` (the real watch cache
-sends them about every minute and just before the timeout). ``compact()`` drops the history as
-etcd's compaction does: a watch from an older version then gets ``ERROR 410``. Every request and
-the bytes of every response are recorded, so tests and benchmarks can count the traffic.
+sends them about every minute and just before the timeout). ``compact()`` drops old history as
+the API server's compaction of etcd does: a watch from an older version then gets ``ERROR 410``.
+Every request and the bytes of every response are recorded, so tests and benchmarks can count
+the traffic.
 Metadata-only requests are answered as the real server answers them: a list asked for
 ``as=PartialObjectMetadataList`` returns a ``PartialObjectMetadataList``, a watch asked for
 ``as=PartialObjectMetadata`` streams events whose objects are ``PartialObjectMetadata``, and a
@@ -198,6 +199,7 @@ class FakeKubeAPI:
         self.bookmark_interval = BOOKMARK_INTERVAL
         # False: ignore ``allowWatchBookmarks``, as a server without a watch cache does.
         self.bookmarks = True
+        self._compact_next = 0  # where the next ``compact()`` compacts to
         self.bookmarks_sent = 0
         self.serving = False
         self._server: _Server | None = None
@@ -362,11 +364,13 @@ class FakeKubeAPI:
             self.cond.notify_all()
 
     def compact(self) -> None:
-        """Forget the history up to now, as etcd's periodic compaction does: a watch from an older
-        resourceVersion gets ``ERROR 410``; open watches go on."""
+        """Forget the history up to the previous call, as the API server's periodic compaction
+        does (every 5 minutes it compacts etcd to the revision it noted 5 minutes before): a watch
+        from an older resourceVersion gets ``ERROR 410``; open watches go on."""
         with self.cond:
             for coll in self.collections.values():
-                coll.floor = self.rv
+                coll.floor = self._compact_next
+            self._compact_next = self.rv
 
     def end_watches(self, resource: str) -> None:
         """Open watches end cleanly, as at their timeoutSeconds."""
