@@ -196,6 +196,7 @@ class FakeKubeAPI:
         self.requests: list[Recorded] = []
         # Response bytes (headers and body) by (path, "list" | "watch" | "get").
         self.sent: Counter[tuple[str, str]] = Counter()
+        self.listed: Counter[str] = Counter()  # objects sent in list pages, by path
         self.bookmark_interval = BOOKMARK_INTERVAL
         # False: ignore ``allowWatchBookmarks``, as a server without a watch cache does.
         self.bookmarks = True
@@ -649,6 +650,8 @@ class _Handler(BaseHTTPRequestHandler):
             page = [copy.deepcopy(i) for i in items]
             rv = api.rv
             fault = coll.list_faults.popleft() if coll.list_faults else None
+            if fault is None:
+                api.listed[coll.path] += len(page)
         if isinstance(fault, int):
             self._send_fault(fault)
             return
