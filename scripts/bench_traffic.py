@@ -13,18 +13,18 @@ Two behaviours are compared, in the same run and against the same server:
 - ``watch``: no periodic re-list; watches renewed at their timeout from the last version seen,
   kept recent by bookmarks (the default now).
 
-Time is compressed: one simulated hour takes ``--hour`` real seconds (default 60, so 60×). Every
-interval is scaled by the same factor: the watch timeout (300 s, so timeoutSeconds 300–450), the
-re-list interval (600 s), the server's bookmark interval (60 s) and its compaction of history
-(every 300 s, to the version of the previous compaction, as the API server compacts etcd), and a
-churn of RoleBinding changes (``--churn`` per simulated hour). Counting starts once every worker
-has synced; the initial lists are reported apart (``start``), as they happen once per worker
-start whatever the behaviour.
+Time is compressed: one simulated hour takes ``--hour`` real seconds (default 60, so 60 times
+faster). Every interval is scaled by the same factor: the watch timeout (300 s, so timeoutSeconds
+300 to 450, whole seconds), the re-list interval (600 s), the server's bookmark interval (60 s) and
+its compaction of history (every 300 s, to the version of the previous compaction, as the API server
+compacts etcd), and a churn of RoleBinding changes (``--churn`` per simulated hour). Counting starts
+once every worker has synced; the initial lists are reported apart (``start``), as they happen once
+per worker start whatever the behaviour.
 
 A compressed re-list must finish before the next one is due; at large sizes it does not (a list
 of 50,000 RoleBindings takes seconds of real time). So ``relist`` is run only up to
 ``--relist-max`` objects; above that its hour is derived, not measured: the measured initial
-lists × 6 re-lists per hour, plus the watch traffic measured for ``watch`` at that size. The
+lists times 6 re-lists per hour, plus the watch traffic measured for ``watch`` at that size. The
 smaller sizes, where both are measured, show how close the derivation is (the ``derived`` row is
 printed next to the measured one there too).
 
@@ -208,7 +208,7 @@ def run_mode(lists: Path, mode: str, workers: int, hour: float, churn_per_hour: 
 
 
 def derived(relist_start: dict[str, int], watch: dict[str, Any]) -> dict[str, Any]:
-    """``relist``'s hour from the initial lists (× re-lists per hour) and ``watch``'s hour."""
+    """``relist``'s hour: the initial lists times the re-lists per hour, and ``watch``'s hour."""
     times = int(HOUR / RELIST_INTERVAL)
     hour = {k: v * times for k, v in relist_start.items()}
     for key in ("watches", "watch_bytes", "bookmarks"):
@@ -265,8 +265,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("bench-traffic.json"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-          f"{args.workers} workers, one hour in {args.hour:g} s, {args.churn} changes/h")  # fmt: skip
+    load = os.getloadavg()[0]
+    print(f"machine: {os.cpu_count()} cores, load average {load:.1f}; {args.workers} workers, "
+          f"one hour in {args.hour:g} s, {args.churn} changes/h")  # fmt: skip
     results = run(sizes, args.workers, args.hour, args.churn, args.relist_max)
     print("all sizes, per replica of", args.workers, "workers:")
     print(table(results))
