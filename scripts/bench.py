@@ -1,6 +1,7 @@
-"""Benchmarks: decision throughput of the engine and of the HTTP server, as ratios to baselines.
+"""Benchmarks: decision throughput of the engine, as ratios to baselines.
 
-Run with ``.venv/bin/python scripts/bench.py`` (add ``--http`` for the gunicorn/wrk figures).
+Run with ``.venv/bin/python scripts/bench.py``; the HTTP figures are ``scripts/bench_http.py``'s
+and the scale figures ``scripts/bench_scale.py``'s.
 Every figure is reported next to a baseline measured in the same run, because absolute numbers
 on a shared machine mean little:
 
@@ -15,24 +16,16 @@ on a shared machine mean little:
   Deployment or Pod of a restricted tenant reads its Secret's labels from a warm metadata cache);
 - reverse questions (``--reverse``): ``audit`` per existing object and ``who-can`` against one
   admission decision about the same object (what a loop of ``check`` would cost);
-- HTTP: ``POST /validate`` against ``GET /healthz`` on the same gunicorn server, driven by wrk.
-
-
 - reads: ``authorize`` (SubjectAccessReviews) against ``json.loads`` of the same review, and a
-  whole SubjectAccessReview (parse, decide, build, serialize) against a whole AdmissionReview;
-- HTTP: ``POST /validate`` and ``POST /authorize`` against ``GET /healthz`` on the same gunicorn
-  server, driven by wrk, with their latency percentiles side by side.
+  whole SubjectAccessReview (parse, decide, build, serialize) against a whole AdmissionReview.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -466,55 +459,6 @@ def authorize_bench(tenant_namespaces: int, seconds: float) -> None:
     print(f"(a whole tenant AdmissionReview: {baseline:,.0f}/s in the same run)")
 
 
-def http_bench(duration: int) -> None:
-    if shutil.which("wrk") is None:
-        print("http: wrk not found (apt-get install wrk); skipped")
-        return
-    from tests.process import serve
-
-    review = make_review("alice", "CREATE", "configmaps", namespace="t1", labels={"team": "a"})
-    access = make_access_review(
-        "alice", "list", "configmaps", namespace="t1", selector=[("team", "In", ["a"])]
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        scripts = {}
-        for label, document in (("validate", review), ("authorize", access)):
-            scripts[label] = Path(tmp) / f"{label}.lua"
-            scripts[label].write_text(
-                'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                f"wrk.body = {json.dumps(json.dumps(document))}\n"
-            )
-        workers = str(os.cpu_count() or 2)
-        with serve(Path(tmp), "--rbac-dir", "manifests/examples", "--workers", workers,
-                   "--threads", "4", "--log-level", "warning") as server:  # fmt: skip
-            results, p50s = {}, {}
-            # Warm up (TLS session setup, worker imports) before measuring either endpoint.
-            subprocess.run(["wrk", "-t2", "-c16", "-d2s", server.base_url + "/healthz"],
-                           capture_output=True, check=True)  # fmt: skip
-            for label, path, extra in (
-                ("GET /healthz", "/healthz", []),
-                ("POST /validate", "/validate", ["-s", str(scripts["validate"])]),
-                ("POST /authorize", "/authorize", ["-s", str(scripts["authorize"])]),
-            ):
-                out = subprocess.run(
-                    ["wrk", "-t2", "-c16", f"-d{duration}s", "--latency", *extra,
-                     server.base_url + path],
-                    capture_output=True, text=True, check=True,
-                ).stdout  # fmt: skip
-                rps = float(next(ln for ln in out.splitlines() if "Requests/sec" in ln).split()[1])
-                lines = out.splitlines()
-                p50 = next(ln for ln in lines if ln.strip().startswith("50%")).split()[1]
-                p99 = next(ln for ln in lines if ln.strip().startswith("99%")).split()[1]
-                results[label], p50s[label] = rps, p50
-                print(f"{label:16} {rps:10,.0f} req/s   p50 {p50}   p99 {p99}")
-            for label in ("POST /validate", "POST /authorize"):
-                ratio = results[label] / results["GET /healthz"]
-                print(f"{label[6:]}/healthz throughput ratio: {ratio:.2f} ({workers} workers, TLS)")
-            ratio = results["POST /authorize"] / results["POST /validate"]
-            print(f"authorize/validate throughput ratio: {ratio:.2f}; p50 "
-                  f"{p50s['POST /authorize']} against {p50s['POST /validate']}")  # fmt: skip
-
-
 def log_bench(seconds: float, threads: int = 4) -> None:
     """Decision logging from ``threads`` request threads into a pipe (as a container's stdout).
 
@@ -578,19 +522,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--namespaces", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=1.5, help="per measurement")
-    parser.add_argument("--http", action="store_true", help="also load the server with wrk")
-    parser.add_argument("--http-duration", type=int, default=10)
     parser.add_argument("--pods", type=int, default=20000, help="pods in the node graph")
     parser.add_argument("--nodes", type=int, default=500, help="nodes the pods spread over")
     parser.add_argument("--reverse", action="store_true", help="only audit and who-can")
-    parser.add_argument("--http-only", action="store_true", help="only the wrk figures")
     parser.add_argument("--logs-only", action="store_true", help="only the decision-log figure")
     args = parser.parse_args()
     if args.reverse:
         reverse_bench(args.namespaces, 10)
-        return
-    if args.http_only:
-        http_bench(args.http_duration)
         return
     if args.logs_only:
         log_bench(args.seconds)
@@ -599,8 +537,6 @@ def main() -> None:
     authorize_bench(args.namespaces, args.seconds)
     node_graph_bench(args.pods, args.nodes, args.seconds)
     log_bench(args.seconds)
-    if args.http:
-        http_bench(args.http_duration)
 
 
 if __name__ == "__main__":

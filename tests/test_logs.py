@@ -1,0 +1,105 @@
+"""The queued JSON log pipeline: every record written once, in order, batched, never stuck."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from app import logs
+
+
+class CountingStream(io.StringIO):
+    """A stream that counts writes (system calls, for a real stdout) and can be slow."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__()
+        self.writes = 0
+        self.delay = delay
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        time.sleep(self.delay)
+        return super().write(text)
+
+
+def logger_to(stream: io.StringIO, name: str) -> logging.Logger:
+    log = logging.getLogger(f"label_rbac.test.{name}")
+    log.handlers[:] = [logs.queued_handler(stream)]
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    return log
+
+
+@pytest.fixture(autouse=True)
+def stopped_pipelines() -> object:
+    yield
+    logs.stop()
+
+
+def lines(stream: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_records_from_many_threads_are_all_written_once_in_each_threads_order() -> None:
+    stream = CountingStream()
+    log = logger_to(stream, "threads")
+
+    def emit(thread: int) -> None:
+        for i in range(500):
+            log.info("decision", extra={"fields": {"thread": thread, "i": i}})
+
+    threads = [threading.Thread(target=emit, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    logs.stop()  # writes out everything queued
+    written = lines(stream)
+    assert len(written) == 8 * 500
+    for t in range(8):
+        assert [r["i"] for r in written if r["thread"] == t] == list(range(500))
+    assert all(r["message"] == "decision" and r["level"] == "info" for r in written)
+
+
+def test_lines_that_queue_up_behind_a_slow_write_go_out_in_one_write() -> None:
+    stream = CountingStream(delay=0.05)
+    log = logger_to(stream, "slow")
+    for i in range(2000):
+        log.info("decision", extra={"fields": {"i": i}})
+    logs.stop()
+    assert [r["i"] for r in lines(stream)] == list(range(2000))
+    # One write per batch of up to 512 lines, not one per line.
+    assert stream.writes <= 2000 // 512 + 3
+
+
+def test_a_record_that_cannot_be_formatted_does_not_stop_the_others() -> None:
+    stream = CountingStream()
+    log = logger_to(stream, "bad")
+    log.info("before")
+    log.info("bad", extra={"fields": {("not", "a", "string"): 1}})  # JSON keys must be strings
+    log.info("after")
+    logs.stop()
+    assert [r["message"] for r in lines(stream)] == [
+        "before", "unformattable log record", "after"
+    ]  # fmt: skip
+
+
+def test_a_closed_stream_loses_the_lines_but_not_the_process() -> None:
+    stream = CountingStream()
+    log = logger_to(stream, "closed")
+    stream.close()
+    log.info("nowhere to go")
+    logs.stop()  # returns: the writer swallowed the error and ended when asked
+
+
+def test_timestamps_are_utc_with_milliseconds() -> None:
+    record = logging.makeLogRecord({"msg": "x", "levelname": "INFO", "name": "t"})
+    record.created = 1_700_000_000.5
+    assert json.loads(logs.JsonFormatter().format(record))["time"] == "2023-11-14T22:13:20.500Z"
+    record.created = 1_700_000_001.25  # the next second: not the cached one
+    assert json.loads(logs.JsonFormatter().format(record))["time"] == "2023-11-14T22:13:21.250Z"
