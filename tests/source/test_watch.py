@@ -7,12 +7,14 @@ import logging
 import socket
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from app.engine.model import UserInfo
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import RoleRef, Snapshot
+from app.source.api import KubeClient, WatchStream
 from app.source.informer import Tuning
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import FAST, TOKEN, MakeSource, bindings_of, informer, rolebinding
@@ -104,6 +106,41 @@ def test_recorded_watch_stream_added_modified_deleted_bookmark(
     wait_until(lambda: len(kubeapi.recorded("rolebindings", watch=True)) == 2, what="re-watch")
     assert kubeapi.recorded("rolebindings", watch=True)[-1].query["resourceVersion"] == "216"
     assert len(kubeapi.recorded("rolebindings", watch=False)) == 1
+
+
+def test_the_fake_sends_bookmarks_as_the_api_server_does(
+    kubeapi: FakeKubeAPI, tmp_path: Path
+) -> None:
+    """Shaped as the recorded one; only when asked for; the last one just before the timeout;
+    and a watch from a version compacted away gets ERROR 410."""
+    recorded = json.loads((API / "watch-rolebindings.jsonl").read_text().splitlines()[-1])
+    client = KubeClient.connect(kubeapi.write_kubeconfig(tmp_path / "kubeconfig"))
+    path = "/apis/rbac.authorization.k8s.io/v1/rolebindings"
+    try:
+        kubeapi.bookmark_interval = 0.2
+        events = list(client.watch(path, str(kubeapi.rv), 1, (2, 5)))
+        assert len(events) >= 3 and {e["type"] for e in events} == {"BOOKMARK"}
+        first, last = events[0], events[-1]
+        assert first["object"].keys() >= {"kind", "apiVersion", "metadata"}
+        for key in ("kind", "apiVersion"):
+            assert first["object"][key] == recorded["object"][key]
+        assert first["object"]["metadata"].keys() == recorded["object"]["metadata"].keys()
+        assert last["object"]["metadata"]["resourceVersion"] == str(kubeapi.rv)
+
+        asked = kubeapi.recorded("rolebindings", watch=True)
+        assert asked[-1].query["allowWatchBookmarks"] == "true"
+        stream = client._open(path, [("watch", "true"), ("resourceVersion", str(kubeapi.rv)),
+                                     ("timeoutSeconds", "1")], (2, 5))  # fmt: skip
+        assert list(WatchStream(stream)) == []  # not asked: none
+
+        old = str(kubeapi.rv)
+        kubeapi.apply("rolebindings", rolebinding("kim-a", "kim"))
+        kubeapi.compact()  # keeps the history since the previous compaction
+        kubeapi.compact()  # now drops it
+        (error,) = client.watch(path, old, 1, (2, 5))
+        assert error["type"] == "ERROR" and error["object"]["code"] == 410
+    finally:
+        client.close()
 
 
 def test_server_bookmarks_move_the_version_and_change_nothing(
