@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import immutables
+
 from app.engine.model import (
     ENFORCE,
     MODES,
@@ -276,9 +278,98 @@ def user_keys(user: UserInfo) -> tuple[tuple[str, str], ...]:
     return ((USER, user.username), *((GROUP, g) for g in user.groups))
 
 
-# (namespace, or "" for cluster-wide; subject kind; subject name) → the bindings naming that
-# subject in that scope, each with its role resolved when the snapshot is built.
-BindingIndex = Mapping[tuple[str, str, str], tuple[tuple[Binding, CompiledRole], ...]]
+# (subject kind, subject name) → what binds that subject, as ``user_keys`` makes them.
+SubjectKey = tuple[str, str]
+Pair = tuple[Binding, CompiledRole]
+
+
+def limits(role: CompiledRole) -> bool:
+    """Whether the role carries a permission annotation (valid or not): its grants are limited."""
+    return role.permissions is not None or role.error is not None
+
+
+def in_order(pairs: Iterable[Pair]) -> tuple[Pair, ...]:
+    """One subject's bindings in one scope, by binding name: the order never depends on the
+    order objects arrived in, so a snapshot updated change by change equals one built whole."""
+    found = tuple(pairs)
+    return found if len(found) < 2 else tuple(sorted(found, key=lambda pair: pair[0].name))
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The bindings of one namespace ("" for ClusterRoleBindings), by subject, each with its
+    role resolved; ``limited`` holds the subjects bound here to a role with an annotation."""
+
+    entries: Mapping[SubjectKey, tuple[Pair, ...]]
+    limited: frozenset[SubjectKey]
+
+    @classmethod
+    def of(cls, entries: Mapping[SubjectKey, tuple[Pair, ...]]) -> Scope:
+        return cls(
+            entries,
+            frozenset(key for key, pairs in entries.items() if any(limits(r) for _, r in pairs)),
+        )
+
+
+class BindingIndex(Mapping[tuple[str, str, str], tuple[Pair, ...]]):
+    """(namespace or "" for cluster-wide, subject kind, subject name) → the bindings naming that
+    subject in that scope, with their roles.
+
+    Stored per scope in a persistent map (``immutables.Map``, a hash array mapped trie): a change
+    to one namespace's bindings copies that namespace's entries and a few trie nodes, not the
+    index of the whole cluster. ``scopes`` is what the request path reads.
+    """
+
+    __slots__ = ("_size", "scopes")
+
+    def __init__(self, scopes: immutables.Map[str, Scope], size: int | None = None) -> None:
+        self.scopes = scopes
+        self._size = sum(len(s.entries) for s in scopes.values()) if size is None else size
+
+    @classmethod
+    def of(cls, flat: Mapping[tuple[str, str, str], Iterable[Pair]]) -> BindingIndex:
+        """From flat ``(scope, kind, name) → pairs`` entries."""
+        grouped: dict[str, dict[SubjectKey, tuple[Pair, ...]]] = defaultdict(dict)
+        for (scope, kind, name), pairs in flat.items():
+            grouped[scope][(kind, name)] = in_order(pairs)
+        return cls(immutables.Map({name: Scope.of(e) for name, e in grouped.items()}))
+
+    def __getitem__(self, key: tuple[str, str, str]) -> tuple[Pair, ...]:
+        scope = self.scopes.get(key[0])
+        if scope is None:
+            raise KeyError(key)
+        return scope.entries[(key[1], key[2])]
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        for name, scope in self.scopes.items():
+            for kind, subject in scope.entries:
+                yield (name, kind, subject)
+
+    def __len__(self) -> int:
+        return self._size
+
+
+def index_bindings(
+    roles: Mapping[RoleRef, CompiledRole], bindings: Iterable[Binding]
+) -> BindingIndex:
+    """Resolve each binding's role and index it by scope and subject; a binding whose role
+    does not exist grants nothing and is left out."""
+    grouped: dict[str, dict[SubjectKey, list[Pair]]] = defaultdict(lambda: defaultdict(list))
+    for binding in bindings:
+        role = roles.get(binding.role)
+        if role is None or not binding.subjects:
+            continue
+        entries = grouped[binding.namespace]
+        for key in dict.fromkeys(binding.subjects):
+            entries[key].append((binding, role))
+    return BindingIndex(
+        immutables.Map(
+            {
+                name: Scope.of({key: in_order(pairs) for key, pairs in entries.items()})
+                for name, entries in grouped.items()
+            }
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -286,13 +377,23 @@ class Snapshot:
     """Everything the engine reads, indexed for the request path. Never mutated once built.
 
     Bindings are resolved to their roles at build time, so finding a user's roles is a handful
-    of dictionary lookups; a binding whose role does not exist grants nothing and is left out.
+    of dictionary lookups. Every mapping is persistent (``immutables.Map``), so a new snapshot
+    after a change shares all it does not change with the previous one
+    (``app.engine.incremental``); ``build`` indexes a whole object set.
     """
 
-    roles: Mapping[RoleRef, CompiledRole]
+    roles: immutables.Map[RoleRef, CompiledRole]
     bindings: BindingIndex
-    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    nodes: Mapping[str, str] = field(default_factory=dict)
+    namespaces: immutables.Map[str, Mapping[str, str]] = field(default_factory=immutables.Map)
+    nodes: immutables.Map[str, str] = field(default_factory=immutables.Map)
+
+    def __post_init__(self) -> None:
+        # Plain mappings (a literal snapshot in a test) become what ``build`` makes.
+        for name in ("roles", "namespaces", "nodes"):
+            if not isinstance(getattr(self, name), immutables.Map):
+                object.__setattr__(self, name, immutables.Map(getattr(self, name)))
+        if not isinstance(self.bindings, BindingIndex):
+            object.__setattr__(self, "bindings", BindingIndex.of(self.bindings))
 
     @classmethod
     def build(
@@ -303,34 +404,48 @@ class Snapshot:
         nodes: Mapping[str, str] | None = None,
     ) -> Snapshot:
         """Index compiled objects. ``namespaces`` maps name→annotations, ``nodes`` name→uid."""
-        by_ref = {role.ref: role for role in roles}
-        index: dict[tuple[str, str, str], list[tuple[Binding, CompiledRole]]] = defaultdict(list)
-        for binding in bindings:
-            role = by_ref.get(binding.role)
-            if role is None:
-                continue
-            for kind, name in dict.fromkeys(binding.subjects):
-                index[(binding.namespace, kind, name)].append((binding, role))
+        by_ref = immutables.Map({role.ref: role for role in roles})
         return cls(
             roles=by_ref,
-            bindings={key: tuple(found) for key, found in index.items()},
-            namespaces=dict(namespaces or {}),
-            nodes=dict(nodes or {}),
+            bindings=index_bindings(by_ref, bindings),
+            namespaces=immutables.Map(namespaces or {}),
+            nodes=immutables.Map(nodes or {}),
         )
 
-    def roles_for(self, user: UserInfo, namespace: str) -> Iterator[tuple[Binding, CompiledRole]]:
+    def _scopes(self, namespace: str) -> Iterator[Scope]:
+        scopes = self.bindings.scopes
+        for name in (namespace, "") if namespace else ("",):
+            scope = scopes.get(name)
+            if scope is not None:
+                yield scope
+
+    def roles_for(self, user: UserInfo, namespace: str) -> Iterator[Pair]:
         """RoleBindings in ``namespace`` and all ClusterRoleBindings naming the user or a group,
         with their roles."""
         seen: set[int] = set()
-        index = self.bindings
         keys = user_keys(user)
-        for scope in (namespace, "") if namespace else ("",):
-            for kind, name in keys:
-                for pair in index.get((scope, kind, name), ()):
+        scopes = self.bindings.scopes
+        for name in (namespace, "") if namespace else ("",):
+            scope = scopes.get(name)
+            if scope is None:
+                continue
+            entries = scope.entries
+            for key in keys:
+                for pair in entries.get(key, ()):
                     # Identity is enough: each binding exists once per snapshot.
                     if id(pair[0]) not in seen:
                         seen.add(id(pair[0]))
                         yield pair
+
+    def limited(self, user: UserInfo, namespace: str) -> bool:
+        """Whether a role bound to the user in ``namespace`` or cluster-wide carries an
+        annotation (valid or not): without one, no label limit can apply to the user."""
+        keys = user_keys(user)
+        for scope in self._scopes(namespace):
+            limited = scope.limited
+            if limited and any(key in limited for key in keys):
+                return True
+        return False
 
     def bound_roles(self, user: UserInfo, namespace: str) -> list[CompiledRole]:
         """Distinct roles bound to the user in ``namespace`` or cluster-wide, in binding order."""

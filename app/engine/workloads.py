@@ -21,7 +21,6 @@ nothing is looked up.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +36,6 @@ from app.engine.podrefs import (
     PodRef,
     pod_references,
 )
-from app.engine.rbac import GROUP, USER, Snapshot
 from app.engine.selectors import SelectorError, from_label_selector
 
 PODS = Resource("", "pods")
@@ -144,48 +142,13 @@ METADATA_RESOURCES: frozenset[tuple[str, str]] = frozenset(
 def check_workloads(request: Request, ctx: Context) -> Decision | None:
     """Refuse a write that would make a controller act outside the user's labels; else None."""
     rule = RULES.get((request.resource.group, request.resource.resource))
-    if rule is None or not _limited(request, ctx.snapshot):
+    # Every denial here needs a grant with label limits (or an invalid annotation). A user bound
+    # to no role carrying an annotation in the namespace or cluster-wide has none, whatever they
+    # do, so the rules are skipped for them (cluster admins, controllers) at the price of a few
+    # set lookups.
+    if rule is None or not ctx.snapshot.limited(request.user, request.namespace):
         return None
     return rule(request, ctx)
-
-
-# Every denial here needs a grant with label limits (or an invalid annotation). A user bound to no
-# role carrying an annotation in the namespace or cluster-wide has none, whatever they do, so the
-# rules are skipped for them (cluster admins, controllers) at the price of a few set lookups.
-# The keys are computed once per snapshot; a few snapshots are kept (sources swap them whole).
-_LIMITING: dict[int, tuple[weakref.ref[Snapshot], frozenset[tuple[str, str, str]]]] = {}
-_LIMITING_KEPT = 4
-
-
-def _limited(request: Request, snapshot: Snapshot) -> bool:
-    """Whether any role bound to the user in the request's namespace carries an annotation."""
-    subjects = _subjects_with_limits(snapshot)
-    user = request.user
-    for scope in (request.namespace, "") if request.namespace else ("",):
-        # Plain loops: this runs for every workload, pod and autoscaler write.
-        if (scope, USER, user.username) in subjects:
-            return True
-        for group in user.groups:
-            if (scope, GROUP, group) in subjects:
-                return True
-    return False
-
-
-def _subjects_with_limits(snapshot: Snapshot) -> frozenset[tuple[str, str, str]]:
-    """The binding-index keys leading to a role with an annotation (valid or not)."""
-    cached = _LIMITING.get(id(snapshot))
-    if cached is not None and cached[0]() is snapshot:
-        return cached[1]
-    found = frozenset(
-        key
-        for key, pairs in snapshot.bindings.items()
-        if any(role.permissions is not None or role.error is not None for _, role in pairs)
-    )
-    # Racing decisions may both compute it: same result, and each dict operation is atomic.
-    if len(_LIMITING) >= _LIMITING_KEPT:
-        _LIMITING.clear()
-    _LIMITING[id(snapshot)] = (weakref.ref(snapshot), found)
-    return found
 
 
 # --- workloads -----------------------------------------------------------------------------------
