@@ -12,9 +12,10 @@ default label key. Everything is compiled once, when the role is loaded.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,63 @@ SCHEMA: Mapping[str, Any] = {
 }
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 _PATTERN_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA["propertyNames"])
+
+# The schema, compiled to nested predicates that answer only "valid or not". jsonschema walks a
+# document about 30 times slower (it builds a validator per subschema and error iterators), which
+# dominated loading thousands of distinct annotations. A document the predicates reject is
+# validated by jsonschema again for the message; one they accept is valid for jsonschema too
+# (tests/engine/test_policy.py checks both ways on generated documents). Only the keywords
+# ``SCHEMA`` uses are implemented, with jsonschema's semantics; any other keyword fails at import.
+Check = Callable[[Any], bool]
+_TYPES: Mapping[str, type] = {"array": list, "object": dict, "string": str}
+
+
+def _all(checks: Sequence[Check]) -> Check:
+    if len(checks) == 1:
+        return checks[0]
+    return lambda value: all(check(value) for check in checks)
+
+
+def _keyword(name: str, arg: Any, schema: Mapping[str, Any]) -> Check | None:
+    """One keyword of a subschema as a predicate (None: nothing to check on its own)."""
+    if name == "type":
+        types = tuple(_TYPES[t] for t in ([arg] if isinstance(arg, str) else arg))
+        return lambda value: isinstance(value, types)
+    if name == "minProperties":
+        return lambda value: not isinstance(value, dict) or len(value) >= arg
+    if name == "minItems":
+        return lambda value: not isinstance(value, list) or len(value) >= arg
+    if name == "pattern":
+        search = re.compile(arg).search  # jsonschema: re.search(pattern, instance)
+        return lambda value: not isinstance(value, str) or search(value) is not None
+    if name == "allOf":
+        return _all([compile_schema(sub) for sub in arg])
+    if name == "propertyNames":
+        names = compile_schema(arg)
+        return lambda value: not isinstance(value, dict) or all(names(k) for k in value)
+    if name == "additionalProperties":  # no "properties": every property is additional
+        values = compile_schema(arg)
+        return lambda value: not isinstance(value, dict) or all(values(v) for v in value.values())
+    if name == "items":  # no "prefixItems": the schema applies to every item
+        item = compile_schema(arg)
+        return lambda value: not isinstance(value, list) or all(item(i) for i in value)
+    if name == "if":
+        test = compile_schema(arg)
+        then = compile_schema(schema.get("then", {}))
+        otherwise = compile_schema(schema.get("else", {}))
+        return lambda value: then(value) if test(value) else otherwise(value)
+    if name in ("then", "else"):
+        return None  # part of "if"; alone (no "if") they are ignored, as by jsonschema
+    raise ValueError(f"keyword {name!r} is not implemented by compile_schema")
+
+
+def compile_schema(schema: Mapping[str, Any]) -> Check:
+    """A predicate equal to ``Draft202012Validator(schema).is_valid`` for the keywords above."""
+    checks = [c for name, arg in schema.items() if (c := _keyword(name, arg, schema)) is not None]
+    return _all(checks) if checks else (lambda value: True)
+
+
+_VALID = compile_schema(SCHEMA)
 
 
 class AnnotationError(ValueError):
@@ -254,8 +312,10 @@ def parse_permissions(
         raise AnnotationError("not valid JSON: nested too deeply") from None
     except (TypeError, ValueError) as exc:
         raise AnnotationError(f"not valid JSON: {exc}") from None
-    error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))
-    if error is not None:
+    if not _VALID(document):
+        error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))
+        if error is None:  # cannot be (tested both ways); refused rather than trusted
+            raise AnnotationError("schema violation")
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
         raise AnnotationError(f"schema violation at {where}: {_explain(error)}")
     entries = tuple(

@@ -15,11 +15,9 @@ from app.engine.model import Request
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Compiler, Snapshot
 from app.source.base import SourceStatus
+from app.source.yamlload import load_all
 
 SUFFIXES = (".yaml", ".yml", ".json")
-# libyaml's loader when PyYAML was built with it: the same documents and errors, parsed about ten
-# times faster than the pure-Python loader (which dominates loading a large directory).
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ManifestError(ValueError):
@@ -35,7 +33,7 @@ def _documents(path: Path) -> Iterator[Any]:
         if path.suffix == ".json":
             yield json.loads(text)
         else:
-            yield from yaml.load_all(text, Loader=LOADER)
+            yield from load_all(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise ManifestError(f"{path}: {exc}") from None
 
@@ -74,7 +72,7 @@ def read_manifests(*paths: Path) -> list[tuple[str, Mapping[str, Any]]]:
 def parse_manifests(text: str, where: str) -> list[tuple[str, Mapping[str, Any]]]:
     """The objects in one YAML/JSON text (multi-document, lists flattened)."""
     try:
-        documents = list(yaml.load_all(text, Loader=LOADER))
+        documents = list(load_all(text))
     except yaml.YAMLError as exc:
         raise ManifestError(f"{where}: {exc}") from None
     return [item for doc in documents for item in _flatten(doc)]

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.source import static
+from app.source import yamlload
 from app.source.static import ManifestError, parse_manifests, read_manifests
 from tests.support import ROOT
 
 
 def test_libyaml_is_used_when_pyyaml_has_it() -> None:
     expected = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
-    assert static.LOADER is expected
+    assert yamlload.LOADER is expected
 
 
 @pytest.mark.parametrize(
@@ -30,7 +30,7 @@ def test_libyaml_and_the_pure_loader_read_the_same_objects(directory: Path) -> N
     for path in files:
         text = path.read_text()
         pure = list(yaml.load_all(text, Loader=yaml.SafeLoader))
-        assert list(yaml.load_all(text, Loader=static.LOADER)) == pure, path
+        assert list(yaml.load_all(text, Loader=yamlload.LOADER)) == pure, path
 
 
 @pytest.mark.parametrize(
