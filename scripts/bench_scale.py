@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ ANNOTATION = "labelrbac.io/permissions"
 SHARED = json.dumps({"configmaps": {"team": ["a", "b"]}, "secrets": {"team": ["a"]},
                      "deployments.apps": {"team": ["a", "b"]}})  # fmt: skip
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def layout(objects: int) -> tuple[int, int]:
@@ -138,30 +140,57 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def rate(fn: Any, seconds: float) -> float:
-    """Calls per CPU second of ``fn``, best of three rounds of ``seconds / 3``."""
+def rate(fn: Any, seconds: float, tries: int = 3) -> float:
+    """Calls per CPU second of ``fn``, best of ``tries`` rounds of ``seconds / tries``."""
     best = 0.0
-    for _ in range(3):
+    for _ in range(tries):
         calls, start = 0, time.process_time()
         while True:
             for _ in range(100):
                 fn()
             calls += 100
             now = time.process_time()
-            if now - start >= seconds / 3:
+            if now - start >= seconds / tries:
                 break
         best = max(best, calls / (now - start))
     return best
 
 
-def measure(directory: Path, seconds: float) -> dict[str, Any]:
-    """In this (fresh) process: load ``directory`` and measure it against its baselines."""
-    from app.engine.context import Context, Options
-    from app.engine.decide import evaluate
-    from app.engine.rbac import Compiler
-    from app.source.static import StaticSource, read_manifests
+def requests_for(snapshot: Any) -> list[tuple[str, Any, dict[str, Any]]]:
+    """(name, parsed request, review) of a tenant's allowed and denied ConfigMap create, in the
+    middle namespace of the snapshot."""
     from app.wire import parse_review
     from tests.support import make_review
+
+    namespaces = len(snapshot.namespaces)
+    ns, user = f"tenant-{namespaces // 2}", f"user-{namespaces // 2}-0"
+    found = []
+    for name, labels in (("allowed", {"team": "a"}), ("denied", {"team": "z"})):
+        review = make_review(user, "CREATE", "configmaps", namespace=ns, labels=labels)
+        found.append((name, parse_review(review).request, review))
+    return found
+
+
+def decision_figures(snapshot: Any, compiler: Any, seconds: float) -> dict[str, Any]:
+    """Decisions per CPU second against ``json.loads`` of the same review, in this process."""
+    from app.engine.context import Context, Options
+    from app.engine.decide import evaluate
+
+    ctx = Context(snapshot, Options(compiler=compiler))
+    figures: dict[str, Any] = {}
+    for name, request, review in requests_for(snapshot):
+        decision = evaluate(request, ctx)
+        assert decision.allowed == (name == "allowed"), (name, decision)
+        body = json.dumps(review)
+        figures[f"{name}_per_s"] = rate(lambda r=request: evaluate(r, ctx), seconds)
+        figures[f"{name}_parse_per_s"] = rate(lambda b=body: json.loads(b), seconds)
+    return figures
+
+
+def measure(directory: Path, seconds: float) -> dict[str, Any]:
+    """In this (fresh) process: load ``directory`` and measure it against its baselines."""
+    from app.engine.rbac import Compiler
+    from app.source.static import StaticSource
 
     compiler = Compiler((ANNOTATION,))
     before = rss_mb()
@@ -172,53 +201,148 @@ def measure(directory: Path, seconds: float) -> dict[str, Any]:
     after = rss_mb()
     snapshot = source.snapshot()
     assert snapshot is not None
-    parsed = len(read_manifests(directory))
-    cpu = time.process_time()
-    for path in sorted(directory.glob("*.yaml")):
-        list(yaml.load_all(path.read_text(), Loader=yaml.SafeLoader))
+    cpu, parsed = time.process_time(), 0
+    for path in sorted(directory.glob("*.yaml")):  # one object per document
+        parsed += len(list(yaml.load_all(path.read_text(), Loader=_LOADER)))
     parse_s = time.process_time() - cpu
-
-    namespaces, _ = layout(parsed)
-    ns = f"tenant-{namespaces // 2}"
-    user = f"user-{namespaces // 2}-0"
-    ctx = Context(snapshot, Options(compiler=compiler))
-    figures: dict[str, Any] = {
+    return {
         "objects": parsed, "roles": len(snapshot.roles), "load_s": load_s,
         "load_wall_s": load_wall_s, "parse_s": parse_s,
         "rss_before_mb": before, "rss_after_mb": after,
+        **decision_figures(snapshot, compiler, seconds),
     }  # fmt: skip
-    for name, labels in (("allowed", {"team": "a"}), ("denied", {"team": "z"})):
-        review = make_review(user, "CREATE", "configmaps", namespace=ns, labels=labels)
-        request = parse_review(review).request
-        decision = evaluate(request, ctx)
-        assert decision.allowed == (name == "allowed"), (name, decision)
-        body = json.dumps(review)
-        figures[f"{name}_per_s"] = rate(lambda r=request: evaluate(r, ctx), seconds)
-        figures[f"{name}_parse_per_s"] = rate(lambda b=body: json.loads(b), seconds)
-    return figures
 
 
-def run(
-    sizes: list[int], seconds: float, keep: Path | None, against: Path | None
-) -> list[dict[str, Any]]:
-    """Measure each size in a fresh process; with ``against``, that code too, right after."""
-    results = []
+def serve(lists: Path, kubeconfig: Path) -> None:
+    """Serve the lists in ``lists`` from the loopback API server until stdin closes."""
+    from tests.kubeapi import FakeKubeAPI
+
+    api = FakeKubeAPI(lists).start()
+    api.write_kubeconfig(kubeconfig)
+    cpu = time.process_time()
+    print("serving", flush=True)
+    sys.stdin.readline()  # the measurement is done
+    print(json.dumps({"server_s": time.process_time() - cpu}), flush=True)
+    sys.stdin.read()
+    api.stop()
+
+
+def measure_watch(kubeconfig: Path, seconds: float) -> dict[str, Any]:
+    """In this (fresh) process: list and watch every kind from the API server in
+    ``kubeconfig`` until the first snapshot is built, as a worker starts."""
+    from app.engine.rbac import Compiler
+    from app.source.api import KubeClient
+    from app.source.cluster import ClusterSource
+    from app.source.informer import Tuning
+
+    compiler = Compiler((ANNOTATION,))
+    before = rss_mb()
+    started, cpu = time.perf_counter(), time.process_time()
+    source = ClusterSource(KubeClient.connect(kubeconfig), compiler, tuning=Tuning())
+    source.start()
+    assert source.wait_synced(1800), source.status()
+    sync_wall_s, sync_s = time.perf_counter() - started, time.process_time() - cpu
+    after = rss_mb()
+    snapshot = source.snapshot()
+    assert snapshot is not None
+    objects = sum(len(i) for i in source.informers if i.kind != "Node")
+    source.stop()
+    return {
+        "objects": objects, "roles": len(snapshot.roles), "sync_s": sync_s,
+        "sync_wall_s": sync_wall_s, "rss_before_mb": before, "rss_after_mb": after,
+        **decision_figures(snapshot, compiler, seconds),
+    }  # fmt: skip
+
+
+def measure_flat(directories: list[Path], seconds: float, rounds: int) -> dict[str, Any]:
+    """Decisions/s of every directory's snapshot in this one process, in alternating rounds:
+    per round each size's rate over the smallest's (measured moments apart), median of rounds."""
+    from app.engine.context import Context, Options
+    from app.engine.decide import evaluate
+    from app.engine.rbac import Compiler
+    from app.source.static import StaticSource
+
+    compiler = Compiler((ANNOTATION,))
+    calls: list[dict[str, Any]] = []
+    for directory in directories:
+        source = StaticSource(directory, compiler)
+        source.start()
+        snapshot = source.snapshot()
+        ctx = Context(snapshot, Options(compiler=compiler))
+        calls.append({name: (lambda r=request, c=ctx: evaluate(r, c))
+                      for name, request, _ in requests_for(snapshot)})  # fmt: skip
+    window = seconds / rounds
+    ratios: dict[str, list[list[float]]] = {"allowed": [], "denied": []}
+    for turn in range(rounds):
+        order = list(range(len(calls)))[:: 1 if turn % 2 == 0 else -1]
+        for name, per_size in ratios.items():
+            rates = dict.fromkeys(order, 0.0)
+            for i in order:
+                rates[i] = rate(calls[i][name], window, tries=1)
+            per_size.append([rates[i] / rates[0] for i in range(len(calls))])
+    return {
+        f"{name}_vs_smallest": [statistics.median(r[i] for r in rows) for i in range(len(calls))]
+        for name, rows in ratios.items()
+    }
+
+
+def _child(*args: str) -> dict[str, Any]:
+    """Run this script in a fresh process; the JSON it printed last."""
+    out = subprocess.run([sys.executable, __file__, *args],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return dict(json.loads(out.splitlines()[-1]))
+
+
+def run_watch(lists: Path, seconds: float, kubeconfig: Path) -> dict[str, Any]:
+    """Serve ``lists`` from the loopback API server in one process, sync from it in another."""
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(lists), "--kubeconfig", str(kubeconfig)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        assert server.stdout.readline().strip() == "serving"
+        figures = _child("--measure-watch", str(kubeconfig), "--seconds", str(seconds))
+        server.stdin.write("done\n")
+        server.stdin.flush()
+        # The server's CPU seconds while serving (the lists, and the watches opened after).
+        return {**figures, **json.loads(server.stdout.readline())}
+    finally:
+        server.stdin.close()
+        server.wait(60)
+
+
+def run(sizes: list[int], seconds: float, keep: Path | None, against: Path | None,
+        watch: bool, rounds: int) -> dict[str, Any]:  # fmt: skip
+    """Measure each size in a fresh process (with ``against``, that code too, right after);
+    with ``watch``, the same objects through the API server; then flatness in one process."""
+    from bench_traffic import write_lists
+
+    results: dict[str, Any] = {"dir": [], "watch": []}
     codes: list[tuple[str, list[str]]] = [("this", [])]
     if against is not None:
         codes.append((str(against), ["--code", str(against)]))
     with tempfile.TemporaryDirectory() as tmp:
         base = keep or Path(tmp)
+        directories = []
         for size in sizes:
             directory = base / f"rbac-{size}"
+            directories.append(directory)
             if not (directory / "cluster.yaml").exists():
                 write_dir(directory, size)
             for code, extra in codes:
-                out = subprocess.run(
-                    [sys.executable, __file__, "--measure", str(directory),
-                     "--seconds", str(seconds), *extra],
-                    capture_output=True, text=True, check=True,
-                ).stdout  # fmt: skip
-                results.append({"size": size, "code": code, **json.loads(out.splitlines()[-1])})
+                figures = _child("--measure", str(directory), "--seconds", str(seconds), *extra)
+                results["dir"].append({"size": size, "code": code, **figures})
+            if watch:
+                lists = base / f"lists-{size}"
+                if not (lists / "list-roles.json").exists():
+                    write_lists(lists, size)
+                figures = run_watch(lists, seconds, Path(tmp) / f"kubeconfig-{size}")
+                results["watch"].append({"size": size, "code": "this", **figures})
+        flat = _child("--measure-flat", ",".join(map(str, directories)),
+                      "--seconds", str(seconds * len(sizes)), "--rounds", str(rounds))  # fmt: skip
+        results["flat"] = [{"size": size, **{k: v[i] for k, v in flat.items()}}
+                           for i, size in enumerate(sizes)]  # fmt: skip
     return results
 
 
@@ -246,6 +370,27 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def watch_table(results: dict[str, Any]) -> str:
+    loads = {r["size"]: r for r in results["dir"] if r["code"] == "this"}
+    lines = [f"{'objects':>8} {'sync s':>7} {'(wall)':>7} {'server s':>8} {'watch/dir':>9} "
+             f"{'RSS MB':>7} {'(before)':>8} {'allowed/s':>10} {'denied/s':>9}"]  # fmt: skip
+    for r in results["watch"]:
+        lines.append(
+            f"{r['objects']:>8,} {r['sync_s']:7.2f} {r['sync_wall_s']:7.2f} {r['server_s']:8.2f} "
+            f"{r['sync_s'] / loads[r['size']]['load_s']:9.2f} {r['rss_after_mb']:7.0f} "
+            f"{r['rss_before_mb']:8.0f} {r['allowed_per_s']:10,.0f} {r['denied_per_s']:9,.0f}"
+        )
+    return "\n".join(lines)
+
+
+def flat_table(results: dict[str, Any]) -> str:
+    lines = [f"{'size':>8} {'allowed vs smallest':>19} {'denied vs smallest':>18}"]
+    for r in results["flat"]:
+        lines.append(f"{r['size']:>8,} {r['allowed_vs_smallest']:18.2f}x "
+                     f"{r['denied_vs_smallest']:17.2f}x")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="objects, comma-separated")
@@ -253,16 +398,38 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("bench-scale.json"))
     parser.add_argument("--keep", type=Path, help="write (and reuse) the RBAC dirs here")
     parser.add_argument("--against", type=Path, help="also measure the app package under DIR")
+    parser.add_argument("--watch", action="store_true",
+                        help="also sync the same objects from the loopback API server")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=9, help="alternating flatness rounds")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-watch", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-flat", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--code", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure, args.seconds)))
         return
+    if args.measure_watch:
+        print(json.dumps(measure_watch(args.measure_watch, args.seconds)))
+        return
+    if args.measure_flat:
+        directories = [Path(d) for d in args.measure_flat.split(",")]
+        print(json.dumps(measure_flat(directories, args.seconds, args.rounds)))
+        return
+    if args.serve:
+        serve(args.serve, args.kubeconfig)
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = run(sizes, args.seconds, args.keep, args.against)
+    results = run(sizes, args.seconds, args.keep, args.against, args.watch, args.rounds)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-    print(table(results))
+    print(table(results["dir"]))
+    if args.watch:
+        print("\nfrom the API server (list and watch until the first snapshot):")
+        print(watch_table(results))
+    print(f"\ndecisions/s in one process, median of {args.rounds} alternating rounds:")
+    print(flat_table(results))
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {args.json}")
 
