@@ -15,10 +15,10 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.client import HTTPException
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import urllib3
@@ -211,6 +211,13 @@ class WatchStream:
         self._response.release_conn()
 
 
+T = TypeVar("T")
+
+
+def _same(item: dict[str, Any]) -> dict[str, Any]:
+    return item
+
+
 class KubeClient:
     """GET-only access to the API server through one ``ApiClient`` (thread-safe)."""
 
@@ -330,6 +337,31 @@ class KubeClient:
             raise Malformed(f"GET {path}: response is not a JSON object")
         return document
 
+    def list_each(
+        self,
+        path: str,
+        page_size: int,
+        timeout: Timeout,
+        each: Callable[[dict[str, Any]], T],
+        *,
+        metadata_only: bool = False,
+    ) -> tuple[list[T], str]:
+        """``list``, with ``each`` applied to every item as its page arrives: what it keeps of an
+        object is all that is held of it, so a large list's pages are never all held at once."""
+        accept = METADATA_LIST if metadata_only else JSON
+        items: list[T] = []
+        token = ""
+        while True:
+            query = [("limit", str(page_size))]
+            if token:
+                query.append(("continue", token))
+            page = self.get(path, query, timeout, accept=accept)
+            items.extend(each(i) for i in page.get("items") or () if isinstance(i, dict))
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
     def list(
         self, path: str, page_size: int, timeout: Timeout, *, metadata_only: bool = False
     ) -> tuple[list[dict[str, Any]], str]:
@@ -337,19 +369,7 @@ class KubeClient:
 
         ``metadata_only`` asks for a ``PartialObjectMetadataList`` (no bodies are sent).
         """
-        accept = METADATA_LIST if metadata_only else JSON
-        items: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            query = [("limit", str(page_size))]
-            if token:
-                query.append(("continue", token))
-            page = self.get(path, query, timeout, accept=accept)
-            items.extend(i for i in page.get("items") or () if isinstance(i, dict))
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
-            if not token:
-                return items, str(meta.get("resourceVersion") or "")
+        return self.list_each(path, page_size, timeout, _same, metadata_only=metadata_only)
 
     def watch(
         self,

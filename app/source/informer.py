@@ -294,23 +294,26 @@ class Informer:
 
     def _list(self) -> None:
         t = self._tuning
-        items, version = self._client.list(
-            self._path,
-            t.page_size,
-            (t.connect_timeout, t.list_timeout),
-            metadata_only=self.metadata_only,
-        )
         old = self._items
-        new: dict[str, Cached] = {}
-        for obj in items:
+
+        def keep(obj: Mapping[str, Any]) -> tuple[str, Cached | None]:
             meta = obj.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or "")
             key = self.key_of(meta)
             prior = old.get(key)
             if prior is not None and rv and prior.version == rv:
-                new[key] = prior  # unchanged since compiled: reuse
-            elif (cached := self._compile_one(obj, rv)) is not None:
-                new[key] = cached
+                return key, prior  # unchanged since compiled: reuse
+            return key, self._compile_one(obj, rv)
+
+        # Compiled page by page: the raw objects of a large list are never all held.
+        kept, version = self._client.list_each(
+            self._path,
+            t.page_size,
+            (t.connect_timeout, t.list_timeout),
+            keep,
+            metadata_only=self.metadata_only,
+        )
+        new = {key: cached for key, cached in kept if cached is not None}
         changed = new.keys() != old.keys() or any(new[k].value != old[k].value for k in new)
         with self._lock:
             self._items = new

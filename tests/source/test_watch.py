@@ -8,6 +8,7 @@ import socket
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,6 +71,25 @@ def test_lists_are_paged(kubeapi: FakeKubeAPI, make_source: MakeSource) -> None:
     assert len([r for r in snapshot.roles if not r.namespace]) == 62
     pages = kubeapi.recorded("clusterroles", watch=False)
     assert [p.query.get("continue", "") for p in pages] == ["", *map(str, range(10, 61, 10))]
+
+
+def test_a_list_is_reduced_page_by_page(kubeapi: FakeKubeAPI, tmp_path: Path) -> None:
+    """``list_each`` hands each item over as its page arrives, before the next page is asked
+    for, so an informer holds compiled objects, not a whole list of raw ones."""
+    client = KubeClient.connect(kubeapi.write_kubeconfig(tmp_path / "kubeconfig"))
+    path = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+    pages_when_seen: list[int] = []
+
+    def each(item: dict[str, Any]) -> str:
+        pages_when_seen.append(len(kubeapi.recorded("clusterroles", watch=False)))
+        return str(item["metadata"]["name"])
+
+    names, version = client.list_each(path, 10, (2, 5), each)
+    items, same_version = client.list(path, 10, (2, 5))
+    assert names == [i["metadata"]["name"] for i in items] and len(names) == 62
+    assert version == same_version
+    # Items 1-10 were seen when one page had been requested, 11-20 at two, ... 61-62 at seven.
+    assert pages_when_seen == [n // 10 + 1 for n in range(62)]
 
 
 def test_recorded_watch_stream_added_modified_deleted_bookmark(
