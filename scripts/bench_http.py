@@ -122,7 +122,9 @@ def noop_app() -> Any:
     return app
 
 
-def run_server(app_name: str, model: Model, rbac_dir: Path, bind: str, certs: Path) -> None:
+def run_server(
+    app_name: str, model: Model, rbac_dir: Path, bind: str, certs: Path, log_level: str
+) -> None:
     from app.serve import WebhookServer, draining_readiness
     from app.settings import Settings
 
@@ -134,6 +136,7 @@ def run_server(app_name: str, model: Model, rbac_dir: Path, bind: str, certs: Pa
         threads=model.threads,
         tls_cert=certs / "tls.crt",
         tls_key=certs / "tls.key",
+        log_level=log_level,
     )
 
     class BenchServer(WebhookServer):
@@ -159,14 +162,14 @@ class Running:
 
 @contextmanager
 def server(
-    app_name: str, model: Model, rbac_dir: Path, certs: Path, log: Path
+    app_name: str, model: Model, rbac_dir: Path, certs: Path, log: Path, log_level: str
 ) -> Iterator[Running]:
     from tests.process import free_port
 
     port = free_port()
     command = [sys.executable, __file__, "--serve", app_name, "--model", str(model),
                "--rbac-dir", str(rbac_dir), "--bind", f"127.0.0.1:{port}",
-               "--certs", str(certs)]  # fmt: skip
+               "--certs", str(certs), "--log-level", log_level]  # fmt: skip
     with log.open("ab") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=out,
                                    start_new_session=True)  # fmt: skip
@@ -359,8 +362,8 @@ def compare(
         path: {"noop": [], "label-rbac": []} for path in args.mix
     }
     with (
-        server("noop", model, rbac_dir, certs, log) as noop,
-        server("label-rbac", model, rbac_dir, certs, log) as real,
+        server("noop", model, rbac_dir, certs, log, args.log_level) as noop,
+        server("label-rbac", model, rbac_dir, certs, log, args.log_level) as real,
     ):
         for path in args.mix:
             allowed = verdicts(real, certs / "ca.crt", path, args.mix[path])
@@ -428,6 +431,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--paths", default="/validate,/authorize")
+    parser.add_argument("--log-level", default="info", help="the servers' (serve's default: info)")
     parser.add_argument("--json", type=Path, default=Path("bench-http.json"))
     parser.add_argument(
         "--client",
@@ -437,7 +441,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.serve:
-        run_server(args.serve, args.model, args.rbac_dir, args.bind, args.certs)
+        run_server(args.serve, args.model, args.rbac_dir, args.bind, args.certs, args.log_level)
         return
     if args.client == "wrk" and shutil.which("wrk") is None:
         raise SystemExit("bench_http: wrk not found (apt-get install wrk, or --client python)")
