@@ -40,7 +40,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import tempfile
@@ -164,7 +163,7 @@ class Running:
 def server(
     app_name: str, model: Model, rbac_dir: Path, certs: Path, log: Path, log_level: str
 ) -> Iterator[Running]:
-    from tests.process import free_port
+    from tests.process import free_port, stop
 
     port = free_port()
     command = [sys.executable, __file__, "--serve", app_name, "--model", str(model),
@@ -178,12 +177,7 @@ def server(
         wait_ready(running, certs / "ca.crt")
         yield running
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop(process)
 
 
 def cpu_seconds(pid: int) -> float:

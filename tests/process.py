@@ -120,6 +120,18 @@ def _decode(raw: bytes) -> Any:
         return raw.decode(errors="replace")
 
 
+def stop(process: subprocess.Popen[Any], timeout: float = 15) -> None:
+    """SIGTERM to the server's process group (arbiter and workers), SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 @contextmanager
 def serve(
     tmp: Path,
@@ -163,11 +175,5 @@ def serve(
             server.wait_ready()
         yield server
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop(process)
         log.close()
