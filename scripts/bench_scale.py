@@ -1,24 +1,31 @@
-"""Scale benchmark: load time, memory and decisions/s of a static RBAC directory of N objects.
+"""Scale benchmark: load time, memory and decisions/s of N RBAC objects, from files and the API.
 
-Run with ``.venv/bin/python scripts/bench_scale.py`` (default sizes 1k, 10k and 100k objects;
-``--sizes 1000,10000`` for fewer). Each size is written once as YAML files, like a cluster's
-exported RBAC: per namespace a Namespace, three Roles (one with an annotation shared by every
-namespace, one with its own, one without) and four RoleBindings with users, groups and service
-accounts; cluster-wide, ClusterRoles with wildcard annotations and their ClusterRoleBindings.
+Run with ``.venv/bin/python scripts/bench_scale.py --watch`` (default sizes 1k, 10k and 100k
+objects; ``--sizes 1000,10000`` for fewer). Each size is written once as YAML files, like a
+cluster's exported RBAC: per namespace a Namespace, three Roles (one with an annotation shared by
+every namespace, one with its own, one without) and four RoleBindings with users, groups and
+service accounts; cluster-wide, ClusterRoles with wildcard annotations and their bindings.
 
 Every size is loaded in a fresh process (so its memory is its own) and measured against
 baselines taken in that same process:
 
-- load: ``StaticSource.start()`` against parsing the same files with the pure-Python YAML
-  loader only (what loading cost before anything else); in CPU seconds of this process, which a
-  busy machine does not inflate (the wall time is printed too);
+- load: ``StaticSource.start()`` against parsing the same files with PyYAML's libyaml loader
+  only (what loading cost before the faster loader); in CPU seconds of this process, which a
+  busy machine inflates far less than wall time (printed too);
 - memory: resident set after the load, and what the process held before it (imports done);
 - decisions per CPU second: ``evaluate`` for an allowed and a denied review against
-  ``json.loads`` of the review; flatness is each size's rate over the smallest size's, both
-  measured in this run.
+  ``json.loads`` of the review.
 
-The table is printed and the figures written as JSON (``--json``, default bench-scale.json).
-``--against DIR`` measures the ``app`` package under DIR too, each size right after this one's
+``--watch`` serves the same objects from the loopback API server of the tests (its own process)
+and syncs a ``ClusterSource`` from it in a fresh process: CPU and wall time to the first
+snapshot, the server's CPU meanwhile, memory, decisions/s.
+
+Flatness of decisions/s is measured in one process holding every size's snapshot, in
+``--rounds`` rounds alternating the order of sizes: per round each size's rate over the smallest
+size's (measured moments apart), the median of the rounds.
+
+The tables are printed and the figures written as JSON (``--json``, default bench-scale.json).
+``--against DIR`` loads with the ``app`` package under DIR too, each size right after this one's
 (``mkdir /tmp/prev && git archive v1 app | tar -x -C /tmp/prev`` for a previous version).
 """
 
