@@ -402,12 +402,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="objects, comma-separated")
     parser.add_argument("--seconds", type=float, default=1.5, help="per decision-rate figure")
-    parser.add_argument("--json", type=Path, default=Path("bench-scale.json"))
+    parser.add_argument("--json", type=Path, help="default bench-scale.json (bench-churn.json)")
     parser.add_argument("--keep", type=Path, help="write (and reuse) the RBAC dirs here")
     parser.add_argument("--against", type=Path, help="also measure the app package under DIR")
     parser.add_argument("--watch", action="store_true",
                         help="also sync the same objects from the loopback API server")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=9, help="alternating flatness rounds")
+    parser.add_argument("--churn", action="store_true",
+                        help="RBAC changes through the watch into a live source instead (see "
+                             "scripts/bench_churn.py); --seconds is then per phase")
+    parser.add_argument("--rate", type=float, default=50.0, help="--churn: changes per second")
+    parser.add_argument("--builders", default="incremental,whole,frozen",
+                        help="--churn: incremental (now), whole (rebuild per batch), frozen "
+                             "(no updates: the watch work alone)")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--measure-watch", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--measure-flat", help=argparse.SUPPRESS)
@@ -429,6 +436,17 @@ def main() -> None:
         serve(args.serve, args.kubeconfig)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.churn:
+        import bench_churn
+
+        modes = args.builders.split(",")
+        churned = bench_churn.run(sizes, args.seconds, args.rate, args.keep, modes)
+        output = args.json or Path("bench-churn.json")
+        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        print(bench_churn.table(churned))
+        output.write_text(json.dumps(churned, indent=2) + "\n")
+        print(f"written to {output}")
+        return
     results = run(sizes, args.seconds, args.keep, args.against, args.watch, args.rounds)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print(table(results["dir"]))
@@ -437,8 +455,9 @@ def main() -> None:
         print(watch_table(results))
     print(f"\ndecisions/s in one process, median of {args.rounds} alternating rounds:")
     print(flat_table(results))
-    args.json.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written to {args.json}")
+    output = args.json or Path("bench-scale.json")
+    output.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written to {output}")
 
 
 if __name__ == "__main__":
