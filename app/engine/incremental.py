@@ -62,17 +62,36 @@ IDENTITY: Mapping[str, Callable[[Any], Hashable]] = {
 # costs about as much as indexing a few thousand.
 WHOLE_SHARE = 0.25
 
-Objects = Mapping[str, immutables.Map[Hashable, tuple[Any, ...]]]
-Referrers = immutables.Map[RoleRef, immutables.Map[tuple[str, str], Binding]]
+# Per category, identity → the object present (or ``_Several``, for a moment).
+Objects = Mapping[str, immutables.Map[Hashable, Any]]
+# Role → the one binding referring to it, or a map (namespace, name) → binding of two or more.
+# (A role usually has one; a map for each would cost more than the rest of the index.)
+Referrers = immutables.Map[RoleRef, "Binding | immutables.Map[tuple[str, str], Binding]"]
+
+
+class _Several(tuple[Any, ...]):
+    """Two or more objects present under one identity; the last is the one indexed."""
+
+    __slots__ = ()
+
+
+def _present(found: Any) -> tuple[Any, ...]:
+    if found is None:
+        return ()
+    return found if isinstance(found, _Several) else (found,)
+
+
+def _stored(present: tuple[Any, ...]) -> Any:
+    return None if not present else present[0] if len(present) == 1 else _Several(present)
 
 
 @dataclass(frozen=True)
 class LiveSnapshot:
     """A snapshot and what it takes to apply changes to it (see the module docstring).
 
-    ``objects``: per category, identity → the compiled objects present under it (one, but for
-    a moment), the last being the one indexed. ``referrers``: role → every binding referring to
-    it, by (namespace, name), whether that role exists or not.
+    ``objects``: per category, identity → the compiled object present under it (for a moment
+    ``_Several``, the last being the one indexed). ``referrers``: role → the bindings referring
+    to it, whether that role exists or not.
     """
 
     snapshot: Snapshot
@@ -94,7 +113,7 @@ class LiveSnapshot:
         """Index ``objects`` whole: the reference that ``apply`` agrees with."""
 
         def present(category: str) -> list[Any]:
-            return [found[-1] for found in objects[category].values()]
+            return [_present(found)[-1] for found in objects[category].values()]
 
         bindings: list[Binding] = present(BINDINGS)
         snapshot = Snapshot.build(
@@ -104,7 +123,7 @@ class LiveSnapshot:
         for binding in bindings:
             referrers[binding.role][(binding.namespace, binding.name)] = binding
         referring: Referrers = immutables.Map(
-            {ref: immutables.Map(found.items()) for ref, found in referrers.items()}
+            {ref: _compact(immutables.Map(found.items())) for ref, found in referrers.items()}
         )
         return cls(snapshot, objects, referring)
 
@@ -121,8 +140,8 @@ class LiveSnapshot:
             return LiveSnapshot.of(objects)
         net: list[tuple[str, Hashable, Any, Any]] = []
         for (category, key), old in before.items():
-            found = objects[category].get(key)
-            new = found[-1] if found else None
+            present = _present(objects[category].get(key))
+            new = present[-1] if present else None
             if new is not old:
                 net.append((category, key, old, new))
         return self._updated(objects, net)
@@ -161,7 +180,7 @@ class LiveSnapshot:
         referring: Referrers = referrers.finish()
         for ref in changed_roles:
             role = resolved.get(ref)
-            for key, binding in referring.get(ref, immutables.Map()).items():
+            for key, binding in _referring(referring.get(ref)).items():
                 if key not in done:
                     index.remove(binding)
                     if role is not None:
@@ -188,13 +207,10 @@ def _count(
             if value is None:
                 continue
             key = identity(value)
-            found = mutation.get(key, ())
-            before.setdefault((category, key), found[-1] if found else None)
-            found = (*found, value) if adding else _without(found, value)
-            if found:
-                mutation[key] = found
-            elif key in mutation:
-                del mutation[key]
+            present = _present(mutation.get(key))
+            before.setdefault((category, key), present[-1] if present else None)
+            present = (*present, value) if adding else _without(present, value)
+            _put(mutation, key, _stored(present))
     return {category: m.finish() for category, m in mutations.items()}, before
 
 
@@ -218,10 +234,27 @@ def _put(mutation: Any, key: Hashable, value: Any) -> None:
 
 def _refer(referrers: Any, binding: Binding, *, present: bool) -> None:
     """Add or remove ``binding`` among those referring to its role."""
-    found = referrers.get(binding.role, immutables.Map())
+    found = _referring(referrers.get(binding.role))
     key = (binding.namespace, binding.name)
-    found = found.set(key, binding) if present else found.delete(key) if key in found else found
-    _put(referrers, binding.role, found or None)
+    if present:
+        found = found.set(key, binding)
+    elif key in found:
+        found = found.delete(key)
+    _put(referrers, binding.role, _compact(found))
+
+
+def _compact(found: immutables.Map[tuple[str, str], Binding]) -> Any:
+    """How ``Referrers`` holds ``found``: nothing, the one binding, or the map."""
+    return None if not found else next(iter(found.values())) if len(found) == 1 else found
+
+
+def _referring(found: Any) -> immutables.Map[tuple[str, str], Binding]:
+    """What ``Referrers`` holds for a role, as a map."""
+    if found is None:
+        return immutables.Map()
+    if isinstance(found, Binding):
+        return immutables.Map({(found.namespace, found.name): found})
+    return found
 
 
 class _Editor:
