@@ -8,8 +8,9 @@ LogRecord).
 Decisions are logged by every request thread, so a log line must cost the request path as
 little as possible. A plain StreamHandler would make the threads take turns on its lock for the
 formatting and the write; ``QueueHandler`` here only puts the record on a queue (no lock:
-``SimpleQueue`` is thread-safe) and one writer thread per process formats whatever has queued
-up and writes it with one ``write`` (one system call per batch, not per line). Records skip what
+``SimpleQueue`` is thread-safe) and one writer thread per process, woken by the first line of a
+quiet moment, lets ``LINGER_SECONDS`` of lines gather, then formats them and writes them with one
+``write``: a system call per batch, not per line (nor a wake-up per line). Records skip what
 the JSON line never shows (the caller's file and line, thread and process names: the logging
 HOWTO's "Optimization" switches). ``stop()`` drains the queue before the process exits.
 """
@@ -25,6 +26,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from gunicorn.glogging import Logger as GunicornLogger
@@ -88,16 +90,26 @@ class QueueHandler(logging.handlers.QueueHandler):
         return record
 
 
+# An info line queued without a LogRecord (``info_fields``): created, logger, message, fields.
+Line = tuple[float, str, str, Mapping[str, Any]]
+# What a pipeline's queue carries; None asks the writer to finish.
+Queued = logging.LogRecord | Line | None
+
 # Written at most this many lines at a time, so one burst does not hold a huge string.
 _BATCH = 512
+# After the first line of a quiet moment, the writer waits this long for more to join it. Each
+# wake-up of the writer and each write is a system call, which at a few hundred requests per
+# second cost more than the formatting; lines reach the stream at most this much later.
+LINGER_SECONDS = 0.05
 
 
 class _Pipeline:
     """One stream's queue and the thread writing it: formats what has queued up, one write."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self.queue: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+    def __init__(self, stream: TextIO, linger: float = LINGER_SECONDS) -> None:
+        self.queue: queue.SimpleQueue[Queued] = queue.SimpleQueue()
         self._stream = stream
+        self._linger = linger
         self._format = JsonFormatter().format
         self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
         self._thread.start()
@@ -105,21 +117,28 @@ class _Pipeline:
     def _run(self) -> None:
         get, get_nowait = self.queue.get, self.queue.get_nowait
         while True:
-            batch = [get()]
+            batch = [get()]  # sleeps until there is a line to write
+            if batch[-1] is not None:
+                time.sleep(self._linger)  # puts meanwhile wake nobody: no waiter
             try:
-                while len(batch) < _BATCH and batch[-1] is not None:
+                while batch[-1] is not None:
                     batch.append(get_nowait())
             except queue.Empty:
                 pass
             lines = [self._line(record) for record in batch if record is not None]
-            if lines:
-                self._write("".join(lines))
+            for start in range(0, len(lines), _BATCH):
+                self._write("".join(lines[start : start + _BATCH]))
             if batch[-1] is None:
                 return
 
-    def _line(self, record: logging.LogRecord) -> str:
+    def _line(self, item: logging.LogRecord | Line) -> str:
         try:
-            return self._format(record) + "\n"
+            if isinstance(item, tuple):
+                created, name, message, fields = item
+                payload = {"time": _timestamp(created), "level": "info", "logger": name,
+                           "message": message, **fields}  # fmt: skip
+                return json.dumps(payload, separators=(",", ":"), default=str) + "\n"
+            return self._format(item) + "\n"
         except Exception:  # a record that cannot be formatted must not stop the others
             return json.dumps({"level": "error", "message": "unformattable log record"}) + "\n"
 
@@ -145,6 +164,26 @@ def queued_handler(stream: TextIO) -> logging.Handler:
     if pipeline is None:
         pipeline = _pipelines[id(stream)] = _Pipeline(stream)
     return QueueHandler(pipeline.queue)
+
+
+def info_fields(logger: logging.Logger, message: str, fields: Mapping[str, Any]) -> None:
+    """``logger.info(message, extra={"fields": fields})``, the same line, but when the logger
+    writes straight into a pipeline (the decision log, once per request) without building a
+    LogRecord, which costs more than the rest of the line."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    handlers = logger.handlers
+    if (
+        len(handlers) == 1
+        and isinstance(handlers[0], QueueHandler)
+        and not handlers[0].filters
+        and not logger.filters
+        and handlers[0].level <= logging.INFO
+    ):
+        # The fields are the caller's and not changed afterwards: no copy.
+        handlers[0].queue.put_nowait((time.time(), logger.name, message, fields))
+        return
+    logger.info(message, extra={"fields": fields})
 
 
 def stop() -> None:

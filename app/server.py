@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from app import deepjson
+from app import deepjson, logs
 from app.engine.authorize import READ_CHECKS, ReadCheck, authorize
 from app.engine.context import Context
 from app.engine.decide import evaluate
@@ -101,7 +101,7 @@ def log_decision(request: Request, decision: Decision, seconds: float) -> None:
     if not decision.allowed or decision.softened:
         record["message"] = decision.message
     # app.logs writes ``fields`` into the JSON line (a denial's message replaces "decision").
-    log.info("decision", extra={"fields": record})
+    logs.info_fields(log, "decision", record)
 
 
 def log_access(review: AccessReview, decision: AccessDecision, seconds: float) -> None:
@@ -123,7 +123,7 @@ def log_access(review: AccessReview, decision: AccessDecision, seconds: float) -
     )
     if decision.message:
         record["message"] = decision.message
-    log.info("authorization", extra={"fields": record})
+    logs.info_fields(log, "authorization", record)
 
 
 class Unavailable(Exception):

@@ -103,3 +103,66 @@ def test_timestamps_are_utc_with_milliseconds() -> None:
     assert json.loads(logs.JsonFormatter().format(record))["time"] == "2023-11-14T22:13:20.500Z"
     record.created = 1_700_000_001.25  # the next second: not the cached one
     assert json.loads(logs.JsonFormatter().format(record))["time"] == "2023-11-14T22:13:21.250Z"
+
+
+def test_lines_arriving_one_by_one_are_gathered_into_few_writes() -> None:
+    stream = CountingStream()
+    log = logger_to(stream, "trickle")
+    started = time.monotonic()
+    for i in range(100):  # one line per millisecond or so, as requests arrive
+        log.info("decision", extra={"fields": {"i": i}})
+        time.sleep(0.001)
+    elapsed = time.monotonic() - started
+    logs.stop()
+    assert [r["i"] for r in lines(stream)] == list(range(100))
+    # A write per LINGER_SECONDS at most (plus the last), not one per line.
+    assert stream.writes <= elapsed / logs.LINGER_SECONDS + 2
+
+
+def test_a_quiet_line_is_written_within_the_linger() -> None:
+    stream = CountingStream()
+    log = logger_to(stream, "quiet")
+    log.info("alone")
+    deadline = time.monotonic() + 5
+    while not stream.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert [r["message"] for r in lines(stream)] == ["alone"]  # without stop(): by the writer
+
+
+FIELDS = {
+    "uid": "u-1",
+    "user": "alice",
+    "allowed": False,
+    "ms": 0.412,
+    "message": 'user "alice" may not create configmaps',
+}
+
+
+def test_info_fields_writes_the_line_logger_info_writes() -> None:
+    stream = CountingStream()
+    log = logger_to(stream, "fields")
+    logs.info_fields(log, "decision", FIELDS)  # straight into the pipeline
+    log.info("decision", extra={"fields": FIELDS})  # through a LogRecord
+    logs.stop()
+    fast, slow = lines(stream)
+    assert fast.pop("time") and slow.pop("time")
+    assert list(fast.items()) == list(slow.items())  # same keys, values and order
+    assert fast["message"] == FIELDS["message"]  # a denial's text replaces the message
+
+
+def test_info_fields_honours_levels_and_falls_back_to_logging_elsewhere(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stream = CountingStream()
+    log = logger_to(stream, "levels")
+    log.setLevel(logging.WARNING)
+    logs.info_fields(log, "decision", FIELDS)
+    logs.stop()
+    assert stream.getvalue() == ""
+    # A logger not writing into a pipeline (here: pytest's capture) gets a LogRecord.
+    plain = logging.getLogger("label_rbac.test.plain")
+    plain.handlers[:] = []
+    plain.propagate = True
+    with caplog.at_level(logging.INFO, logger="label_rbac.test.plain"):
+        logs.info_fields(plain, "decision", FIELDS)
+    assert [r.fields for r in caplog.records] == [FIELDS]  # type: ignore[attr-defined]
