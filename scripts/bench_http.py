@@ -277,8 +277,10 @@ def _ms(text: str) -> float:
 
 
 def wrk(url: str, script: Path, seconds: float, connections: int) -> dict[str, float]:
+    threads = min(2, connections)  # wrk needs a connection per thread
     out = subprocess.run(
-        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds:g}s", "--latency", "-s", str(script), url],
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--latency",
+         "-s", str(script), url],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     lines = out.splitlines()
