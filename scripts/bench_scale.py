@@ -11,7 +11,9 @@ baselines taken in that same process:
 
 - load: ``StaticSource.start()`` against parsing the same files with PyYAML's libyaml loader
   only (what loading cost before the faster loader); in CPU seconds of this process, which a
-  busy machine inflates far less than wall time (printed too);
+  busy machine inflates far less than wall time (printed too). The same objects as JSON files
+  (each YAML file as one ``kind: List``, as ``kubectl get -o json`` writes) are loaded too (code
+  ``json``; its baseline is ``json.loads`` of the files);
 - memory: resident set after the load, and what the process held before it (imports done);
 - decisions per CPU second: ``evaluate`` for an allowed and a denied review against
   ``json.loads`` of the review.
@@ -194,6 +196,25 @@ def decision_figures(snapshot: Any, compiler: Any, seconds: float) -> dict[str, 
     return figures
 
 
+def write_json_dir(yaml_dir: Path, directory: Path) -> None:
+    """The same objects as JSON: each YAML file as one ``kind: List`` (``kubectl get -o json``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in sorted(yaml_dir.glob("*.yaml")):
+        items = list(yaml.load_all(path.read_text(), Loader=_LOADER))
+        document = {"apiVersion": "v1", "kind": "List", "items": items}
+        (directory / f"{path.stem}.json").write_text(json.dumps(document))
+
+
+def _parse_all(directory: Path) -> int:
+    """Parse every file with the format's own parser only (the baseline); the object count."""
+    parsed = 0
+    for path in sorted(directory.glob("*.yaml")):  # one object per document
+        parsed += len(list(yaml.load_all(path.read_text(), Loader=_LOADER)))
+    for path in sorted(directory.glob("*.json")):
+        parsed += len(json.loads(path.read_text())["items"])
+    return parsed
+
+
 def measure(directory: Path, seconds: float) -> dict[str, Any]:
     """In this (fresh) process: load ``directory`` and measure it against its baselines."""
     from app.engine.rbac import Compiler
@@ -208,9 +229,8 @@ def measure(directory: Path, seconds: float) -> dict[str, Any]:
     after = rss_mb()
     snapshot = source.snapshot()
     assert snapshot is not None
-    cpu, parsed = time.process_time(), 0
-    for path in sorted(directory.glob("*.yaml")):  # one object per document
-        parsed += len(list(yaml.load_all(path.read_text(), Loader=_LOADER)))
+    cpu = time.process_time()
+    parsed = _parse_all(directory)
     parse_s = time.process_time() - cpu
     return {
         "objects": parsed, "roles": len(snapshot.roles), "load_s": load_s,
@@ -340,6 +360,12 @@ def run(sizes: list[int], seconds: float, keep: Path | None, against: Path | Non
             for code, extra in codes:
                 figures = _child("--measure", str(directory), "--seconds", str(seconds), *extra)
                 results["dir"].append({"size": size, "code": code, **figures})
+            # The same objects as JSON files, with this code.
+            json_dir = base / f"json-{size}"
+            if not (json_dir / "cluster.json").exists():
+                write_json_dir(directory, json_dir)
+            figures = _child("--measure", str(json_dir), "--seconds", str(seconds))
+            results["dir"].append({"size": size, "code": "json", **figures})
             if watch:
                 lists = base / f"lists-{size}"
                 if not (lists / "list-roles.json").exists():

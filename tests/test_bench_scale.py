@@ -23,10 +23,11 @@ def test_a_tiny_scale_run_prints_the_tables_and_writes_json(tmp_path: Path) -> N
         assert heading in result.stdout
     figures = json.loads(out.read_text())
     # Each size loaded from its directory twice (this code and the code it is compared against),
-    # in order, and synced once from the API server.
+    # then from the same objects as JSON files, in order, and synced once from the API server.
     assert [(f["size"], f["code"]) for f in figures["dir"]] == [
-        (100, "this"), (100, str(ROOT)), (300, "this"), (300, str(ROOT))
-    ]
+        (100, "this"), (100, str(ROOT)), (100, "json"),
+        (300, "this"), (300, str(ROOT)), (300, "json"),
+    ]  # fmt: skip
     assert [f["size"] for f in figures["watch"]] == [100, 300]
     for f in figures["dir"] + figures["watch"]:
         # The generated layout: a Namespace, three Roles and four RoleBindings per namespace,

@@ -7,7 +7,10 @@ after gunicorn has forked the worker, never at import time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import gc
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,3 +57,33 @@ class RbacSource(Protocol):
 
         Raises ``app.engine.context.ParentUnavailable`` when it cannot be read.
         """
+
+
+# Loads in progress (informers list in parallel) and whether the collector ran before the first.
+_bulk_lock = threading.Lock()
+_bulk_loads = 0
+_collector_was_on = False
+
+
+@contextmanager
+def bulk_load() -> Iterator[None]:
+    """Pause the cyclic garbage collector while objects are loaded in bulk.
+
+    A load allocates millions of objects that all stay alive; each collection the allocations
+    trigger walks every object allocated so far again, a third of a 100,000-object load's CPU
+    time. What a load discards is freed by reference counting as before; cycles wait for the
+    collector, which runs again when the last load in progress ends.
+    """
+    global _bulk_loads, _collector_was_on
+    with _bulk_lock:
+        if _bulk_loads == 0:
+            _collector_was_on = gc.isenabled()
+            gc.disable()
+        _bulk_loads += 1
+    try:
+        yield
+    finally:
+        with _bulk_lock:
+            _bulk_loads -= 1
+            if _bulk_loads == 0 and _collector_was_on:
+                gc.enable()

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping
+from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,7 +35,7 @@ from app.engine.model import Request, Resource
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, KubeClient, KubeError, object_path
-from app.source.base import SourceStatus
+from app.source.base import SourceStatus, bulk_load
 from app.source.informer import (
     Informer,
     InformerObserver,
@@ -64,6 +65,9 @@ PARENT_RESOURCES: Mapping[tuple[str, str], str] = {
 # respawned worker does not answer "not synced" while its siblings could have answered.
 # (gunicorn's worker timeout is 30 s; this must stay well below it.)
 WORKER_START_WAIT = 10.0
+# A batch this large (the first lists, a re-list) is applied with the garbage collector paused
+# (``bulk_load``); a few changes at a time allocate too little for it to matter.
+BULK_CHANGES = 1000
 
 
 class SourceObserver(InformerObserver, Protocol):
@@ -369,7 +373,8 @@ class ClusterSource:
         while self._changes:
             changes.append(self._changes.popleft())
         try:
-            self._live = self._live.apply(changes)
+            with bulk_load() if len(changes) > BULK_CHANGES else nullcontext():
+                self._live = self._live.apply(changes)
         except Exception:
             # A safety net that should never be needed: index everything again (should counting
             # the changes itself fail, the builder keeps the previous snapshot and says so).

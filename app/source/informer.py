@@ -32,6 +32,7 @@ from app.source.api import (
     WatchStream,
     object_path,
 )
+from app.source.base import bulk_load
 
 log = logging.getLogger("label_rbac.source")
 
@@ -306,14 +307,15 @@ class Informer:
             return key, self._compile_one(obj, rv)
 
         # Compiled page by page: the raw objects of a large list are never all held.
-        kept, version = self._client.list_each(
-            self._path,
-            t.page_size,
-            (t.connect_timeout, t.list_timeout),
-            keep,
-            metadata_only=self.metadata_only,
-        )
-        new = {key: cached for key, cached in kept if cached is not None}
+        with bulk_load():
+            kept, version = self._client.list_each(
+                self._path,
+                t.page_size,
+                (t.connect_timeout, t.list_timeout),
+                keep,
+                metadata_only=self.metadata_only,
+            )
+            new = {key: cached for key, cached in kept if cached is not None}
         changed = new.keys() != old.keys() or any(new[k].value != old[k].value for k in new)
         with self._lock:
             self._items = new

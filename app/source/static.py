@@ -14,7 +14,7 @@ from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Request
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Compiler, Snapshot
-from app.source.base import SourceStatus
+from app.source.base import SourceStatus, bulk_load
 from app.source.yamlload import load_all
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -90,17 +90,19 @@ class StaticSource:
 
     def start(self) -> None:
         if self._snapshot is None:
-            if not self._with_graph:
-                # Compiled as parsed: the raw objects of a large directory are never all held.
-                self._snapshot = snapshot_from_objects(
-                    iter_manifests(self._directory), self._compiler
-                )
-                return
-            objects = read_manifests(self._directory)
-            # The Pods and PersistentVolumes among the manifests, as the API server stores
-            # them (spec.nodeName set, spec.serviceAccountName spelled out).
-            self._graph = NodeGraph.from_objects(objects)
-            self._snapshot = snapshot_from_objects(objects, self._compiler)
+            with bulk_load():
+                self._load()
+
+    def _load(self) -> None:
+        if not self._with_graph:
+            # Compiled as parsed: the raw objects of a large directory are never all held.
+            self._snapshot = snapshot_from_objects(iter_manifests(self._directory), self._compiler)
+            return
+        objects = read_manifests(self._directory)
+        # The Pods and PersistentVolumes among the manifests, as the API server stores them
+        # (spec.nodeName set, spec.serviceAccountName spelled out).
+        self._graph = NodeGraph.from_objects(objects)
+        self._snapshot = snapshot_from_objects(objects, self._compiler)
 
     def stop(self) -> None:
         pass
