@@ -342,39 +342,51 @@ def python_load(
             "non_2xx": float(errors[0]), "socket_errors": 0.0}  # fmt: skip
 
 
-def load(running: Running, path: str, args: argparse.Namespace, seconds: float) -> dict[str, float]:
-    if args.client == "wrk":
-        return wrk(running.url + path, args.scripts[path], seconds, args.connections)
-    bodies = [json.dumps(b).encode() for b in args.mix[path]]
-    return python_load(running.url + path, args.ca, bodies, seconds, args.connections)
+@dataclass(frozen=True)
+class Plan:
+    """What every comparison runs: the reviews per path, how they are sent, for how long."""
+
+    mix: dict[str, list[dict[str, Any]]]
+    scripts: dict[str, Path]  # wrk's, per path
+    ca: Path
+    client: str
+    connections: int
+    seconds: float
+    rounds: int
+    log_level: str
 
 
-def compare(
-    model: Model, rbac_dir: Path, tmp: Path, args: argparse.Namespace
-) -> list[dict[str, Any]]:
+def load(running: Running, path: str, plan: Plan, seconds: float) -> dict[str, float]:
+    if plan.client == "wrk":
+        return wrk(running.url + path, plan.scripts[path], seconds, plan.connections)
+    bodies = [json.dumps(b).encode() for b in plan.mix[path]]
+    return python_load(running.url + path, plan.ca, bodies, seconds, plan.connections)
+
+
+def compare(model: Model, rbac_dir: Path, tmp: Path, plan: Plan) -> list[dict[str, Any]]:
     """Alternating rounds of both servers, each path; one row per path."""
     certs, log = tmp / "certs", tmp / "servers.log"
     rounds: dict[str, dict[str, list[dict[str, float]]]] = {
-        path: {"noop": [], "label-rbac": []} for path in args.mix
+        path: {"noop": [], "label-rbac": []} for path in plan.mix
     }
     with (
-        server("noop", model, rbac_dir, certs, log, args.log_level) as noop,
-        server("label-rbac", model, rbac_dir, certs, log, args.log_level) as real,
+        server("noop", model, rbac_dir, certs, log, plan.log_level) as noop,
+        server("label-rbac", model, rbac_dir, certs, log, plan.log_level) as real,
     ):
-        for path in args.mix:
-            allowed = verdicts(real, certs / "ca.crt", path, args.mix[path])
+        for path in plan.mix:
+            allowed = verdicts(real, certs / "ca.crt", path, plan.mix[path])
             if path == "/validate" and sum(allowed) != len(allowed) // 2:
                 raise SystemExit(f"expected half of the reviews denied, got {allowed}")
         for running in (noop, real):  # warm up: TLS sessions, first imports
-            for path in args.mix:
-                load(running, path, args, min(2, args.seconds))
-        for _ in range(args.rounds):
-            for path in args.mix:
+            for path in plan.mix:
+                load(running, path, plan, min(2, plan.seconds))
+        for _ in range(plan.rounds):
+            for path in plan.mix:
                 for running in (noop, real):
                     cpu = cpu_seconds(running.process.pid)
-                    figures = load(running, path, args, args.seconds)
+                    figures = load(running, path, plan, plan.seconds)
                     used = cpu_seconds(running.process.pid) - cpu
-                    figures["cpu_ms_per_request"] = 1e3 * used / (figures["rps"] * args.seconds)
+                    figures["cpu_ms_per_request"] = 1e3 * used / (figures["rps"] * plan.seconds)
                     rounds[path][running.name].append(figures)
     rows = []
     for path, by_app in rounds.items():
@@ -456,15 +468,16 @@ def main() -> None:
                   f"-c{args.connections}, "
                   f"{args.rounds} rounds of {args.seconds:g} s per server and path")  # fmt: skip
         mix = review_mix(args.objects)
-        args.mix = {path: mix[path] for path in args.paths.split(",")}
-        args.ca = tmp / "certs" / "ca.crt"
-        args.scripts = {}
-        for path, bodies in args.mix.items():
-            args.scripts[path] = tmp / f"{path.strip('/')}.lua"
-            lua_script(args.scripts[path], bodies)
+        paths = args.paths.split(",")
+        scripts = {path: tmp / f"{path.strip('/')}.lua" for path in paths}
+        for path in paths:
+            lua_script(scripts[path], mix[path])
+        plan = Plan({path: mix[path] for path in paths}, scripts, tmp / "certs" / "ca.crt",
+                    args.client, args.connections, args.seconds, args.rounds,
+                    args.log_level)  # fmt: skip
         rows = []
         for model in args.models:
-            rows += compare(model, rbac_dir, tmp, args)
+            rows += compare(model, rbac_dir, tmp, plan)
             print(table(rows), flush=True)
     args.json.write_text(json.dumps(rows, indent=1))
 
