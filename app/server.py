@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from flask import Flask, Response, request
+from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
 from app import deepjson, logs
@@ -78,8 +78,12 @@ def _json(payload: object, status: int = 200) -> Response:
     return Response(json.dumps(payload), status=status, mimetype="application/json")
 
 
+def _error_body(status: int, message: str) -> dict[str, object]:
+    return {"error": message, "code": status}
+
+
 def _error(status: int, message: str) -> Response:
-    return _json({"error": message, "code": status}, status)
+    return _json(_error_body(status, message), status)
 
 
 def log_decision(request: Request, decision: Decision, seconds: float) -> None:
@@ -311,14 +315,75 @@ class BodyLimit:
 _REASONS = {408: "Request Timeout", 413: "Request Entity Too Large"}
 
 
-def _load_body() -> object:
-    """The request body as JSON, or the 400 response saying why it is not."""
+# What a review endpoint answers: an HTTP status and the JSON document to send.
+Answer = tuple[int, object]
+# A review endpoint: the request body in, the answer out.
+Endpoint = Callable[[bytes], Answer]
+
+_STATUS_LINES = {
+    200: "200 OK",
+    400: "400 Bad Request",
+    405: "405 Method Not Allowed",
+    500: "500 Internal Server Error",
+}
+
+
+class ReviewEndpoints:
+    """WSGI: serves ``POST /validate`` and ``POST /authorize`` itself, everything else via Flask.
+
+    Flask's per-request machinery (request context, URL adapter and routing, request and
+    response objects, teardown) cost a worker about as much CPU as the decision itself, and
+    these two endpoints need none of it: a body in, a JSON document out. Other methods and
+    paths (GET /validate's 405, /healthz, /readyz, /metrics, 404s) are Flask's as before.
+    ``BodyLimit`` sits in front, so the body read here is complete and within the limit.
+    """
+
+    def __init__(self, app: WSGIApplication, endpoints: dict[str, Endpoint]) -> None:
+        self._app = app
+        self._endpoints = endpoints
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        endpoint = self._endpoints.get(path)
+        if endpoint is None:
+            return self._app(environ, start_response)
+        if environ.get("REQUEST_METHOD") != "POST":
+            answer: Answer = (405, _error_body(405, f"{path} accepts POST only"))
+            return self._send(start_response, answer, [("Allow", "POST")])
+        try:
+            answer = endpoint(environ["wsgi.input"].read())
+        except Exception:
+            # A bug: never an allow; the API server applies the webhook's failurePolicy.
+            log.exception("internal error serving %s", path)
+            answer = (500, _error_body(500, "internal error"))
+        return self._send(start_response, answer)
+
+    @staticmethod
+    def _send(
+        start_response: StartResponse, answer: Answer, extra: list[tuple[str, str]] | None = None
+    ) -> list[bytes]:
+        status, document = answer
+        body = json.dumps(document).encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        start_response(_STATUS_LINES[status], headers + (extra or []))
+        return [body]
+
+
+def _load_body(body: bytes) -> object:
+    """The request body as JSON, or the 400 answer saying why it is not."""
     try:
-        return deepjson.loads(request.get_data(cache=False))
+        return deepjson.loads(body)
     except deepjson.TooDeep as exc:
-        return _error(400, f"body is not usable JSON: {exc}")
+        return _BadRequest(f"body is not usable JSON: {exc}")
     except ValueError:
-        return _error(400, "body is not valid JSON")
+        return _BadRequest("body is not valid JSON")
+
+
+class _BadRequest:
+    """Why a body is no review (HTTP 400): kept apart from any JSON document a body can hold."""
+
+    def __init__(self, message: str) -> None:
+        self.answer: Answer = (400, _error_body(400, message))
 
 
 def create_app(
@@ -331,42 +396,43 @@ def create_app(
     deepjson.prepare()  # before gunicorn starts the request threads: see app.deepjson
     app = Flask("label_rbac")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.wsgi_app = BodyLimit(app.wsgi_app, settings.max_body_bytes)  # type: ignore[method-assign]
     decide = Decider(settings, source)
     notify = (log_decision, *observers)
     notify_access = (log_access, *access_observers)
 
-    @app.post("/validate")
-    def validate() -> Response:
+    def validate(body: bytes) -> Answer:
         started = time.perf_counter()
-        document = _load_body()
-        if isinstance(document, Response):
-            return document
+        document = _load_body(body)
+        if isinstance(document, _BadRequest):
+            return document.answer
         try:
             review = parse_review(document)
         except ReviewError as exc:
-            return _error(400, f"not an AdmissionReview: {exc}")
+            return 400, _error_body(400, f"not an AdmissionReview: {exc}")
         decision = decide(review.request)
         elapsed = time.perf_counter() - started
         for observer in notify:
             observer(review.request, decision, elapsed)
-        return _json(build_response(review.api_version, review.request.uid, decision))
+        return 200, build_response(review.api_version, review.request.uid, decision)
 
-    @app.post("/authorize")
-    def authorize_review() -> Response:
+    def authorize_review(body: bytes) -> Answer:
         started = time.perf_counter()
-        document = _load_body()
-        if isinstance(document, Response):
-            return document
+        document = _load_body(body)
+        if isinstance(document, _BadRequest):
+            return document.answer
         try:
             review = parse_access_review(document)
         except ReviewError as exc:
-            return _error(400, f"not a SubjectAccessReview: {exc}")
+            return 400, _error_body(400, f"not a SubjectAccessReview: {exc}")
         decision = decide.access(review)
         elapsed = time.perf_counter() - started
         for access_observer in notify_access:
             access_observer(review, decision, elapsed)
-        return _json(build_access_response(review.api_version, decision))
+        return 200, build_access_response(review.api_version, decision)
+
+    endpoints: dict[str, Endpoint] = {"/validate": validate, "/authorize": authorize_review}
+    reviews = ReviewEndpoints(app.wsgi_app, endpoints)
+    app.wsgi_app = BodyLimit(reviews, settings.max_body_bytes)  # type: ignore[method-assign]
 
     @app.get("/healthz")
     def healthz() -> Response:

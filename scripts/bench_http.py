@@ -8,7 +8,9 @@ gunicorn configuration, TLS context, JSON logger and draining wrapper):
 - **label-rbac**: the real app over a static RBAC directory of ``--objects`` objects (the layout
   of ``bench_scale.py``: tenant namespaces with Roles and RoleBindings, wildcard ClusterRoles);
 - **no-op**: a Flask app that parses each review and answers it without deciding anything
-  (``allowed: true`` for an AdmissionReview, no opinion for a SubjectAccessReview).
+  (``allowed: true`` for an AdmissionReview, no opinion for a SubjectAccessReview). With
+  ``--baseline wsgi`` the no-op is a plain WSGI callable instead, as label-rbac serves its two
+  review endpoints: the ratio then shows what deciding costs on top of parsing and answering.
 
 wrk drives each with the same mix of 64 reviews — tenants creating ConfigMaps in their own
 namespaces, half of them with another bucket's label (denied) — for ``POST /validate``, and a
@@ -121,8 +123,40 @@ def noop_app() -> Any:
     return app
 
 
+def noop_wsgi() -> Any:
+    """The same no-op as plain WSGI: parse the review, answer it, nothing else."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        path = environ["PATH_INFO"]
+        if path == "/validate":
+            review = json.loads(environ["wsgi.input"].read())
+            answer = {"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
+                      "response": {"uid": review["request"]["uid"], "allowed": True}}  # fmt: skip
+        elif path == "/authorize":
+            review = json.loads(environ["wsgi.input"].read())
+            answer = {"apiVersion": review["apiVersion"], "kind": "SubjectAccessReview",
+                      "status": {"allowed": False}}  # fmt: skip
+        else:
+            answer = {"ready": True}
+        body = json.dumps(answer).encode()
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Content-Length", str(len(body)))])  # fmt: skip
+        return [body]
+
+    return app
+
+
+BASELINES = {"flask": noop_app, "wsgi": noop_wsgi}
+
+
 def run_server(
-    app_name: str, model: Model, rbac_dir: Path, bind: str, certs: Path, log_level: str
+    app_name: str,
+    model: Model,
+    rbac_dir: Path,
+    bind: str,
+    certs: Path,
+    log_level: str,
+    baseline: str = "flask",
 ) -> None:
     from app.serve import WebhookServer, draining_readiness
     from app.settings import Settings
@@ -146,7 +180,7 @@ def run_server(
 
         def load(self) -> Any:
             if app_name == "noop":
-                return draining_readiness(noop_app(), self.draining)
+                return draining_readiness(BASELINES[baseline](), self.draining)
             return super().load()
 
     BenchServer(settings).run()
@@ -161,14 +195,21 @@ class Running:
 
 @contextmanager
 def server(
-    app_name: str, model: Model, rbac_dir: Path, certs: Path, log: Path, log_level: str
+    app_name: str,
+    model: Model,
+    rbac_dir: Path,
+    certs: Path,
+    log: Path,
+    log_level: str,
+    baseline: str = "flask",
 ) -> Iterator[Running]:
     from tests.process import free_port, stop
 
     port = free_port()
     command = [sys.executable, __file__, "--serve", app_name, "--model", str(model),
                "--rbac-dir", str(rbac_dir), "--bind", f"127.0.0.1:{port}",
-               "--certs", str(certs), "--log-level", log_level]  # fmt: skip
+               "--certs", str(certs), "--log-level", log_level,
+               "--baseline", baseline]  # fmt: skip
     with log.open("ab") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=out,
                                    start_new_session=True)  # fmt: skip
@@ -354,6 +395,7 @@ class Plan:
     seconds: float
     rounds: int
     log_level: str
+    baseline: str  # the no-op: "flask" or "wsgi"
 
 
 def load(running: Running, path: str, plan: Plan, seconds: float) -> dict[str, float]:
@@ -370,7 +412,7 @@ def compare(model: Model, rbac_dir: Path, tmp: Path, plan: Plan) -> list[dict[st
         path: {"noop": [], "label-rbac": []} for path in plan.mix
     }
     with (
-        server("noop", model, rbac_dir, certs, log, plan.log_level) as noop,
+        server("noop", model, rbac_dir, certs, log, plan.log_level, plan.baseline) as noop,
         server("label-rbac", model, rbac_dir, certs, log, plan.log_level) as real,
     ):
         for path in plan.mix:
@@ -392,7 +434,7 @@ def compare(model: Model, rbac_dir: Path, tmp: Path, plan: Plan) -> list[dict[st
     for path, by_app in rounds.items():
         pairs = list(zip(by_app["noop"], by_app["label-rbac"], strict=True))
         rows.append({
-            "model": str(model), **asdict(model), "path": path,
+            "model": str(model), **asdict(model), "path": path, "baseline": plan.baseline,
             "noop": by_app["noop"], "label_rbac": by_app["label-rbac"],
             "throughput_ratio": statistics.median(r["rps"] / n["rps"] for n, r in pairs),
             "p99_ratio": statistics.median(r["p99_ms"] / n["p99_ms"] for n, r in pairs),
@@ -404,16 +446,17 @@ def compare(model: Model, rbac_dir: Path, tmp: Path, plan: Plan) -> list[dict[st
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    header = ("| model | path | no-op req/s | label-rbac req/s | throughput ratio | no-op p99 ms "
-              "| label-rbac p99 ms | p99 ratio | CPU/request ratio |")  # fmt: skip
-    lines = [header, "|" + "---|" * 9]
+    header = ("| model | path | no-op | no-op req/s | label-rbac req/s | throughput ratio "
+              "| no-op p99 ms | label-rbac p99 ms | p99 ratio | CPU/request ratio |")  # fmt: skip
+    lines = [header, "|" + "---|" * 10]
 
     def med(runs: list[dict[str, float]], key: str) -> float:
         return statistics.median(r[key] for r in runs)
 
     for row in rows:
         lines.append(
-            f"| {row['model']} | {row['path']} | {med(row['noop'], 'rps'):,.0f} "
+            f"| {row['model']} | {row['path']} | {row['baseline']} "
+            f"| {med(row['noop'], 'rps'):,.0f} "
             f"| {med(row['label_rbac'], 'rps'):,.0f} | {row['throughput_ratio']:.2f} "
             f"| {med(row['noop'], 'p99_ms'):.1f} | {med(row['label_rbac'], 'p99_ms'):.1f} "
             f"| {row['p99_ratio']:.2f} | {row['cpu_ratio']:.2f} |"
@@ -439,6 +482,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--paths", default="/validate,/authorize")
+    parser.add_argument(
+        "--baseline",
+        choices=tuple(BASELINES),
+        default="flask",
+        help="the no-op: a Flask view (default) or plain WSGI, as label-rbac serves reviews",
+    )
     parser.add_argument("--log-level", default="info", help="the servers' (serve's default: info)")
     parser.add_argument("--json", type=Path, default=Path("bench-http.json"))
     parser.add_argument(
@@ -449,7 +498,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.serve:
-        run_server(args.serve, args.model, args.rbac_dir, args.bind, args.certs, args.log_level)
+        run_server(args.serve, args.model, args.rbac_dir, args.bind, args.certs, args.log_level,
+                   args.baseline)  # fmt: skip
         return
     if args.client == "wrk" and shutil.which("wrk") is None:
         raise SystemExit("bench_http: wrk not found (apt-get install wrk, or --client python)")
@@ -474,7 +524,7 @@ def main() -> None:
             lua_script(scripts[path], mix[path])
         plan = Plan({path: mix[path] for path in paths}, scripts, tmp / "certs" / "ca.crt",
                     args.client, args.connections, args.seconds, args.rounds,
-                    args.log_level)  # fmt: skip
+                    args.log_level, args.baseline)  # fmt: skip
         rows = []
         for model in args.models:
             rows += compare(model, rbac_dir, tmp, plan)

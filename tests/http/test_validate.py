@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from typing import Any
@@ -12,7 +13,7 @@ from flask.testing import FlaskClient
 from app.engine.context import ParentUnavailable
 from app.engine.model import Request
 from app.logs import JsonFormatter
-from app.server import NOT_SYNCED, create_app
+from app.server import NOT_SYNCED, Answer, ReviewEndpoints, create_app
 from app.settings import Settings
 from app.source.static import StaticSource
 from tests.conftest import EXAMPLES
@@ -147,10 +148,47 @@ def test_oversized_body_is_413_json(source: StaticSource) -> None:
     assert response.get_json()["code"] == 413
 
 
-def test_wrong_method_and_path_are_json(client: FlaskClient) -> None:
-    assert client.get("/validate").status_code == 405
-    response = client.get("/nope")
-    assert response.status_code == 404 and response.is_json
+@pytest.mark.parametrize("path", ["/validate", "/authorize"])
+@pytest.mark.parametrize("method", ["GET", "PUT", "PATCH", "DELETE"])
+def test_review_endpoints_take_post_only(client: FlaskClient, method: str, path: str) -> None:
+    response = client.open(path, method=method, json={})
+    assert response.status_code == 405 and response.headers["Allow"] == "POST"
+    assert response.get_json() == {"error": f"{path} accepts POST only", "code": 405}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        pytest.param("GET", "/nope", 404, id="unknown-path"),
+        pytest.param("POST", "/nope", 404, id="post-to-unknown-path"),
+        pytest.param("POST", "/validate/", 404, id="trailing-slash"),
+        pytest.param("POST", "/healthz", 405, id="post-to-healthz"),
+    ],
+)
+def test_other_paths_and_methods_are_flasks_json_errors(
+    client: FlaskClient, method: str, path: str, status: int
+) -> None:
+    response = client.open(path, method=method, json={})
+    assert response.status_code == status and response.is_json
+    assert response.get_json()["code"] == status
+
+
+def test_a_bug_in_an_endpoint_is_a_500_without_the_body(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(body: bytes) -> Answer:
+        raise KeyError("bug")
+
+    def fallback(environ: Any, start_response: Any) -> list[bytes]:
+        raise AssertionError("review paths never reach the app behind")
+
+    reviews = ReviewEndpoints(fallback, {"/validate": broken})
+    statuses: list[str] = []
+    secret = b'{"data": {"password": "hunter2"}}'
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/validate", "wsgi.input": io.BytesIO(secret)}
+    with caplog.at_level(logging.ERROR, logger="label_rbac.decisions"):
+        body = b"".join(reviews(environ, lambda status, headers: statuses.append(status)))
+    assert statuses == ["500 Internal Server Error"]
+    assert json.loads(body) == {"error": "internal error", "code": 500}
+    assert "internal error serving /validate" in caplog.text and "hunter2" not in caplog.text
 
 
 def test_health_and_readiness(client: FlaskClient) -> None:
