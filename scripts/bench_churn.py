@@ -166,7 +166,9 @@ def review_request(user: str, namespace: str, labels: dict[str, str]) -> Request
 # The API server's process.
 
 
-def serve(lists: str, kubeconfig: str, conn: Connection) -> None:
+def serve(lists: str, kubeconfig: str, conn: Connection, made: Any = None) -> None:
+    """Serve ``lists``; make each plan received on ``conn`` at its rate, then send back when
+    each change was made. ``made`` (a shared integer), if given, counts the changes made."""
     from tests.kubeapi import FakeKubeAPI
 
     api = FakeKubeAPI(Path(lists)).start()
@@ -186,6 +188,8 @@ def serve(lists: str, kubeconfig: str, conn: Connection) -> None:
                 time.sleep(delay)
             sent.append(time.monotonic())
             make_change(api, step)
+            if made is not None:
+                made.value += 1
         conn.send(sent)
 
 

@@ -19,6 +19,9 @@ alternate between the two servers so that a machine busy with other work weighs 
 each ratio is label-rbac's figure over the no-op's, per round, and the median of the rounds is
 reported (throughput: higher is better, p99: lower is better).
 
+``--churn`` serves label-rbac from the loopback API server of the tests instead, quiet against
+RBAC changes streaming in through the watch (``scripts/bench_http_churn.py``).
+
 ``--models`` compares serving models (gunicorn worker class, workers and threads per worker,
 keep-alive on or off), each against the no-op served the same way. The table is printed and
 the figures written as JSON (``--json``, default bench-http.json). ``--client python`` drives
@@ -149,21 +152,36 @@ def noop_wsgi() -> Any:
 BASELINES = {"flask": noop_app, "wsgi": noop_wsgi}
 
 
+def tagged(app: Any) -> Any:
+    """``app`` answering with the worker's process id in ``X-Worker`` (to tell workers apart)."""
+    header = ("X-Worker", str(os.getpid()))
+
+    def call(environ: Any, start_response: Any) -> Any:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, header], exc_info)
+
+        return app(environ, start)
+
+    return call
+
+
 def run_server(
     app_name: str,
     model: Model,
-    rbac_dir: Path,
+    rbac_dir: Path | None,
     bind: str,
     certs: Path,
     log_level: str,
     baseline: str = "flask",
+    kubeconfig: Path | None = None,
 ) -> None:
     from app.serve import WebhookServer, draining_readiness
     from app.settings import Settings
 
     settings = Settings(
         annotation_keys=("labelrbac.io/permissions",),
-        rbac_dir=rbac_dir,
+        rbac_dir=None if kubeconfig else rbac_dir,
+        kubeconfig=kubeconfig,
         bind=bind,
         workers=model.workers,
         threads=model.threads,
@@ -179,9 +197,10 @@ def run_server(
             self.cfg.set("keepalive", model.keepalive)
 
         def load(self) -> Any:
+            # (In the worker, after fork: each worker tags its answers with its own pid.)
             if app_name == "noop":
-                return draining_readiness(BASELINES[baseline](), self.draining)
-            return super().load()
+                return tagged(draining_readiness(BASELINES[baseline](), self.draining))
+            return tagged(super().load())
 
     BenchServer(settings).run()
 
@@ -197,25 +216,29 @@ class Running:
 def server(
     app_name: str,
     model: Model,
-    rbac_dir: Path,
+    rbac_dir: Path | None,
     certs: Path,
     log: Path,
     log_level: str,
     baseline: str = "flask",
+    kubeconfig: Path | None = None,
 ) -> Iterator[Running]:
+    """``app_name`` served on a free loopback port, over ``rbac_dir`` or the cluster of
+    ``kubeconfig``; ready (one worker answering /readyz) when entered, stopped on exit."""
     from tests.process import free_port, stop
 
     port = free_port()
-    command = [sys.executable, __file__, "--serve", app_name, "--model", str(model),
-               "--rbac-dir", str(rbac_dir), "--bind", f"127.0.0.1:{port}",
-               "--certs", str(certs), "--log-level", log_level,
-               "--baseline", baseline]  # fmt: skip
+    source = ["--kubeconfig", str(kubeconfig)] if kubeconfig else ["--rbac-dir", str(rbac_dir)]
+    command = [sys.executable, __file__, "--serve", app_name, "--model", str(model), *source,
+               "--bind", f"127.0.0.1:{port}", "--certs", str(certs),
+               "--log-level", log_level, "--baseline", baseline]  # fmt: skip
     with log.open("ab") as out:
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=out,
                                    start_new_session=True)  # fmt: skip
     running = Running(app_name, f"https://127.0.0.1:{port}", process)
     try:
-        wait_ready(running, certs / "ca.crt")
+        # A worker syncing 100k objects from the API server takes a while to be ready.
+        wait_ready(running, certs / "ca.crt", 600 if kubeconfig else 120)
         yield running
     finally:
         stop(process)
@@ -470,6 +493,7 @@ def main() -> None:
     parser.add_argument("--bind", help=argparse.SUPPRESS)
     parser.add_argument("--certs", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--rbac-dir", type=Path, help="reuse a directory bench_scale.py wrote")
+    parser.add_argument("--kubeconfig", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Model.parse, default=Model(), help=argparse.SUPPRESS)
     parser.add_argument("--objects", type=int, default=8400, help="RBAC objects to serve")
     parser.add_argument(
@@ -490,6 +514,12 @@ def main() -> None:
     )
     parser.add_argument("--log-level", default="info", help="the servers' (serve's default: info)")
     parser.add_argument("--json", type=Path, default=Path("bench-http.json"))
+    parser.add_argument("--churn", action="store_true",
+                        help="label-rbac over the loopback API server, quiet against RBAC "
+                             "changes streaming in (see scripts/bench_http_churn.py)")
+    parser.add_argument("--rate", type=float, default=50.0, help="--churn: changes per second")
+    parser.add_argument("--lists", type=Path,
+                        help="--churn: write (once) and reuse the API server's lists here")
     parser.add_argument(
         "--client",
         choices=("wrk", "python"),
@@ -499,37 +529,63 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         run_server(args.serve, args.model, args.rbac_dir, args.bind, args.certs, args.log_level,
-                   args.baseline)  # fmt: skip
+                   args.baseline, args.kubeconfig)  # fmt: skip
         return
     if args.client == "wrk" and shutil.which("wrk") is None:
         raise SystemExit("bench_http: wrk not found (apt-get install wrk, or --client python)")
-    from bench_scale import write_dir
-
     from app.certs import generate
 
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         generate(tmp / "certs", ["localhost", "127.0.0.1"])
-        rbac_dir = args.rbac_dir
-        if rbac_dir is None:
-            rbac_dir = tmp / "rbac"
-            objects = write_dir(rbac_dir, args.objects)
-            print(f"{objects:,} RBAC objects; {os.cpu_count()} CPUs; {args.client} "
-                  f"-c{args.connections}, "
-                  f"{args.rounds} rounds of {args.seconds:g} s per server and path")  # fmt: skip
+        # Under churn only /validate is measured (the changes alter admission decisions).
+        paths = ["/validate"] if args.churn else args.paths.split(",")
         mix = review_mix(args.objects)
-        paths = args.paths.split(",")
         scripts = {path: tmp / f"{path.strip('/')}.lua" for path in paths}
         for path in paths:
             lua_script(scripts[path], mix[path])
         plan = Plan({path: mix[path] for path in paths}, scripts, tmp / "certs" / "ca.crt",
                     args.client, args.connections, args.seconds, args.rounds,
                     args.log_level, args.baseline)  # fmt: skip
-        rows = []
-        for model in args.models:
-            rows += compare(model, rbac_dir, tmp, plan)
-            print(table(rows), flush=True)
+        rows = churn(args, plan, tmp) if args.churn else against_noop(args, plan, tmp)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     args.json.write_text(json.dumps(rows, indent=1))
+
+
+def against_noop(args: argparse.Namespace, plan: Plan, tmp: Path) -> list[dict[str, Any]]:
+    """Every serving model against the no-op served the same way, over a static directory."""
+    from bench_scale import write_dir
+
+    rbac_dir = args.rbac_dir
+    if rbac_dir is None:
+        rbac_dir = tmp / "rbac"
+        objects = write_dir(rbac_dir, args.objects)
+        print(f"{objects:,} RBAC objects; {os.cpu_count()} CPUs; {args.client} "
+              f"-c{args.connections}, "
+              f"{args.rounds} rounds of {args.seconds:g} s per server and path")  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for model in args.models:
+        rows += compare(model, rbac_dir, tmp, plan)
+        print(table(rows), flush=True)
+    return rows
+
+
+def churn(args: argparse.Namespace, plan: Plan, tmp: Path) -> list[dict[str, Any]]:
+    """Every serving model over the cluster source, quiet against churn (bench_http_churn)."""
+    import bench_http_churn
+    from bench_traffic import write_lists
+
+    lists = args.lists or tmp / "lists"
+    if not (lists / "list-roles.json").exists():
+        write_lists(lists, args.objects)
+    print(f"{args.objects:,} RBAC objects from the API server; {os.cpu_count()} CPUs; "
+          f"{args.client} -c{args.connections}, {args.rounds} rounds of {args.seconds:g} s "
+          f"quiet and churning at {args.rate:g} changes/s")  # fmt: skip
+    rows = []
+    for model in args.models:
+        rows.append(bench_http_churn.measure(args.objects, lists, model, plan, args.rate, tmp))
+        print(bench_http_churn.table(rows), flush=True)
+    return rows
 
 
 if __name__ == "__main__":

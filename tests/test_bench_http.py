@@ -41,3 +41,28 @@ def test_a_bad_serving_model_is_refused_in_one_line() -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "expected CLASS:WORKERSxTHREADS" in result.stderr
+
+
+def test_a_tiny_churn_run_enforces_every_change_on_every_worker(tmp_path: Path) -> None:
+    out = tmp_path / "churn.json"
+    result = subprocess.run(
+        [sys.executable, "scripts/bench_http.py", "--churn", "--objects", "300", "--seconds", "1",
+         "--rounds", "2", "--rate", "50", "--client", "python", "--connections", "2",
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "p99 ratio" in result.stdout and "enforced p50 ms" in result.stdout
+    (row,) = json.loads(out.read_text())
+    # The default serving model, both of its workers synced from the loopback API server.
+    assert (row["objects"], row["model"], row["workers"]) == (300, "gthread:2x4:ka75", 2)
+    for phase in ("quiet", "churn"):
+        assert len(row[phase]) == 2  # one of each per round
+        for run in row[phase]:
+            assert run["rps"] > 0 and run["p99_ms"] >= run["p50_ms"] > 0
+            assert run["non_2xx"] == 0 and run["cpu_ms_per_request"] > 0
+    assert row["throughput_ratio"] > 0 and row["p99_ratio"] > 0 and row["cpu_ratio"] > 0
+    # Two seconds of churn at 50 changes/s, every change shown by every worker over HTTPS.
+    assert row["changes"] == row["enforced"] == 100 and row["missed"] == {}
+    enforced = [row[f"enforced_{q}_ms"] for q in ("p50", "p99", "max")]
+    assert 0 < enforced[0] <= enforced[1] <= enforced[2] < 15_000
