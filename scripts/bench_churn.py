@@ -166,9 +166,12 @@ def review_request(user: str, namespace: str, labels: dict[str, str]) -> Request
 # The API server's process.
 
 
-def serve(lists: str, kubeconfig: str, conn: Connection, made: Any = None) -> None:
+def serve(
+    lists: str, kubeconfig: str, conn: Connection, made: Any = None, made_at: Any = None
+) -> None:
     """Serve ``lists``; make each plan received on ``conn`` at its rate, then send back when
-    each change was made. ``made`` (a shared integer), if given, counts the changes made."""
+    each change was made. If given, ``made`` (a shared integer) counts the changes made so far
+    and ``made_at`` (a shared array) receives when each was made, as they are made."""
     from tests.kubeapi import FakeKubeAPI
 
     api = FakeKubeAPI(Path(lists)).start()
@@ -189,7 +192,8 @@ def serve(lists: str, kubeconfig: str, conn: Connection, made: Any = None) -> No
             sent.append(time.monotonic())
             make_change(api, step)
             if made is not None:
-                made.value += 1
+                made_at[made.value] = sent[-1]
+                made.value += 1  # after the time: a reader of the count finds the times there
         conn.send(sent)
 
 

@@ -514,12 +514,16 @@ def main() -> None:
     )
     parser.add_argument("--log-level", default="info", help="the servers' (serve's default: info)")
     parser.add_argument("--json", type=Path, default=Path("bench-http.json"))
-    parser.add_argument("--churn", action="store_true",
-                        help="label-rbac over the loopback API server, quiet against RBAC "
-                             "changes streaming in (see scripts/bench_http_churn.py)")
+    parser.add_argument(
+        "--churn",
+        action="store_true",
+        help="label-rbac over the loopback API server, quiet against RBAC "
+        "changes streaming in (see scripts/bench_http_churn.py)",
+    )
     parser.add_argument("--rate", type=float, default=50.0, help="--churn: changes per second")
-    parser.add_argument("--lists", type=Path,
-                        help="--churn: write (once) and reuse the API server's lists here")
+    parser.add_argument(
+        "--lists", type=Path, help="--churn: write (once) and reuse the API server's lists here"
+    )
     parser.add_argument(
         "--client",
         choices=("wrk", "python"),

@@ -132,17 +132,21 @@ KIND_OF = {"role": "roles", "clusterrole": "clusterroles", "subjects": "rolebind
 @dataclass
 class Prober:
     """Per worker, a thread sending one review every ``PROBE_EVERY`` seconds, in both phases:
-    if the API server made changes the worker has not shown yet, the review of the latest of one
-    kind (the kinds in turn), else one of ``fillers``. A review answered with the new decision shows
+    if the API server made changes the worker has not shown yet, the review of one of them
+    (the kinds in turn), else one of ``fillers``. A review answered with the new decision shows
     that change and the earlier ones of its kind, which are noted as seen then (at the latest):
-    a review takes as long as any under the load, and one per change could not keep up with
-    50 changes/s."""
+    under load a review takes as long as any, and one per change could not keep up with 50
+    changes/s. Which change is asked about: the latest made at least ``lag`` ago, where ``lag``
+    follows how far behind the worker is (a review still answered the old way raises it, one
+    answered the new way lowers it), so that a review neither asks about a change too recent to
+    show yet nor lets those that showed wait to be noted."""
 
     workers: list[Worker]
     plan: list[Step]
     probes: list[Probe]
     fillers: list[bytes]
     made: Any  # the API server's count of changes made (a shared integer)
+    made_at: Any  # and when each was made (a shared array of monotonic times)
     seen: list[dict[int, float]] = field(init=False)
     sent: list[int] = field(init=False)  # reviews sent, per worker
     first: int = 0
@@ -187,6 +191,7 @@ class Prober:
     def _probe(self, w: int) -> None:
         worker, seen = self.workers[w], self.seen[w]
         pending: dict[str, list[int]] = {kind: [] for kind in dict.fromkeys(KIND_OF.values())}
+        lag = dict.fromkeys(pending, 0.0)
         armed = turn = fill = 0
         tick = time.monotonic()
         while not self._stop.is_set():
@@ -194,18 +199,25 @@ class Prober:
             for n in range(max(armed, first), due):
                 pending[KIND_OF[self.plan[n].action]].append(n)
             armed = max(armed, due)
-            latest = {kind: found for kind, queue in pending.items()
-                      if (found := self._latest(queue, seen)) is not None}  # fmt: skip
-            if latest:
-                kind = sorted(latest)[turn % len(latest)]
+            asked = time.monotonic()
+            chosen = {}
+            for kind, queue in pending.items():
+                found = self._choose(queue, seen, asked - lag[kind])
+                if found is not None:
+                    chosen[kind] = found
+            if chosen:
+                kind = sorted(chosen)[turn % len(chosen)]
                 turn += 1
-                n = latest[kind]
+                n = chosen[kind]
                 if worker.allowed(self.probes[n].body) == self.probes[n].after:
                     now = time.monotonic()
                     queue = pending[kind]
                     for m in queue[: queue.index(n) + 1]:
                         seen[m] = now
                     del queue[: queue.index(n) + 1]
+                    lag[kind] *= 0.75
+                else:
+                    lag[kind] = 1.25 * (asked - self.made_at[n]) + PROBE_EVERY
             else:
                 worker.allowed(self.fillers[fill % len(self.fillers)])
                 fill += 1
@@ -217,14 +229,13 @@ class Prober:
             else:
                 tick = time.monotonic()
 
-    def _latest(self, queue: list[int], seen: dict[int, float]) -> int | None:
-        """The latest change of ``queue`` whose review tells: a deletion's only once the
-        binding's creation has shown (before it, the user was bound to nothing either)."""
-        for n in reversed(queue):
-            deletes = self.plan[n].deletes
-            if deletes < 0 or deletes in seen:
-                return n
-        return None
+    def _choose(self, queue: list[int], seen: dict[int, float], before: float) -> int | None:
+        """The latest change of ``queue`` made by ``before`` whose review tells, else the
+        earliest whose review tells. A deletion's review tells only once the binding's
+        creation has shown (before it, the user was bound to nothing either)."""
+        telling = [n for n in queue if self.plan[n].deletes < 0 or self.plan[n].deletes in seen]
+        old = [n for n in telling if self.made_at[n] <= before]
+        return old[-1] if old else telling[0] if telling else None
 
 
 def check_before(workers: list[Worker], plan: list[Step], probes: list[Probe]) -> None:
@@ -251,8 +262,12 @@ def measure(
     certs, log, kubeconfig = tmp / "certs", tmp / "servers.log", tmp / "kubeconfig"
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    made = context.Value("i", 0, lock=False)  # one writer, the API server
-    api = context.Process(target=serve_api, args=(str(lists), str(kubeconfig), theirs, made))
+    changes = steps(int(plan.seconds * rate) * plan.rounds, objects)
+    # Written by the API server only, as it makes each change.
+    made = context.Value("i", 0, lock=False)
+    made_at = context.Array("d", len(changes), lock=False)
+    api = context.Process(target=serve_api,
+                          args=(str(lists), str(kubeconfig), theirs, made, made_at))  # fmt: skip
     api.start()
     assert ours.recv() == "ready"
     try:
@@ -265,11 +280,10 @@ def measure(
             allowed = verdicts(real, plan.ca, PATH, plan.mix[PATH])
             if sum(allowed) != len(allowed) // 2:
                 raise SystemExit(f"expected half of the reviews denied, got {allowed}")
-            changes = steps(int(plan.seconds * rate) * plan.rounds, objects)
             probes = [probe(step) for step in changes]
             check_before(workers, changes, probes)
             fillers = [json.dumps(review).encode() for review in plan.mix[PATH]]
-            prober = Prober(workers, changes, probes, fillers, made)
+            prober = Prober(workers, changes, probes, fillers, made, made_at)
             prober.start()
             try:
                 load(real, PATH, plan, min(2, plan.seconds))  # warm up: TLS sessions, imports
