@@ -354,6 +354,13 @@ def summary(
         "enforced_p99_ms": percentile(enforced, 0.99),
         "enforced_max_ms": max(enforced, default=float("nan")),
         "probe_every_ms": PROBE_EVERY * 1e3,
+        # Per change, in order: what it was, and per worker how long it took to show (ms).
+        "per_change": [
+            {"action": step.action, "made_s": sent[n] - sent[0] if n < len(sent) else None,
+             "shown_ms": [round((seen[n] - sent[n]) * 1e3, 1) if n in seen else None
+                          for seen in prober.seen]}
+            for n, step in enumerate(changes)
+        ],
     }  # fmt: skip
 
 

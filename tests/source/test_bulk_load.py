@@ -1,9 +1,11 @@
-"""Bulk loads pause the garbage collector and always give it back as it was."""
+"""Bulk loads pause the garbage collector, always give it back as it was, and freeze what they
+kept so that no later collection walks it again."""
 
 from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,3 +79,40 @@ def test_a_static_load_runs_paused_and_resumes(tmp_path: Path) -> None:
     snapshot = source.snapshot()
     assert snapshot is not None and len(snapshot.roles) == 1
     assert seen == [False] and gc.isenabled()
+
+
+class Kept:
+    """An object a load keeps (weak references tell when it is freed)."""
+
+    def __init__(self) -> None:
+        self.parts = [object(), object()]
+
+
+def test_what_a_load_kept_is_frozen_out_of_the_collectors_sight() -> None:
+    before = gc.get_freeze_count()
+    with bulk_load():
+        kept = [Kept() for _ in range(1000)]
+    assert gc.get_freeze_count() >= before + 1000 * 2  # each object and its list at least
+    walked = {id(obj) for obj in gc.get_objects()}  # what a whole collection walks
+    assert not any(id(obj) in walked or id(obj.parts) in walked for obj in kept)
+
+
+def test_a_frozen_object_is_still_freed_when_nothing_refers_to_it() -> None:
+    with bulk_load():
+        kept = Kept()
+    assert gc.get_freeze_count() > 0
+    gone = weakref.ref(kept)
+    del kept  # as a role replaced by the watch is dropped: reference counting frees it
+    assert gone() is None
+
+
+def test_cycles_made_after_a_load_are_still_collected() -> None:
+    with bulk_load():
+        pass
+    cycle = Kept()
+    cycle.parts.append(cycle)
+    gone = weakref.ref(cycle)
+    del cycle
+    assert gone() is not None  # only the collector can free a cycle
+    gc.collect()
+    assert gone() is None
