@@ -22,11 +22,14 @@ malformed file fails with the message it failed with before (tests/source/test_y
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from app.source import blockyaml
 
 # libyaml's parser when PyYAML was built with it: the same documents and errors, parsed about ten
 # times faster than the pure-Python loader.
@@ -93,7 +96,23 @@ def _builder(loader: yaml.SafeLoader) -> Callable[[Node], Any]:
 
 
 def load_all(text: str) -> Iterator[Any]:
-    """The documents of ``text``: ``yaml.load_all(text, Loader=LOADER)``, faster."""
+    """The documents of ``text``: ``yaml.load_all(text, Loader=LOADER)``, faster.
+
+    Block-style text is read line by line (``blockyaml``); where it turns out to be of another
+    shape, PyYAML reads the text and the documents already given are not given again."""
+    given = 0
+    try:
+        for document in blockyaml.documents(text):
+            yield document
+            given += 1
+        return
+    except blockyaml.Unread:
+        pass
+    yield from itertools.islice(_composed(text), given, None)
+
+
+def _composed(text: str) -> Iterator[Any]:
+    """The documents of ``text`` built from libyaml's composed nodes."""
     if "&" in text:  # anchors: aliases must share one object, as PyYAML builds them
         yield from yaml.load_all(text, Loader=LOADER)
         return
