@@ -297,9 +297,9 @@ LINES = st.lists(
 
 # Lines of block style with random indentation: keys, items, scalars, comments, continuations.
 WORDS = ["a", "b", "'q'", '"d e"', "'it''s'", "f:x", "yes", "1", "x y", "a#b", "-1", "~"]
-VALUES = WORDS + [
-    "0755", "1:20", "2001-12-14", "1.5", ".inf", "''", "'x", "y'", '"p', 'q"', "|", "|-", "|+",
-    "[]", "{}", "[a, 'b', \"c\", 1]", "[a b]", "x: y", "-", "'a' b", "'a' # c", "'#'",
+VALUES = [
+    *WORDS, "0755", "1:20", "2001-12-14", "1.5", ".inf", "''", "'x", "y'", '"p', 'q"', "|", "|-",
+    "|+", "[]", "{}", "[a, 'b', \"c\", 1]", "[a b]", "x: y", "-", "'a' b", "'a' # c", "'#'",
 ]  # fmt: skip
 BLOCK_LINES = st.lists(
     st.tuples(
@@ -361,7 +361,9 @@ MANIFESTS = st.dictionaries(
     NAMES,
     st.recursive(
         st.one_of(TEXT, st.integers(), st.booleans(), st.none(), st.sampled_from(["yes", "0755"])),
-        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(NAMES, inner, max_size=4)),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(NAMES, inner, max_size=4)
+        ),
         max_leaves=20,
     ),
     min_size=1,
@@ -373,7 +375,7 @@ EDITS: list[Edit] = [
     lambda lines: [line + "  # c" if line.strip() else line for line in lines],
     lambda lines: [f"{' ' * (len(line) - len(line.lstrip()))}# c\n{line}" for line in lines],
     lambda lines: [line.replace(" ", "  ", 1) for line in lines],
-    lambda lines: lines[:1] + [""] + lines[1:],
+    lambda lines: [*lines[:1], "", *lines[1:]],
 ]
 
 
