@@ -173,7 +173,7 @@ READ = [
     pytest.param("", id="empty"),
     pytest.param("a:\n  b:\n    c:\n      d: 1\n  e: 2\nf: 3\n", id="closing-levels"),
     pytest.param("a:\n  -\n    b: 1\n", id="mapping-under-empty-item"),
-    pytest.param("a: ---\nb: ...\n- ---\n"[:14], id="markers-as-values"),
+    pytest.param("a: ---\nb: ...\nc:\n- ---\n", id="markers-as-values"),
 ]
 
 
