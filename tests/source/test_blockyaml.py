@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.source import blockyaml
-from app.source.yamlload import LOADER
+from app.source.static import ManifestError, read_manifests
+from app.source.yamlload import LOADER, load_all
 from tests.source.test_yamlload import assert_same, bench_scale, outcome
 from tests.support import API, FIXTURES, RECENT, ROOT
 
@@ -183,8 +184,6 @@ def test_block_style_is_read(text: str) -> None:
 
 
 def test_every_document_before_the_first_unread_one_is_given_once() -> None:
-    from app.source.yamlload import load_all
-
     text = "a: 1\n---\nb: 2\n---\nc: &x 3\nd: *x\n"
     assert list(load_all(text)) == [{"a": 1}, {"b": 2}, {"c": 3, "d": 3}]
     documents = load_all("a: 1\n---\nb: [\n")
@@ -415,3 +414,21 @@ def test_long_lines_are_read_as_pyyaml_reads_them() -> None:
     for text in ("a: " + "x " * 200_000 + "\n", "- '" + "''" * 200_000 + "'\n",
                  "a: 'x\n" + "  y\n" * 50_000 + "  '\n", "a:" * 100_000 + "\n"):  # fmt: skip
         check(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("kind: Role\n---\nkind: Role\nrules:\n- verbs: [get\n", id="unclosed-flow"),
+        pytest.param("kind: Role\n---\nkind: Role\n  name: x\n", id="bad-indentation"),
+        pytest.param("kind: Role\nrules:\n- verbs:\n  - get\n  x: 'y\n", id="unclosed-quote"),
+    ],
+)
+def test_a_malformed_file_fails_with_pyyamls_message(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "rbac.yaml"
+    path.write_text(text)
+    with pytest.raises(yaml.YAMLError) as expected:
+        list(yaml.load_all(text, Loader=LOADER))
+    with pytest.raises(ManifestError) as got:
+        read_manifests(tmp_path)
+    assert str(got.value) == f"{path}: {expected.value}"
