@@ -284,7 +284,10 @@ def _resolve(v: str, plain: dict[str, Any]) -> Any:
         if regexp.match(v):
             if tag not in _BUILD:
                 raise Unread  # ``=``, ``<<``: what PyYAML does with them
-            value = _BUILD[tag](_CONSTRUCTOR, ScalarNode(tag, v))
+            try:
+                value = _BUILD[tag](_CONSTRUCTOR, ScalarNode(tag, v))
+            except Exception:  # ``0x_``, ``2001-02-30``: PyYAML's error, after its parse errors
+                raise Unread from None
             break
     plain[v] = value
     return value

@@ -135,6 +135,13 @@ LEFT = [
     pytest.param("a: ? b\n", id="question-mark"),
     pytest.param("a: :b\n", id="colon-start"),
     pytest.param("-a\n-\tb\n", id="dash-without-space"),
+    pytest.param("a: 2001-02-30\n", id="impossible-date"),
+    pytest.param("- 0x_\n", id="digitless-hex"),
+    pytest.param("a: 0b_\nb: c\n  d: e\n", id="bad-integer-then-parse-error"),
+    pytest.param("a: [1, 2001-13-01]\n", id="impossible-date-in-flow"),
+    pytest.param("a: 0000-01-01\n", id="year-zero"),
+    pytest.param("a: 2001-12-14 21:59:43.10 +25\n", id="impossible-offset"),
+    pytest.param("a: " + "1" * 5000 + "\n", id="integer-beyond-pythons-limit"),
 ]
 
 
