@@ -269,7 +269,7 @@ def measure(
     api = context.Process(target=serve_api,
                           args=(str(lists), str(kubeconfig), theirs, made, made_at))  # fmt: skip
     api.start()
-    assert ours.recv() == "ready"
+    assert ours.recv() == "ready" and api.pid is not None
     try:
         started = time.monotonic()
         served = server("label-rbac", model, None, certs, log, plan.log_level,
@@ -287,7 +287,7 @@ def measure(
             prober.start()
             try:
                 load(real, PATH, plan, min(2, plan.seconds))  # warm up: TLS sessions, imports
-                phases, sent = _rounds(real, ours, prober, changes, plan, rate)
+                phases, sent = _rounds(real, ours, api.pid, prober, changes, plan, rate)
             finally:
                 prober.stop()
     finally:
@@ -299,15 +299,24 @@ def measure(
     }  # fmt: skip
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of one process so far."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _rounds(
-    real: Running, api: Any, prober: Prober, changes: list[Step], plan: Plan, rate: float
-) -> tuple[dict[str, list[dict[str, float]]], list[float]]:
+    real: Running, api: Any, api_pid: int, prober: Prober, changes: list[Step], plan: Plan,
+    rate: float,
+) -> tuple[dict[str, list[dict[str, float]]], list[float]]:  # fmt: skip
     phases: dict[str, list[dict[str, float]]] = {"quiet": [], "churn": []}
     sent: list[float] = []
     per_round = len(changes) // plan.rounds
     for turn in range(plan.rounds):
         for phase in ("quiet", "churn") if turn % 2 == 0 else ("churn", "quiet"):
             cpu, probed = cpu_seconds(real.process.pid), sum(prober.sent)
+            api_cpu = process_cpu(api_pid)
             first, last = turn * per_round, (turn + 1) * per_round
             if phase == "churn":
                 prober.churn(first, last)
@@ -316,6 +325,8 @@ def _rounds(
             used = cpu_seconds(real.process.pid) - cpu
             served = figures["rps"] * plan.seconds + sum(prober.sent) - probed
             figures["cpu_ms_per_request"] = 1e3 * used / served
+            # The API server shares the machine here: how much of a core it took meanwhile.
+            figures["api_server_cores"] = (process_cpu(api_pid) - api_cpu) / plan.seconds
             figures["load_average"] = os.getloadavg()[0]
             if phase == "churn":
                 sent += api.recv()
