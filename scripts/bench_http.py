@@ -468,13 +468,15 @@ def compare(model: Model, rbac_dir: Path, tmp: Path, plan: Plan) -> list[dict[st
     return rows
 
 
+def med(runs: list[dict[str, float]], key: str) -> float:
+    """The median of one figure over a server's rounds."""
+    return statistics.median(r[key] for r in runs)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     header = ("| model | path | no-op | no-op req/s | label-rbac req/s | throughput ratio "
               "| no-op p99 ms | label-rbac p99 ms | p99 ratio | CPU/request ratio |")  # fmt: skip
     lines = [header, "|" + "---|" * 10]
-
-    def med(runs: list[dict[str, float]], key: str) -> float:
-        return statistics.median(r[key] for r in runs)
 
     for row in rows:
         lines.append(

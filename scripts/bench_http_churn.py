@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 from bench_churn import Step, percentile, steps
 from bench_churn import serve as serve_api
-from bench_http import Model, Plan, Running, cpu_seconds, load, server, verdicts
+from bench_http import Model, Plan, Running, cpu_seconds, load, med, server, verdicts
 
 from tests.support import make_review
 
@@ -386,9 +386,6 @@ def table(rows: list[dict[str, Any]]) -> str:
         "| changes | enforced | enforced p50 ms | p99 ms | max ms |",
         "|" + "---|" * 17,
     ]
-
-    def med(runs: list[dict[str, float]], key: str) -> float:
-        return statistics.median(r[key] for r in runs)
 
     for r in rows:
         lines.append(
