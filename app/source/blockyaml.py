@@ -46,19 +46,27 @@ from yaml.nodes import ScalarNode
 # times faster than the pure-Python loader. What is read here is what libyaml reads.
 LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-_TAG = "tag:yaml.org,2002:"
+TAG = "tag:yaml.org,2002:"
 _IMPLICIT = LOADER.yaml_implicit_resolvers
+# The resolver is its table of implicit resolvers alone: no path resolvers, and no resolver for
+# every first character. Then a plain scalar's tag is ``implicit_tag`` of its text.
+SIMPLE_RESOLVER = not LOADER.yaml_path_resolvers and None not in _IMPLICIT
 # The safe constructor's functions for the scalar tags the resolver gives plain scalars.
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 _BUILD = {
-    _TAG + tag: LOADER.yaml_constructors[_TAG + tag]
+    TAG + tag: LOADER.yaml_constructors[TAG + tag]
     for tag in ("null", "bool", "int", "float", "timestamp")
 }
-# Lines are read here only for libyaml, and only while the resolver is the table read here (no
-# path resolvers, no resolver for every first character).
-_ENABLED = (
-    LOADER is not yaml.SafeLoader and not LOADER.yaml_path_resolvers and None not in _IMPLICIT
-)
+# Lines are read here only for libyaml, and only while the resolver is the table read here.
+_ENABLED = LOADER is not yaml.SafeLoader and SIMPLE_RESOLVER
+
+
+def implicit_tag(text: str) -> str | None:
+    """The tag the resolver gives a plain scalar of this text; None: a string."""
+    for tag, regexp in _IMPLICIT.get(text[:1], ()):
+        if regexp.match(text):
+            return tag
+    return None
 # Everything libyaml reads as printable, less tabs, carriage returns, NEL, the line and paragraph
 # separators (line breaks to YAML 1.1) and the byte order mark.
 _OUTSIDE = re.compile(
@@ -280,15 +288,14 @@ def _resolve(v: str, plain: dict[str, Any]) -> Any:
     ):
         raise Unread  # not a plain scalar that ends where the line or a comment does
     value: Any = v
-    for tag, regexp in _IMPLICIT.get(v[:1], ()):
-        if regexp.match(v):
-            if tag not in _BUILD:
-                raise Unread  # ``=``, ``<<``: what PyYAML does with them
-            try:
-                value = _BUILD[tag](_CONSTRUCTOR, ScalarNode(tag, v))
-            except Exception:  # ``0x_``, ``2001-02-30``: PyYAML's error, after its parse errors
-                raise Unread from None
-            break
+    tag = implicit_tag(v)
+    if tag is not None:
+        if tag not in _BUILD:
+            raise Unread  # ``=``, ``<<``: what PyYAML does with them
+        try:
+            value = _BUILD[tag](_CONSTRUCTOR, ScalarNode(tag, v))
+        except Exception:  # ``0x_``, ``2001-02-30``: PyYAML's error, after its parse errors
+            raise Unread from None
     plain[v] = value
     return value
 

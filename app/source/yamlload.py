@@ -35,15 +35,11 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from app.source import blockyaml
-from app.source.blockyaml import LOADER
+from app.source.blockyaml import LOADER, SIMPLE_RESOLVER, TAG, implicit_tag
 
-_TAG = "tag:yaml.org,2002:"
-STR, MAP, SEQ = _TAG + "str", _TAG + "map", _TAG + "seq"
+STR, MAP, SEQ = TAG + "str", TAG + "map", TAG + "seq"
 # Scalar tags built by the safe constructor's function for that tag (each reads only the node).
-_SCALARS = tuple(_TAG + t for t in ("null", "bool", "int", "float"))
-_IMPLICIT = yaml.SafeLoader.yaml_implicit_resolvers
-# The direct resolver applies only while the safe loader has no path or wildcard resolvers.
-_SIMPLE_RESOLVER = not yaml.SafeLoader.yaml_path_resolvers and None not in _IMPLICIT
+_SCALARS = tuple(TAG + t for t in ("null", "bool", "int", "float"))
 
 
 class _Unusual(Exception):
@@ -53,16 +49,12 @@ class _Unusual(Exception):
 class _Loader(LOADER):  # type: ignore[valid-type,misc]
     """``LOADER`` with the resolver of the safe loader's tables, read directly."""
 
-    if _SIMPLE_RESOLVER:
+    if SIMPLE_RESOLVER:  # else the general resolver
 
         def resolve(self, kind: type[Node], value: Any, implicit: tuple[bool, bool]) -> str:
             # BaseResolver.resolve with no path resolvers and no wildcard implicit resolvers.
             if kind is ScalarNode:
-                if implicit[0]:
-                    for tag, regexp in _IMPLICIT.get(value[:1], ()):
-                        if regexp.match(value):
-                            return tag
-                return STR
+                return (implicit[0] and implicit_tag(value)) or STR
             return SEQ if kind is SequenceNode else MAP
 
         def descend_resolver(self, current_node: Any, current_index: Any) -> None:
