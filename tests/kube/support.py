@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -68,3 +69,16 @@ def install_tenants(cluster: LabelRbacCluster, namespace: str) -> None:
         assert done.returncode != 0 and "team in [a]" in done.stderr, done.stderr
 
     eventually(alice_judged_by_team_a)
+
+
+def fresh_namespace(cluster: LabelRbacCluster, labels: dict[str, str] | None = None) -> str:
+    """A new namespace with its ``default`` ServiceAccount (no controller manager makes it
+    here, and pods cannot be created without it)."""
+    name = f"t-{secrets.token_hex(4)}"
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": name, "labels": labels or {}}}  # fmt: skip
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "default", "namespace": name}}  # fmt: skip
+    cluster.apply(ADMIN, [namespace])
+    cluster.apply(ADMIN, [account])
+    return name

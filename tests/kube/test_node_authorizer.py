@@ -12,9 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.kube.cluster import LabelRbacCluster
-from tests.kube.conftest import fresh_namespace
 from tests.kube.controlplane import ADMIN
-from tests.kube.support import eventually, install_tenants, obj
+from tests.kube.support import eventually, fresh_namespace, install_tenants, obj
 
 NODE_1 = "system:node:node-1"
 NODE_2 = "system:node:node-2"
