@@ -75,6 +75,10 @@ def check_kubeconfig(kubeconfig: Path) -> None:
             raise ConfigError(f"{CANNOT_LOAD}: {where}not UTF-8 text (byte {exc.start})") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{CANNOT_LOAD}: {where}{describe_error(exc)}") from None
+        except RecursionError:
+            raise ConfigError(
+                f"{CANNOT_LOAD}: {where}nested too deeply to be a kubeconfig"
+            ) from None
         if not isinstance(document, dict):
             raise ConfigError(
                 f"{CANNOT_LOAD}: {where}not a kubeconfig (expected a mapping with clusters, "

@@ -119,6 +119,9 @@ CASES = [
                                        "current-context: c\n"),
                  "serve: kubeconfig {tmp}/kubeconfig: cannot load cluster connection settings: ",
                  id="serve-kubeconfig-wrong-shapes"),
+    pytest.param(serve_with_kubeconfig("clusters: " + "[" * 5000 + "]" * 5000 + "\n"),
+                 "serve: kubeconfig {tmp}/kubeconfig: cannot load cluster connection settings: "
+                 "nested too deeply to be a kubeconfig", id="serve-kubeconfig-nested-deep"),
     pytest.param(with_file("kubeconfig", "apiVersion: v1\nclusters: [\n", "who-can", "get",
                            "pods", "--kubeconfig", "{tmp}/kubeconfig"),
                  "who-can: {tmp}/kubeconfig: cannot load cluster connection settings: line 3, "
