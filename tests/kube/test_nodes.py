@@ -190,3 +190,52 @@ def test_a_node_labels_its_own_node_with_its_own_keys(
 ) -> None:
     done = kube.kubectl(NODE_1, "label", "node", "node-1", "example.com/team=x", "--overwrite")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_node_updates_the_status_of_its_own_pods_only(
+    kube: LabelRbacCluster, nodes: dict[str, str], namespace: str
+) -> None:
+    """pods/status goes to pod-status.labelrbac.io (failing open, but judged while up)."""
+    for node, user in (("node-1", NODE_1), ("node-2", NODE_2)):
+        status, output = create(kube, user, mirror_pod(namespace, f"m-{node}", node, nodes[node]))
+        assert status == 0, output
+    patch = {"status": {"phase": "Running"}}
+    path = f"/api/v1/namespaces/{namespace}/pods/{{}}/status"
+    status, body = kube.control_plane.request(
+        NODE_1, "PATCH", path.format("m-node-2"), patch,
+        content_type="application/merge-patch+json",
+    )  # fmt: skip
+    assert status == 403, body
+    assert body["message"] == (
+        'admission webhook "pod-status.labelrbac.io" denied the request: node "node-1" can only '
+        "update pod status for pods with spec.nodeName set to itself"
+    )
+    status, body = kube.control_plane.request(
+        NODE_1, "PATCH", path.format("m-node-1"), patch,
+        content_type="application/merge-patch+json",
+    )  # fmt: skip
+    assert status == 200, body
+    assert body["status"]["phase"] == "Running"
+
+
+def test_a_kubelet_reads_its_pods_secrets_past_label_rbac(
+    kube: LabelRbacCluster, namespace: str
+) -> None:
+    """The shipped matchConditions keep kubelets away from label-rbac's authorizer (the in-tree
+    Node authorizer decides), even for label-restricted resources."""
+    kube.apply(ADMIN, [obj("Secret", "db", namespace, {"team": "a"}, stringData={"k": "v"})])
+    pod = obj("Pod", "p", namespace, {"team": "a"}, spec={
+        "nodeName": "node-1", "automountServiceAccountToken": False,
+        "containers": [{"name": "c", "image": "busybox"}],
+        "volumes": [{"name": "s", "secret": {"secretName": "db"}}],
+    })  # fmt: skip
+    kube.apply(ADMIN, [pod])
+
+    def readable() -> None:
+        done = kube.kubectl(NODE_1, "-n", namespace, "get", "secret", "db", "-o", "name")
+        assert done.returncode == 0, done.stderr
+
+    eventually(readable)
+    other = kube.kubectl(NODE_2, "-n", namespace, "get", "secret", "db")
+    assert other.returncode != 0
+    assert "no relationship found between node 'node-2' and this object" in other.stderr

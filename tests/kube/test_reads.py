@@ -102,3 +102,16 @@ def test_auth_can_i_asks_the_same_chain(
     """SelfSubjectAccessReviews go through the same authorizers; kubectl prints the reason."""
     done = kube.kubectl(user, "-n", shared, "auth", "can-i", *args)
     assert done.stdout.strip() == answer.format(ns=shared), done.stdout + done.stderr
+
+
+def test_deleting_by_selector_stays_in_the_bucket(kube: LabelRbacCluster, shared: str) -> None:
+    """``kubectl delete -l`` lists with the selector, then deletes what it found."""
+    everything = kube.kubectl("alice", "-n", shared, "delete", "configmaps", "--all")
+    assert everything.returncode != 0
+    assert "only with a label selector within team in [a] (add -l team=a)" in everything.stderr
+    own = kube.kubectl("alice", "-n", shared, "delete", "configmaps", "-l", "team=a")
+    assert own.returncode == 0, own.stderr
+    assert own.stdout.split("\n")[0] == 'configmap "c-a" deleted'
+    left = kube.kubectl(ADMIN, "-n", shared, "get", "configmaps", "-o", "name")
+    assert "configmap/c-b" in left.stdout.split()
+    assert "configmap/c-a" not in left.stdout.split()
