@@ -180,3 +180,23 @@ def test_apply_creates_in_the_bucket_server_side_not_client_side(
     refused = kube.kubectl("alice", "apply", "--server-side", "-f", "-", input=other)
     assert refused.returncode != 0
     assert 'label team="b" is not permitted' in refused.stderr
+
+
+def test_the_ci_robot_rolls_web_within_both_teams(kube: LabelRbacCluster, tenants: str) -> None:
+    """Role ci: get/update/patch on the deployment named web, labeled team a or b (an admin
+    impersonating the robot's ServiceAccount, as the API server authenticates its token)."""
+    robot = f"system:serviceaccount:{tenants}:ci-deployer"
+    kube.apply(ADMIN, [deployment(tenants, "web", "a"), deployment(tenants, "api", "a")])
+    rolled = kube.kubectl(ADMIN, "--as", robot, "-n", tenants, "set", "image", "deployment/web",
+                          "c=busybox:2")  # fmt: skip
+    assert rolled.returncode == 0, rolled.stderr
+    relabel = kube.kubectl(ADMIN, "--as", robot, "-n", tenants, "label", "deployment", "web",
+                           "team=c", "--overwrite")  # fmt: skip
+    assert relabel.returncode != 0
+    assert f'user "{robot}" may not update deployments.apps "web"' in relabel.stderr
+    assert 'label team="c" is not permitted (role ' in relabel.stderr
+    other = kube.kubectl(ADMIN, "--as", robot, "-n", tenants, "set", "image", "deployment/api",
+                         "c=busybox:2")  # fmt: skip
+    assert other.returncode != 0
+    assert "labelrbac" not in other.stderr  # RBAC's resourceNames refuse it first
+    assert f'User "{robot}" cannot get resource "deployments"' in other.stderr
