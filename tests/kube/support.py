@@ -57,8 +57,8 @@ def obj(
 
 
 def install_tenants(cluster: LabelRbacCluster, namespace: str) -> None:
-    """The example tenants in ``namespace``, once the webhook judges by them (alice may create
-    a team=a ConfigMap, server-side dry run)."""
+    """The example tenants in ``namespace``, returned once the webhook judges by them: alice's
+    unlabeled ConfigMap is refused for want of team=a (a server-side dry run, nothing kept)."""
     cluster.apply(ADMIN, example_tenants(namespace))
 
     def alice_judged_by_team_a() -> None:
