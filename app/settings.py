@@ -10,7 +10,7 @@ from app.engine.model import ENFORCE, Resource
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import Compiler
 
-# The largest review the API server sends (README, "HTTP"): an UPDATE carries object and
+# The largest review the API server sends (docs/http.md, "Limits"): an UPDATE carries object and
 # oldObject, each at most etcd's 1.5 MiB in its storage encoding and up to six times that as
 # the API server's JSON (every "<", ">", "&", control character or invalid UTF-8 byte becomes a
 # six-byte \uXXXX escape): 18 MiB; the envelope, user info included, comes from headers the

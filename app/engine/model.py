@@ -103,7 +103,7 @@ Alternatives = tuple[Authorization, ...]
 
 def authorizations(operation: str, resource: Resource, name: str) -> tuple[Alternatives, ...]:
     """What RBAC authorized for an admission request: every entry was passed (they AND); within
-    an entry, at least one alternative. The README's "The decision" table, step 1, explains
+    an entry, at least one alternative. docs/decision.md, "The decision" table, step 1, explains
     each row; tests/engine/test_attributes.py holds one test per row."""
     if operation == "CREATE":
         if resource.subresource:

@@ -64,7 +64,8 @@ class Tuning:
     # default. As in client-go's reflector, a healthy watch is never replaced by a list: a list
     # happens at start, after 410 Gone and after an undecodable event, which are the only ways
     # the cache can miss a change (a reconnect resumes from the last version seen or is told
-    # 410). A list costs the API server the whole collection per worker; see the README.
+    # 410). A list costs the API server the whole collection per worker; see docs/performance.md,
+    # "API-server traffic".
     resync_interval: float = 0.0
     # Events arriving within this window are folded into one new snapshot.
     coalesce: float = 0.005

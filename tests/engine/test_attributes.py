@@ -1,6 +1,6 @@
 """Request → RBAC attributes: which roles the label rule judges, one row per mapping entry.
 
-Each row is the README's "The decision" table, step 1: an AdmissionReview as the API server
+Each row is docs/decision.md's table, step 1: an AdmissionReview as the API server
 sends it (recorded, or built like one), the user's roles, and which of them the label rule
 must find. Every restricted role here allows only ``team=a`` while the objects carry ``team=b``,
 so the outcome shows whether a role was counted: ``LabelNotPermitted`` (a restricted role

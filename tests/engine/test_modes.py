@@ -1,6 +1,6 @@
 """Enforcement modes: the global ``--mode``, per-role ``labelrbac.io/mode``, and how they combine.
 
-The rules under test (README, "Enforcement modes"): a label denial takes the strictest mode among
+The rules under test (docs/modes.md): a label denial takes the strictest mode among
 the granting roles that caused it (a void role counts as ``enforce``); every other rule denies in
 ``enforce``; the global mode then softens any policy denial (403/422) to at most its own
 strictness; 400/500/503 are never softened. Modes never weaken the escalation check.

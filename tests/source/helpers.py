@@ -29,7 +29,7 @@ FAST = Tuning(
 
 MakeSource = Callable[..., ClusterSource]
 
-# The metric names the README documents.
+# The metric names docs/monitoring.md documents.
 METRIC_NAMES = (
     "label_rbac_decisions_total",
     "label_rbac_decision_seconds_bucket",
