@@ -1,6 +1,6 @@
 """Benchmark of glob matching against the regular expressions globs used to be compiled to.
 
-Run with ``.venv/bin/python scripts/bench_globs.py``. Everyday globs are compared with the
+Run with ``.venv/bin/python -m bench globs``. Everyday globs are compared with the
 regular expression in the same run (a ratio; absolute numbers on a shared machine mean little);
 near misses are timed one match each, the regular expression growing tenfold with every star.
 """
@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from app.engine.glob import Glob  # noqa: E402
-from scripts.bench import rate  # noqa: E402
+from app.engine.glob import Glob
+from bench.core.stats import rate
 
 
 def regex_glob(text: str) -> re.Pattern[str]:
@@ -45,11 +40,7 @@ def glob_bench(seconds: float) -> None:
         print(f"{text:18} vs 63 a: {ours * 1e6:8.1f} µs  regex {theirs * 1e6:14,.0f} µs")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.5, help="per measurement")
-    glob_bench(parser.parse_args().seconds)
-
-
-if __name__ == "__main__":
-    main()
+    glob_bench(parser.parse_args(argv).seconds)
