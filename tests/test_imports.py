@@ -159,6 +159,18 @@ def test_the_repository_has_no_import_cycle() -> None:
     assert not found, "import cycles:\n" + "\n".join(" → ".join(cycle) for cycle in found)
 
 
+def test_the_benchmarks_import_the_core_and_no_other_benchmark() -> None:
+    graph = module_graph(ROOT, ["bench"])
+    core = {module for module in graph if module.startswith("bench.core")}
+    benchmarks = set(graph) - core - {"bench", "bench.__main__"}
+    assert {"bench.engine", "bench.http", "bench.scale", "bench.soak"} <= benchmarks
+    for module in core:
+        assert graph[module] <= core, module
+    for module in benchmarks:
+        extends = {"bench.http_churn"} if module == "bench.http" else set()  # http --churn
+        assert graph[module] & benchmarks == extends, module
+
+
 @pytest.mark.parametrize(
     ("graph", "expected"),
     [
@@ -210,3 +222,13 @@ def test_a_cycle_through_a_function_level_relative_import_is_found(tmp_path: Pat
         "pkg.c": {"pkg.a", "pkg.sub"},
     }
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+
+
+def test_scripts_importing_each_other_as_files_make_a_cycle(tmp_path: Path) -> None:
+    # Not a package: each script runs as a file, with its own directory on sys.path.
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "load.py").write_text("from report import table\nimport json\n")
+    (tmp_path / "tools" / "report.py").write_text("def table():\n    import load\n")
+    graph = module_graph(tmp_path, ["tools"])
+    assert graph == {"tools.load": {"tools.report"}, "tools.report": {"tools.load"}}
+    assert cycles(graph) == [["tools.load", "tools.report", "tools.load"]]

@@ -55,7 +55,6 @@ def write_lists(directory: Path, objects: int) -> int:
     return sum(len(items) for items in by_kind.values())
 
 
-
 @dataclass(frozen=True)
 class Step:
     """Change number ``k``: what the server changes, and who can tell it happened."""
@@ -127,7 +126,6 @@ def make_change(api: Any, step: Step) -> None:
     api.apply(resource[step.action], obj)
 
 
-
 def serve_lists(lists: Path, kubeconfig: Path) -> None:
     """Serve the lists in ``lists`` until stdin closes; print this process's CPU seconds spent
     serving when a line arrives on stdin (the measurement is done)."""
@@ -139,7 +137,6 @@ def serve_lists(lists: Path, kubeconfig: Path) -> None:
     print(json.dumps({"server_s": time.process_time() - cpu}), flush=True)
     sys.stdin.read()
     api.stop()
-
 
 
 def serve(
@@ -173,6 +170,3 @@ def serve(
                 made_at[made.value] = sent[-1]
                 made.value += 1  # after the time: a reader of the count finds the times there
         conn.send(sent)
-
-
-# This process: the source, a deciding thread, a prober.
