@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from app.source import blockyaml
 from app.source.static import ManifestError, read_manifests
 from app.source.yamlload import LOADER, describe_error, load_all
-from tests.source.test_yamlload import assert_same, bench_scale, outcome
+from bench.core.layout import write_dir
+from tests.source.test_yamlload import assert_same, outcome
 from tests.support import API, FIXTURES, RECENT, ROOT
 
 
@@ -253,7 +254,7 @@ def test_every_recorded_object_as_yaml_loads_the_same() -> None:
 
 
 def test_the_scale_files_are_read(tmp_path: Path) -> None:
-    bench_scale.write_dir(tmp_path, 600, per_file=20)
+    write_dir(tmp_path, 600, per_file=20)
     for path in sorted(tmp_path.glob("*.yaml")):
         assert check(path.read_text())
 

@@ -19,10 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.source.yamlload import LOADER, load_all
+from bench.core.layout import write_dir
 from tests.support import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import bench_scale
 
 
 def outcome(load: Any, text: str) -> tuple[str, Any]:
@@ -59,7 +57,7 @@ def test_the_repositorys_yaml_loads_the_same() -> None:
 
 
 def test_the_generated_scale_files_load_the_same(tmp_path: Path) -> None:
-    bench_scale.write_dir(tmp_path, 600, per_file=20)
+    write_dir(tmp_path, 600, per_file=20)
     for path in sorted(tmp_path.glob("*.yaml")):
         assert_same(path.read_text())
 

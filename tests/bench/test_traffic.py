@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support import ROOT
+from tests.bench import run_bench
 
 
 def test_a_tiny_traffic_run_counts_lists_and_watches(tmp_path: Path) -> None:
     out = tmp_path / "traffic.json"
-    result = subprocess.run(
-        [sys.executable, "scripts/bench_traffic.py", "--sizes", "200", "--hour", "6",
-         "--workers", "2", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    result = run_bench(
+        "traffic", "--sizes", "200", "--hour", "6",
+        "--workers", "2", "--json", str(out), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "MB/h/worker" in result.stdout

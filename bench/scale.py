@@ -1,10 +1,11 @@
 """Scale benchmark: load time, memory and decisions/s of N RBAC objects, from files and the API.
 
-Run with ``.venv/bin/python scripts/bench_scale.py --watch`` (default sizes 1k, 10k and 100k
-objects; ``--sizes 1000,10000`` for fewer). Each size is written once as YAML files, like a
-cluster's exported RBAC: per namespace a Namespace, three Roles (one with an annotation shared by
-every namespace, one with its own, one without) and four RoleBindings with users, groups and
-service accounts; cluster-wide, ClusterRoles with wildcard annotations and their bindings.
+Run with ``.venv/bin/python -m bench scale --watch`` (default sizes 1k, 10k and 100k objects;
+``--sizes 1000,10000`` for fewer). Each size is written once as YAML files
+(``bench.core.layout``), like a cluster's exported RBAC: per namespace a Namespace, three Roles
+(one with an annotation shared by every namespace, one with its own, one without) and four
+RoleBindings with users, groups and service accounts; cluster-wide, ClusterRoles with wildcard
+annotations and their bindings.
 
 Every size is loaded in a fresh process (so its memory is its own) and measured against
 baselines taken in that same process:
@@ -46,123 +47,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-# ``--code DIR`` measures the ``app`` package of another checkout (e.g. the previous release,
-# unpacked with ``git archive``) against the same directories in the same run.
-_CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv[:-1] else None
-sys.path.insert(0, str(ROOT))
-if _CODE:
-    sys.path.insert(0, _CODE)
-
-PER_NAMESPACE = 8  # a Namespace, three Roles, four RoleBindings
-ANNOTATION = "labelrbac.io/permissions"
-SHARED = json.dumps({"configmaps": {"team": ["a", "b"]}, "secrets": {"team": ["a"]},
-                     "deployments.apps": {"team": ["a", "b"]}})  # fmt: skip
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def layout(objects: int) -> tuple[int, int]:
-    """(namespaces, cluster roles) for about ``objects`` objects: one ClusterRole and one
-    ClusterRoleBinding per 500 objects, the rest namespaces of eight objects each."""
-    cluster_roles = max(2, objects // 500)
-    return max(1, (objects - 2 * cluster_roles) // PER_NAMESPACE), cluster_roles
-
-
-def namespace_objects(i: int, cluster_roles: int) -> list[dict[str, Any]]:
-    ns = f"tenant-{i}"
-    own = json.dumps({"configmaps": {"team": [f"t{i}-*"]}, "pods": {"team": [f"t{i}-*"]}})
-    rules = [{"apiGroups": ["", "apps"], "resources": ["configmaps", "secrets", "pods",
-                                                       "deployments"], "verbs": ["*"]}]  # fmt: skip
-    read = [{"apiGroups": [""], "resources": ["configmaps", "pods"],
-             "verbs": ["get", "list", "watch"]}]  # fmt: skip
-
-    def role(name: str, annotation: str | None, role_rules: list[Any]) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": name, "namespace": ns}
-        if annotation is not None:
-            meta["annotations"] = {ANNOTATION: annotation}
-        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-                "rules": role_rules}  # fmt: skip
-
-    def binding(name: str, ref_kind: str, ref: str, subjects: list[Any]) -> dict[str, Any]:
-        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": ns},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": ref_kind,
-                            "name": ref},
-                "subjects": subjects}  # fmt: skip
-
-    users = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"user-{i}-{u}"}
-             for u in range(6)]  # fmt: skip
-    groups = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": f"team-{i}-{g}"}
-              for g in range(3)]  # fmt: skip
-    accounts = [{"kind": "ServiceAccount", "name": f"sa-{s}", "namespace": ns} for s in range(4)]
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-        role("team-shared", SHARED, rules),
-        role("team-own", own, rules),
-        role("reader", None, read),
-        binding("team-shared", "Role", "team-shared", users[:3] + groups[:1]),
-        binding("team-own", "Role", "team-own", users[3:] + groups[1:]),
-        binding("reader", "Role", "reader", accounts + groups),
-        binding("platform", "ClusterRole", f"platform-{i % cluster_roles}", users[:1] + accounts),
-    ]
-
-
-def cluster_objects(cluster_roles: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for c in range(cluster_roles):
-        annotation = json.dumps({"*": {"team": ["*"]}, f"crd{c}-*.example.com": {"env": ["prod-*"]},
-                                 "configmaps": {"team": ["*-a", "*-b"]}})  # fmt: skip
-        meta = {"name": f"platform-{c}", "annotations": {ANNOTATION: annotation}}
-        rules = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
-        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                    "metadata": meta, "rules": rules})  # fmt: skip
-        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                    "metadata": {"name": f"platform-{c}"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                "name": f"platform-{c}"},
-                    "subjects": [{"kind": "Group", "name": f"platform-{c}"},
-                                 {"kind": "User", "name": f"operator-{c}"}]})  # fmt: skip
-    return out
-
-
-def write_dir(directory: Path, objects: int, per_file: int = 100) -> int:
-    """Write about ``objects`` objects as YAML files of ``per_file`` namespaces; the count."""
-    namespaces, cluster_roles = layout(objects)
-    directory.mkdir(parents=True, exist_ok=True)
-    docs = cluster_objects(cluster_roles)
-    count = len(docs)
-    (directory / "cluster.yaml").write_text(yaml.dump_all(docs, Dumper=_DUMPER))
-    for start in range(0, namespaces, per_file):
-        docs = [o for i in range(start, min(start + per_file, namespaces))
-                for o in namespace_objects(i, cluster_roles)]  # fmt: skip
-        count += len(docs)
-        (directory / f"ns-{start:07d}.yaml").write_text(yaml.dump_all(docs, Dumper=_DUMPER))
-    return count
-
-
-def rss_mb() -> float:
-    """This process's resident set size now, in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def rate(fn: Any, seconds: float, tries: int = 3) -> float:
-    """Calls per CPU second of ``fn``, best of ``tries`` rounds of ``seconds / tries``."""
-    best = 0.0
-    for _ in range(tries):
-        calls, start = 0, time.process_time()
-        while True:
-            for _ in range(100):
-                fn()
-            calls += 100
-            now = time.process_time()
-            if now - start >= seconds / tries:
-                break
-        best = max(best, calls / (now - start))
-    return best
+from bench.core.layout import ANNOTATION, LOADER, write_dir, write_json_dir
+from bench.core.processes import child_env, module_command, rss_mb
+from bench.core.stats import cpu_rate
 
 
 def requests_for(snapshot: Any) -> list[tuple[str, Any, dict[str, Any]]]:
@@ -191,25 +78,16 @@ def decision_figures(snapshot: Any, compiler: Any, seconds: float) -> dict[str, 
         decision = evaluate(request, ctx)
         assert decision.allowed == (name == "allowed"), (name, decision)
         body = json.dumps(review)
-        figures[f"{name}_per_s"] = rate(lambda r=request: evaluate(r, ctx), seconds)
-        figures[f"{name}_parse_per_s"] = rate(lambda b=body: json.loads(b), seconds)
+        figures[f"{name}_per_s"] = cpu_rate(lambda r=request: evaluate(r, ctx), seconds)
+        figures[f"{name}_parse_per_s"] = cpu_rate(lambda b=body: json.loads(b), seconds)
     return figures
-
-
-def write_json_dir(yaml_dir: Path, directory: Path) -> None:
-    """The same objects as JSON: each YAML file as one ``kind: List`` (``kubectl get -o json``)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for path in sorted(yaml_dir.glob("*.yaml")):
-        items = list(yaml.load_all(path.read_text(), Loader=_LOADER))
-        document = {"apiVersion": "v1", "kind": "List", "items": items}
-        (directory / f"{path.stem}.json").write_text(json.dumps(document))
 
 
 def _parse_all(directory: Path) -> int:
     """Parse every file with the format's own parser only (the baseline); the object count."""
     parsed = 0
     for path in sorted(directory.glob("*.yaml")):  # one object per document
-        parsed += len(list(yaml.load_all(path.read_text(), Loader=_LOADER)))
+        parsed += len(list(yaml.load_all(path.read_text(), Loader=LOADER)))
     for path in sorted(directory.glob("*.json")):
         parsed += len(json.loads(path.read_text())["items"])
     return parsed
@@ -238,20 +116,6 @@ def measure(directory: Path, seconds: float) -> dict[str, Any]:
         "rss_before_mb": before, "rss_after_mb": after,
         **decision_figures(snapshot, compiler, seconds),
     }  # fmt: skip
-
-
-def serve(lists: Path, kubeconfig: Path) -> None:
-    """Serve the lists in ``lists`` from the loopback API server until stdin closes."""
-    from tests.kubeapi import FakeKubeAPI
-
-    api = FakeKubeAPI(lists).start()
-    api.write_kubeconfig(kubeconfig)
-    cpu = time.process_time()
-    print("serving", flush=True)
-    sys.stdin.readline()  # the measurement is done
-    print(json.dumps({"server_s": time.process_time() - cpu}), flush=True)
-    sys.stdin.read()
-    api.stop()
 
 
 def measure_watch(kubeconfig: Path, seconds: float) -> dict[str, Any]:
@@ -305,7 +169,7 @@ def measure_flat(directories: list[Path], seconds: float, rounds: int) -> dict[s
         for name, per_size in ratios.items():
             rates = dict.fromkeys(order, 0.0)
             for i in order:
-                rates[i] = rate(calls[i][name], window, tries=1)
+                rates[i] = cpu_rate(calls[i][name], window, tries=1)
             per_size.append([rates[i] / rates[0] for i in range(len(calls))])
     return {
         f"{name}_vs_smallest": [statistics.median(r[i] for r in rows) for i in range(len(calls))]
@@ -314,8 +178,8 @@ def measure_flat(directories: list[Path], seconds: float, rounds: int) -> dict[s
 
 
 def _child(*args: str) -> dict[str, Any]:
-    """Run this script in a fresh process; the JSON it printed last."""
-    out = subprocess.run([sys.executable, __file__, *args],
+    """Run this benchmark in a fresh process; the JSON it printed last."""
+    out = subprocess.run(module_command("bench", "scale", *args), env=child_env(),
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     return dict(json.loads(out.splitlines()[-1]))
 
@@ -323,8 +187,8 @@ def _child(*args: str) -> dict[str, Any]:
 def run_watch(lists: Path, seconds: float, kubeconfig: Path) -> dict[str, Any]:
     """Serve ``lists`` from the loopback API server in one process, sync from it in another."""
     server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(lists), "--kubeconfig", str(kubeconfig)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        module_command("bench", "scale", "--serve", str(lists), "--kubeconfig", str(kubeconfig)),
+        env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert server.stdin is not None and server.stdout is not None
     try:
@@ -343,7 +207,7 @@ def run(sizes: list[int], seconds: float, keep: Path | None, against: Path | Non
         watch: bool, rounds: int) -> dict[str, Any]:  # fmt: skip
     """Measure each size in a fresh process (with ``against``, that code too, right after);
     with ``watch``, the same objects through the API server; then flatness in one process."""
-    from bench_traffic import write_lists
+    from bench.core.apiserver import write_lists
 
     results: dict[str, Any] = {"dir": [], "watch": []}
     codes: list[tuple[str, list[str]]] = [("this", [])]
@@ -424,30 +288,29 @@ def flat_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="objects, comma-separated")
     parser.add_argument("--seconds", type=float, default=1.5, help="per decision-rate figure")
-    parser.add_argument("--json", type=Path, help="default bench-scale.json (bench-churn.json)")
+    parser.add_argument("--json", type=Path, default=Path("bench-scale.json"))
     parser.add_argument("--keep", type=Path, help="write (and reuse) the RBAC dirs here")
     parser.add_argument("--against", type=Path, help="also measure the app package under DIR")
     parser.add_argument("--watch", action="store_true",
                         help="also sync the same objects from the loopback API server")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=9, help="alternating flatness rounds")
-    parser.add_argument("--churn", action="store_true",
-                        help="RBAC changes through the watch into a live source instead (see "
-                             "scripts/bench_churn.py); --seconds is then per phase")
-    parser.add_argument("--rate", type=float, default=50.0, help="--churn: changes per second")
-    parser.add_argument("--builders", default="incremental,whole,frozen",
-                        help="--churn: incremental (now), whole (rebuild per batch), frozen "
-                             "(no updates: the watch work alone)")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--measure-watch", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--measure-flat", help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--code", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.code:
+        # ``--code DIR``: the ``app`` package of another checkout (e.g. the previous release,
+        # unpacked with ``git archive``), measured against the same directories in the same run.
+        # First on the path, and before anything has imported ``app`` (nothing here does early).
+        assert "app" not in sys.modules, "--code comes too late: app is imported already"
+        sys.path.insert(0, str(args.code))
     if args.measure:
         print(json.dumps(measure(args.measure, args.seconds)))
         return
@@ -459,20 +322,11 @@ def main() -> None:
         print(json.dumps(measure_flat(directories, args.seconds, args.rounds)))
         return
     if args.serve:
-        serve(args.serve, args.kubeconfig)
+        from bench.core.apiserver import serve_lists
+
+        serve_lists(args.serve, args.kubeconfig)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    if args.churn:
-        import bench_churn
-
-        modes = args.builders.split(",")
-        churned = bench_churn.run(sizes, args.seconds, args.rate, args.keep, modes)
-        output = args.json or Path("bench-churn.json")
-        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-        print(bench_churn.table(churned))
-        output.write_text(json.dumps(churned, indent=2) + "\n")
-        print(f"written to {output}")
-        return
     results = run(sizes, args.seconds, args.keep, args.against, args.watch, args.rounds)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print(table(results["dir"]))
@@ -481,10 +335,5 @@ def main() -> None:
         print(watch_table(results))
     print(f"\ndecisions/s in one process, median of {args.rounds} alternating rounds:")
     print(flat_table(results))
-    output = args.json or Path("bench-scale.json")
-    output.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written to {output}")
-
-
-if __name__ == "__main__":
-    main()
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"written to {args.json}")

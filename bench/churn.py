@@ -1,12 +1,13 @@
 """Churn benchmark: RBAC changes at a steady rate, through the watch, into a live ClusterSource.
 
-Run with ``.venv/bin/python scripts/bench_scale.py --churn`` (sizes as for the scale benchmark,
+Run with ``.venv/bin/python -m bench churn`` (sizes as for the scale benchmark,
 ``--sizes 100000``; ``--rate`` changes per second, default 50; ``--seconds`` per phase). The RBAC
-objects are those of ``bench_scale.py``, served by the loopback API server of the tests
-(``tests/kubeapi.py``) in a process of its own (as the API server is), which also makes the
-changes: per ten, three Role annotation edits, three RoleBinding subject edits (one in ten
-seconds of them a ClusterRole annotation edit instead), two RoleBindings created and one of them
-deleted again. This process runs a real ``ClusterSource`` synced from that server, and measures:
+objects are the generated layout of the scale benchmark, served by the loopback API server of
+the tests (``tests/kubeapi.py``) in a process of its own (as the API server is), which also makes
+the changes (``bench.core.apiserver``): per ten, three Role annotation edits, three RoleBinding
+subject edits (one in ten seconds of them a ClusterRole annotation edit instead), two
+RoleBindings created and one of them deleted again. This process runs a real ``ClusterSource``
+synced from that server, and measures:
 
 - enforced: from the moment the server makes a change to the moment a decision (``evaluate``, or
   for a deletion the user's bindings) taken on the source's current snapshot reflects it —
@@ -28,113 +29,39 @@ deleted again. This process runs a real ``ClusterSource`` synced from that serve
 
 from __future__ import annotations
 
-import copy
-import gc
+import argparse
 import json
 import multiprocessing
-import sys
+import os
+import subprocess
 import tempfile
 import threading
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+from app.engine.context import Context, Options
+from app.engine.decide import evaluate
+from app.engine.kinds import KINDS, build_snapshot
+from app.engine.model import Request, UserInfo
+from app.engine.rbac import Compiler, Snapshot
+from app.source.api import KubeClient
+from app.source.cluster import ClusterSource
+from app.source.informer import Tuning
+from app.wire import parse_review
+from bench.core.apiserver import Step, serve, steps, write_lists
+from bench.core.layout import ANNOTATION, layout
+from bench.core.processes import child_env, module_command, thread_cpu
+from bench.core.stats import percentile
+from tests.support import make_review
 
-from bench_scale import ANNOTATION, layout  # noqa: E402
-
-from app.engine.context import Context, Options  # noqa: E402
-from app.engine.decide import evaluate  # noqa: E402
-from app.engine.kinds import KINDS, build_snapshot  # noqa: E402
-from app.engine.model import Request, UserInfo  # noqa: E402
-from app.engine.rbac import Compiler, Snapshot  # noqa: E402
-from app.source.api import KubeClient  # noqa: E402
-from app.source.cluster import ClusterSource  # noqa: E402
-from app.source.informer import Tuning  # noqa: E402
-from app.wire import parse_review  # noqa: E402
-from tests.support import make_review  # noqa: E402
-
-RBAC = "rbac.authorization.k8s.io"
 PROBE_EVERY = 0.002  # how often the prober looks for a new snapshot (both phases)
 ENFORCE_WAIT = 15.0  # after the last change of a round, how long changes may take to show
 ROUNDS = 4  # quiet and churning stretches alternate this many times
-
-
-@dataclass(frozen=True)
-class Step:
-    """Change number ``k``: what the server changes, and who can tell it happened."""
-
-    k: int
-    action: str  # role | subjects | clusterrole | add | delete
-    namespace: str
-    name: str
-    cluster_role: int = 0
-    deletes: int = -1  # for a deletion: the position in the plan of the creation it undoes
-
-
-def steps(count: int, objects: int, first: int = 0) -> list[Step]:
-    """The changes, numbered from ``first``, in order: spread over the namespaces so that no
-    object changes twice in a row."""
-    namespaces, cluster_roles = layout(objects)
-    out: list[Step] = []
-    for k in range(first, first + count):
-        ns = f"tenant-{(k * 7919) % namespaces}"
-        kind = k % 10
-        if kind < 3:
-            out.append(Step(k, "role", ns, "team-own"))
-        elif kind < 6:
-            if kind == 5 and k % 500 == 5:  # ten seconds at 50/s
-                out.append(Step(k, "clusterrole", "", "", (k // 500) % cluster_roles))
-            else:
-                out.append(Step(k, "subjects", ns, "team-shared"))
-        elif kind < 8:
-            out.append(Step(k, "add", ns, f"churn-{k}"))
-        elif kind == 8 and len(out) >= 12:
-            # The binding created ten changes (200 ms at 50/s) before: it has shown by now.
-            added = out[-12]
-            out.append(Step(k, "delete", added.namespace, added.name, deletes=len(out) - 12))
-        else:
-            out.append(Step(k, "subjects", ns, "team-shared"))
-    return out
-
-
-def permissions(step: Step) -> str:
-    if step.action == "clusterrole":
-        return json.dumps({"*": {"team": ["*"]}, "configmaps": {"env": [f"p{step.k}"]}})
-    i = step.namespace.removeprefix("tenant-")
-    return json.dumps({"configmaps": {"team": [f"t{i}-*", f"c{step.k}"]},
-                       "pods": {"team": [f"t{i}-*"]}})  # fmt: skip
-
-
-def make_change(api: Any, step: Step) -> None:
-    """Make ``step`` on the server (in the server's process)."""
-    if step.action == "delete":
-        api.delete("rolebindings", step.name, step.namespace)
-        return
-    if step.action == "add":
-        api.apply("rolebindings", {
-            "apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
-            "metadata": {"name": step.name, "namespace": step.namespace},
-            "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "team-shared"},
-            "subjects": [{"apiGroup": RBAC, "kind": "User", "name": f"new-{step.k}"}],
-        })  # fmt: skip
-        return
-    resource = {"role": "roles", "subjects": "rolebindings", "clusterrole": "clusterroles"}
-    name = f"platform-{step.cluster_role}" if step.action == "clusterrole" else step.name
-    collection = api.collections[resource[step.action]]
-    obj = copy.deepcopy(collection.items[(step.namespace, name)])
-    if step.action == "subjects":
-        kept = [s for s in obj["subjects"] if not s["name"].startswith("churn-")]
-        obj["subjects"] = [*kept, {"apiGroup": RBAC, "kind": "User", "name": f"churn-{step.k}"}]
-    else:
-        obj["metadata"].setdefault("annotations", {})[ANNOTATION] = permissions(step)
-    api.apply(resource[step.action], obj)
 
 
 def probe(step: Step, options: Options) -> Callable[[Snapshot], bool]:
@@ -162,44 +89,6 @@ def probe(step: Step, options: Options) -> Callable[[Snapshot], bool]:
 def review_request(user: str, namespace: str, labels: dict[str, str]) -> Request:
     review = make_review(user, "CREATE", "configmaps", namespace=namespace, labels=labels)
     return parse_review(review).request
-
-
-# The API server's process.
-
-
-def serve(
-    lists: str, kubeconfig: str, conn: Connection, made: Any = None, made_at: Any = None
-) -> None:
-    """Serve ``lists``; make each plan received on ``conn`` at its rate, then send back when
-    each change was made. If given, ``made`` (a shared integer) counts the changes made so far
-    and ``made_at`` (a shared array) receives when each was made, as they are made."""
-    from tests.kubeapi import FakeKubeAPI
-
-    api = FakeKubeAPI(Path(lists)).start()
-    api.write_kubeconfig(Path(kubeconfig))
-    # The objects served live as long as the server: out of its collector's sight, else each
-    # whole collection (0.4 s at 100k objects) would hold back the watch events, a pause
-    # kube-apiserver's concurrent collector does not make.
-    gc.freeze()
-    conn.send("ready")
-    while True:
-        message = conn.recv()
-        if message == "stop":
-            api.stop()
-            return
-        rate, plan = message
-        started = time.monotonic()
-        sent = []
-        for n, step in enumerate(plan):
-            delay = started + n / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            sent.append(time.monotonic())
-            make_change(api, step)
-            if made is not None:
-                made_at[made.value] = sent[-1]
-                made.value += 1  # after the time: a reader of the count finds the times there
-        conn.send(sent)
 
 
 # This process: the source, a deciding thread, a prober.
@@ -272,18 +161,6 @@ class Prober(threading.Thread):
             if n not in self.seen:
                 found[step.action] = found.get(step.action, 0) + 1
         return found
-
-
-def percentile(values: Any, q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def thread_cpu(name: str) -> Callable[[], float]:
-    thread = next(t for t in threading.enumerate() if t.name == name)
-    assert thread.ident is not None
-    clock = time.pthread_getcpuclockid(thread.ident)
-    return lambda: time.clock_gettime(clock)
 
 
 def decide_for(seconds: float, source: ClusterSource, requests: list[Request],
@@ -438,10 +315,6 @@ def run(
     sizes: list[int], seconds: float, rate: float, keep: Path | None, modes: list[str]
 ) -> list[dict[str, Any]]:
     """Each size in a fresh process, against lists written once (kept in ``keep`` if given)."""
-    import subprocess
-
-    from bench_traffic import write_lists
-
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         base = keep or Path(tmp)
@@ -449,11 +322,12 @@ def run(
             lists = base / f"lists-{size}"
             if not (lists / "list-roles.json").exists():
                 write_lists(lists, size)
-            out = subprocess.run(
-                [sys.executable, __file__, str(lists), str(size), str(seconds), str(rate),
-                 ",".join(modes)],
-                capture_output=True, text=True, check=True,
-            ).stdout  # fmt: skip
+            command = module_command(
+                "bench", "churn", "--measure", str(lists), "--sizes", str(size),
+                "--seconds", str(seconds), "--rate", str(rate), "--builders", ",".join(modes),
+            )  # fmt: skip
+            out = subprocess.run(command, env=child_env(), capture_output=True, text=True,
+                                 check=True).stdout  # fmt: skip
             results += json.loads(out.splitlines()[-1])
     return results
 
@@ -478,8 +352,26 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    lists_dir, size, phase_seconds, per_second, which = sys.argv[1:6]
-    figures = measure(Path(lists_dir), int(size), float(phase_seconds), float(per_second),
-                      which.split(","))  # fmt: skip
-    print(json.dumps(figures))
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000", help="objects, comma-separated")
+    parser.add_argument("--seconds", type=float, default=1.5, help="per phase")
+    parser.add_argument("--json", type=Path, default=Path("bench-churn.json"))
+    parser.add_argument("--keep", type=Path, help="write (and reuse) the API server's lists here")
+    parser.add_argument("--rate", type=float, default=50.0, help="changes per second")
+    parser.add_argument("--builders", default="incremental,whole,frozen",
+                        help="incremental (now), whole (rebuild per batch), frozen "
+                             "(no updates: the watch work alone)")  # fmt: skip
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # one size, in a child
+    args = parser.parse_args(argv)
+    modes = args.builders.split(",")
+    if args.measure:
+        (size,) = (int(s) for s in args.sizes.split(","))
+        print(json.dumps(measure(args.measure, size, args.seconds, args.rate, modes)))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    churned = run(sizes, args.seconds, args.rate, args.keep, modes)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(table(churned))
+    args.json.write_text(json.dumps(churned, indent=2) + "\n")
+    print(f"written to {args.json}")

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support import ROOT
+from tests.bench import run_bench
 
 
 def test_a_tiny_http_run_compares_both_servers_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "http.json"
-    result = subprocess.run(
-        [sys.executable, "scripts/bench_http.py", "--objects", "300", "--seconds", "1",
-         "--rounds", "2", "--models", "gthread:2x2,sync:1x1:ka0", "--client", "python",
-         "--connections", "2", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    result = run_bench(
+        "http", "--objects", "300", "--seconds", "1",
+        "--rounds", "2", "--models", "gthread:2x2,sync:1x1:ka0", "--client", "python",
+        "--connections", "2", "--json", str(out), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "throughput ratio" in result.stdout and "CPU/request ratio" in result.stdout
@@ -35,9 +32,8 @@ def test_a_tiny_http_run_compares_both_servers_and_writes_json(tmp_path: Path) -
 
 
 def test_a_bad_serving_model_is_refused_in_one_line() -> None:
-    result = subprocess.run(
-        [sys.executable, "scripts/bench_http.py", "--models", "tornado:2x2"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    result = run_bench(
+        "http", "--models", "tornado:2x2", timeout=60,
     )  # fmt: skip
     assert result.returncode == 2
     assert "expected CLASS:WORKERSxTHREADS" in result.stderr
@@ -45,11 +41,10 @@ def test_a_bad_serving_model_is_refused_in_one_line() -> None:
 
 def test_a_tiny_churn_run_enforces_every_change_on_every_worker(tmp_path: Path) -> None:
     out = tmp_path / "churn.json"
-    result = subprocess.run(
-        [sys.executable, "scripts/bench_http.py", "--churn", "--objects", "300", "--seconds", "1",
-         "--rounds", "2", "--rate", "50", "--client", "python", "--connections", "2",
-         "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    result = run_bench(
+        "http", "--churn", "--objects", "300", "--seconds", "1",
+        "--rounds", "2", "--rate", "50", "--client", "python", "--connections", "2",
+        "--json", str(out), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "p99 ratio" in result.stdout and "enforced p50 ms" in result.stdout

@@ -1,18 +1,18 @@
 """HTTP benchmark under churn: the served request path while RBAC changes stream in by the watch.
 
-Run with ``.venv/bin/python scripts/bench_http.py --churn --objects 100000`` (``--rate``
+Run with ``.venv/bin/python -m bench http --churn --objects 100000`` (``--rate``
 changes per second, default 50; ``--seconds`` per phase; ``--rounds``; ``--lists DIR`` writes
 the API server's lists there once and reuses them).
 
 - **API server**: the loopback API server of the tests (``tests/kubeapi.py``) in a process of its
-  own, serving the objects of ``bench_scale.py``'s layout; the same process makes the changes of
-  ``bench_churn.py`` on a schedule (per ten: three Role annotation edits, three RoleBinding
-  subject edits — every 500th change a ClusterRole annotation edit instead — two RoleBindings
-  created and one of them deleted again).
-- **label-rbac**: served as ``bench_http.py`` serves it (``app.serve.WebhookServer``, the
+  own, serving the objects of the generated layout (``bench.core.layout``); the same process
+  makes the changes of ``bench.core.apiserver`` on a schedule (per ten: three Role annotation
+  edits, three RoleBinding subject edits — every 500th change a ClusterRole annotation edit
+  instead — two RoleBindings created and one of them deleted again).
+- **label-rbac**: served as the HTTP benchmark serves it (``app.serve.WebhookServer``, the
   ``--models`` serving model, TLS, keep-alive, JSON log at ``info``), its source the cluster:
   every worker lists and watches the API server and applies the changes to its snapshot.
-- **load**: ``bench_http.py``'s ``/validate`` mix (tenants creating ConfigMaps, half of them
+- **load**: the HTTP benchmark's ``/validate`` mix (tenants creating ConfigMaps, half of them
   denied) from wrk (or ``--client python``), in rounds of a quiet phase (no changes) and a churn
   phase (the changes streaming in), the order alternating between rounds so that what else the
   machine does falls on both alike. Each ratio is churn over quiet within a round, the median of
@@ -34,7 +34,6 @@ import http.client
 import json
 import multiprocessing
 import os
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,10 +41,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench_churn import Step, percentile, steps
-from bench_churn import serve as serve_api
-from bench_http import Model, Plan, Running, cpu_seconds, load, med, server, verdicts
-
+from bench.core.apiserver import Step, steps
+from bench.core.apiserver import serve as serve_api
+from bench.core.load import Plan, load, verdicts
+from bench.core.processes import cpu_seconds, process_cpu
+from bench.core.servers import Model, Running, server
+from bench.core.stats import med, median_ratio, percentile
 from tests.support import make_review
 
 PATH = "/validate"
@@ -303,13 +304,6 @@ def measure(
     }  # fmt: skip
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of one process so far."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _rounds(
     real: Running, api: Any, api_pid: int, prober: Prober, changes: list[Step], plan: Plan,
     rate: float,
@@ -358,12 +352,10 @@ def summary(
         if not prober.enforced(n):
             missed[step.action] = missed.get(step.action, 0) + 1
 
-    def ratio(key: str) -> float:
-        return statistics.median(c[key] / q[key] for q, c in pairs)
-
     return {
-        **phases, "throughput_ratio": ratio("rps"), "p50_ratio": ratio("p50_ms"),
-        "p99_ratio": ratio("p99_ms"), "cpu_ratio": ratio("cpu_ms_per_request"),
+        **phases, "throughput_ratio": median_ratio(pairs, "rps"),
+        "p50_ratio": median_ratio(pairs, "p50_ms"), "p99_ratio": median_ratio(pairs, "p99_ms"),
+        "cpu_ratio": median_ratio(pairs, "cpu_ms_per_request"),
         "changes": len(changes), "enforced": len(enforced), "missed": missed,
         "enforced_p50_ms": percentile(enforced, 0.50),
         "enforced_p99_ms": percentile(enforced, 0.99),

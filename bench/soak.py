@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Soak test: the real server under concurrent load while RBAC changes underneath it.
 
 Everything runs on loopback: the loopback API server of the tests (tests/kubeapi.py, TLS and a
@@ -13,7 +12,7 @@ Per interval it prints requests, errors, p50/p99 latency and the server's RSS (a
 workers); at the end a summary. Bounded by ``--minutes`` and ``--max-requests``; exit status 1
 when there was any error.
 
-    .venv/bin/python scripts/soak.py --minutes 2
+    .venv/bin/python -m bench soak --minutes 2
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import itertools
 import json
 import os
 import ssl
-import sys
 import tempfile
 import threading
 import time
@@ -33,13 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from app.certs import generate  # noqa: E402
-from tests.kubeapi import FakeKubeAPI  # noqa: E402
-from tests.process import Server, serve  # noqa: E402
-from tests.support import make_review  # noqa: E402
+from app.certs import generate
+from bench.core.processes import rss_bytes
+from bench.core.stats import percentile
+from tests.kubeapi import FakeKubeAPI
+from tests.process import Server, serve
+from tests.support import make_review
 
 TOKEN = "soak-token"
 RBAC = "rbac.authorization.k8s.io"
@@ -75,38 +72,6 @@ class Stats:
         with self._lock:
             window, self._window = self._window, Window()
             return window
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def rss_bytes(root_pid: int) -> int:
-    """Resident memory of a process and all its descendants (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0, [root_pid]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, ()))
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-    return total
 
 
 # (user, labels, expected decision or None when churn may change it)
@@ -205,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=10.0, help="report every N s (10)")
     parser.add_argument("--churn", type=float, default=5.0, help="RBAC changes per second (5)")
     args = parser.parse_args(argv)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")  # the server's log lines as they happen
 
     with tempfile.TemporaryDirectory(prefix="label-rbac-soak-") as scratch:
         tmp = Path(scratch)
@@ -273,8 +239,3 @@ def run(args: argparse.Namespace, api: FakeKubeAPI, server: Server) -> int:
             f"RSS first/last: {rows[0][1]:.1f}/{rows[-1][1]:.1f} MB"
         )
     return 1 if stats.errors else 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """API-server traffic of the live-cluster source: requests and bytes per replica in an hour.
 
-Run with ``.venv/bin/python scripts/bench_traffic.py`` (default sizes 1k, 10k and 100k objects,
-two workers; ``--sizes 1000`` for fewer). The RBAC objects are those of ``bench_scale.py`` (per
+Run with ``.venv/bin/python -m bench traffic`` (default sizes 1k, 10k and 100k objects, two
+workers; ``--sizes 1000`` for fewer). The RBAC objects are those of the scale benchmark (per
 namespace a Namespace, three Roles, four RoleBindings; wildcard ClusterRoles and their bindings),
 served by the loopback API server of the tests (``tests/kubeapi.py``), which speaks list/watch as
 kube-apiserver does and counts every request and every response byte. One ``ClusterSource`` per
@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import itertools
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -48,50 +46,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from bench_scale import ANNOTATION, cluster_objects, layout, namespace_objects  # noqa: E402
-
-from app.engine.rbac import Compiler  # noqa: E402
-from app.source.api import KubeClient  # noqa: E402
-from app.source.cluster import ClusterSource  # noqa: E402
-from app.source.informer import Tuning  # noqa: E402
-from tests.kubeapi import RESOURCES, FakeKubeAPI  # noqa: E402
+from app.engine.rbac import Compiler
+from app.source.api import KubeClient
+from app.source.cluster import ClusterSource
+from app.source.informer import Tuning
+from bench.core.apiserver import write_lists
+from bench.core.layout import ANNOTATION
+from tests.kubeapi import FakeKubeAPI
 
 HOUR = 3600.0
 WATCH_TIMEOUT = 300.0  # Tuning.watch_timeout
 RELIST_INTERVAL = 600.0  # the previous default of Tuning.resync_interval
 BOOKMARK_INTERVAL = 60.0  # the API server's watch cache
 COMPACTION_INTERVAL = 300.0  # kube-apiserver --etcd-compaction-interval
-KINDS = ("roles", "clusterroles", "rolebindings", "clusterrolebindings", "namespaces")
-
-
-def write_lists(directory: Path, objects: int) -> int:
-    """The generated objects as the recorded ``list-<resource>.json`` files the server loads."""
-    namespaces, cluster_roles = layout(objects)
-    by_kind: dict[str, list[dict[str, Any]]] = {r: [] for r in KINDS}
-    kinds = {RESOURCES[r][1]: r for r in KINDS}
-    rv = itertools.count(1)
-    docs = itertools.chain(
-        cluster_objects(cluster_roles),
-        *(namespace_objects(i, cluster_roles) for i in range(namespaces)),
-    )
-    for obj in docs:
-        meta = obj["metadata"]
-        meta["uid"] = f"{kinds[obj['kind']]}-{meta.get('namespace', '')}-{meta['name']}"
-        meta["resourceVersion"] = str(next(rv))
-        by_kind[kinds[obj["kind"]]].append(obj)
-    last = str(next(rv))
-    directory.mkdir(parents=True, exist_ok=True)
-    for resource, items in by_kind.items():
-        _, kind, api_version, fixture = RESOURCES[resource]
-        assert fixture is not None
-        document = {"kind": f"{kind}List", "apiVersion": api_version,
-                    "metadata": {"resourceVersion": last}, "items": items}  # fmt: skip
-        (directory / fixture).write_text(json.dumps(document))
-    return sum(len(items) for items in by_kind.values())
 
 
 @dataclass
@@ -257,7 +224,7 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="objects, comma-separated")
     parser.add_argument("--workers", type=int, default=2, help="sources per replica")
@@ -266,7 +233,7 @@ def main() -> None:
     parser.add_argument("--relist-max", type=int, default=10000,
                         help="measure the re-listing behaviour up to this size only")  # fmt: skip
     parser.add_argument("--json", type=Path, default=Path("bench-traffic.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     load = os.getloadavg()[0]
     print(f"machine: {os.cpu_count()} cores, load average {load:.1f}; {args.workers} workers, "
@@ -276,7 +243,3 @@ def main() -> None:
     print(table(results))
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(f"written to {args.json}")
-
-
-if __name__ == "__main__":
-    main()

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from tests.support import ROOT
+from tests.bench import run_bench
 
 
 def test_a_short_soak_runs_clean() -> None:
-    result = subprocess.run(
-        [sys.executable, "scripts/soak.py", "--minutes", "0.1", "--interval", "2",
-         "--concurrency", "2", "--workers", "1", "--churn", "10"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    result = run_bench(
+        "soak", "--minutes", "0.1", "--interval", "2",
+        "--concurrency", "2", "--workers", "1", "--churn", "10", timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     summary = [line for line in result.stdout.splitlines() if line.startswith("total:")]

@@ -1,7 +1,7 @@
-"""Benchmarks: decision throughput of the engine, as ratios to baselines.
+"""Engine benchmark: decision throughput of the engine, as ratios to baselines.
 
-Run with ``.venv/bin/python scripts/bench.py``; the HTTP figures are ``scripts/bench_http.py``'s
-and the scale figures ``scripts/bench_scale.py``'s.
+Run with ``.venv/bin/python -m bench engine``; the HTTP figures are ``python -m bench http``'s
+and the scale figures ``python -m bench scale``'s.
 Every figure is reported next to a baseline measured in the same run, because absolute numbers
 on a shared machine mean little:
 
@@ -25,28 +25,25 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from app.engine.authorize import authorize  # noqa: E402
-from app.engine.context import Context, ObjectRef, Options  # noqa: E402
-from app.engine.decide import PRE_CHECKS, evaluate  # noqa: E402
-from app.engine.kinds import snapshot_from_objects  # noqa: E402
-from app.engine.model import Access, Request, Resource, UserInfo  # noqa: E402
-from app.engine.nodeauthz import check_node_read  # noqa: E402
-from app.engine.nodegraph import NodeGraph, compile_pod  # noqa: E402
-from app.engine.rbac import Binding, CompiledRole, Compiler, Snapshot  # noqa: E402
-from app.engine.selectors import Requirement  # noqa: E402
-from app.source.static import read_manifests  # noqa: E402
-from app.wire import build_response, parse_review  # noqa: E402
-from app.wire_sar import build_access_response, parse_access_review  # noqa: E402
-from tests.support import API, make_access_review, make_review  # noqa: E402
+from app.engine.authorize import authorize
+from app.engine.context import Context, ObjectRef, Options
+from app.engine.decide import PRE_CHECKS, evaluate
+from app.engine.kinds import snapshot_from_objects
+from app.engine.model import Access, Request, Resource, UserInfo
+from app.engine.nodeauthz import check_node_read
+from app.engine.nodegraph import NodeGraph, compile_pod
+from app.engine.rbac import Binding, CompiledRole, Compiler, Snapshot
+from app.engine.selectors import Requirement
+from app.source.static import read_manifests
+from app.wire import build_response, parse_review
+from app.wire_sar import build_access_response, parse_access_review
+from bench.core.processes import ROOT
+from bench.core.stats import cost, rate
+from tests.support import API, make_access_review, make_review
 
 
 class LinearSnapshot(Snapshot):
@@ -170,42 +167,11 @@ def cached_metadata(ref: ObjectRef) -> Mapping[str, Any]:
     return {"metadata": {"name": ref.name, "namespace": ref.namespace, "labels": {"team": "a"}}}
 
 
-def rate(fn: Callable[[], object], seconds: float) -> float:
-    """Calls per second of ``fn`` over about ``seconds`` (best of three rounds)."""
-    best = 0.0
-    for _ in range(3):
-        calls, start = 0, time.perf_counter()
-        deadline = start + seconds / 3
-        while True:
-            for _ in range(200):
-                fn()
-            calls += 200
-            now = time.perf_counter()
-            if now >= deadline:
-                break
-        best = max(best, calls / (now - start))
-    return best
-
-
-def cost(fn: Callable[[], object], baseline: Callable[[], object], seconds: float) -> float:
-    """Extra CPU time ``fn`` takes over ``baseline`` (0.1 = 10% more).
-
-    The two run in alternating short rounds (ABBA, so neither always runs first), timed by this
-    process's CPU clock: a machine shared with other work slows both alike instead of whichever
-    ran while it was busy.
-    """
-    spent = {fn: 0.0, baseline: 0.0}
-    deadline = time.perf_counter() + seconds
-    rounds = 0
-    while time.perf_counter() < deadline or rounds < 4:
-        order = (fn, baseline) if rounds % 2 == 0 else (baseline, fn)
-        for f in order:
-            start = time.process_time()
-            for _ in range(200):
-                f()
-            spent[f] += time.process_time() - start
-        rounds += 1
-    return spent[fn] / spent[baseline] - 1
+def whole_review(body: str, ctx: Context) -> bytes:
+    """What the webhook does with an AdmissionReview: parse, decide, build, serialize."""
+    rev = parse_review(json.loads(body))
+    out = build_response(rev.api_version, rev.request.uid, evaluate(rev.request, ctx))
+    return json.dumps(out).encode()
 
 
 def engine_bench(tenant_namespaces: int, seconds: float) -> None:
@@ -243,12 +209,7 @@ def engine_bench(tenant_namespaces: int, seconds: float) -> None:
             seconds,
         )
 
-        def full(b: str = body) -> bytes:
-            rev = parse_review(json.loads(b))
-            out = build_response(rev.api_version, rev.request.uid, evaluate(rev.request, ctx))
-            return json.dumps(out).encode()
-
-        whole = rate(full, seconds)
+        whole = rate(lambda b=body: whole_review(b, ctx), seconds)
         print(
             f"{name:16} {decide:12,.0f} {parse:13,.0f} {decide / parse:13.2f} "
             f"{scan:10,.0f} {decide / scan:13.0f}x {without_node / decide - 1:15.1%} "
@@ -429,12 +390,7 @@ def authorize_bench(tenant_namespaces: int, seconds: float) -> None:
     ctx = Context(snapshot, Options(compiler=compiler), metadata=metadata)
     admission = json.dumps(reviews(tenant_namespaces)["tenant-allowed"])
 
-    def whole_admission(b: str = admission) -> bytes:
-        rev = parse_review(json.loads(b))
-        out = build_response(rev.api_version, rev.request.uid, evaluate(rev.request, ctx))
-        return json.dumps(out).encode()
-
-    baseline = rate(whole_admission, seconds)
+    baseline = rate(lambda: whole_review(admission, ctx), seconds)
     print(f"{'read request':16} {'decisions/s':>12} {'json.loads/s':>13} {'decide/parse':>13} "
           f"{'full review/s':>14} {'vs admission':>13}  verdict")  # fmt: skip
     for name, document in access_reviews(tenant_namespaces).items():
@@ -518,7 +474,7 @@ def log_bench(seconds: float, threads: int = 4) -> None:
           f"{queued_written:,.0f}/s written ({queued_written / locked:.2f}x)")  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--namespaces", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=1.5, help="per measurement")
@@ -526,7 +482,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=500, help="nodes the pods spread over")
     parser.add_argument("--reverse", action="store_true", help="only audit and who-can")
     parser.add_argument("--logs-only", action="store_true", help="only the decision-log figure")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.reverse:
         reverse_bench(args.namespaces, 10)
         return
@@ -537,7 +493,3 @@ def main() -> None:
     authorize_bench(args.namespaces, args.seconds)
     node_graph_bench(args.pods, args.nodes, args.seconds)
     log_bench(args.seconds)
-
-
-if __name__ == "__main__":
-    main()

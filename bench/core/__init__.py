@@ -1,0 +1,1 @@
+"""What the benchmarks share. Nothing here imports a benchmark module."""
