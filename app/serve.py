@@ -139,6 +139,7 @@ def build_app(settings: Settings) -> Any:
     from app.metrics import Metrics  # here, after fork and PROMETHEUS_MULTIPROC_DIR: see there
 
     metrics = Metrics()
+    logs.set_drop_observer(metrics.log_line_dropped)
     source = make_source(settings, metrics)
     source.start()
     if settings.rbac_dir is not None:
