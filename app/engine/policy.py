@@ -30,16 +30,28 @@ DEFAULT_ANNOTATION_KEY = "labelrbac.io/permissions"
 # namespace admin writes, of any length (annotations may total 256 KiB). So each is anchored at
 # the start (searched from there only) and every repetition in it is bounded: whatever the text,
 # a match succeeds or gives up within a few hundred steps.
-#
+
+
+def whole(body: str) -> str:
+    r"""A pattern that matches only a whole text, for searching matchers (jsonschema uses
+    ``re.search``): ``^`` and ``\Z``. Never ``$``: it also matches before a final newline, so
+    ``configmaps\n`` would pass for ``configmaps`` and then name no resource at all."""
+    return rf"^(?:{body})\Z"
+
+
 # A label key: an optional DNS-subdomain prefix (at most 253 characters) and a name of at most 63.
-_LABEL_KEY = (
-    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+_LABEL_KEY = whole(
+    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 )
+# A label value: at most 63 characters, alphanumeric at both ends (objects' labels, not globs).
+_LABEL_VALUE = whole(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 # A label value is at most 63 characters, so a longer value glob could only match by its stars.
-_VALUE_GLOB = r"^[-A-Za-z0-9_.*?]{0,63}$"
+_VALUE_GLOB = whole(r"[-A-Za-z0-9_.*?]{0,63}")
 # res[.group][/sub]: resource names are DNS labels (at most 63 characters), groups DNS subdomains
 # (at most 253) and subresources path segments as short as resource names.
-_RESOURCE_PATTERN = r"^[-a-zA-Z0-9*?]{1,63}(\.[-a-zA-Z0-9.*?]{1,253})?(/[-a-zA-Z0-9*?]{1,63})?$"
+_RESOURCE_PATTERN = whole(
+    r"[-a-zA-Z0-9*?]{1,63}(\.[-a-zA-Z0-9.*?]{1,253})?(/[-a-zA-Z0-9*?]{1,63})?"
+)
 # Globs match in linear time whatever their wildcards (app/engine/glob.py); the bound keeps the
 # coverage comparison of the escalation check (|pattern|·|pattern|) and denial messages small.
 # Real patterns ("staging-*", "*-dev-*", "v?.?") need a few.
@@ -52,7 +64,17 @@ def _few_wildcards(longest: int) -> str:
     # Each run between wildcards is bounded too, so a text far too long fails within a few
     # hundred steps instead of being scanned (the length itself is reported by the other pattern).
     run = f"[^*?]{{0,{longest}}}"
-    return f"^{run}([*?]{run}){{0,{MAX_WILDCARDS}}}$"
+    return whole(f"{run}([*?]{run}){{0,{MAX_WILDCARDS}}}")
+
+
+def is_label_key(text: str) -> bool:
+    """A label (or annotation) key as Kubernetes accepts it: ``[prefix/]name``, nothing more."""
+    return re.search(_LABEL_KEY, text) is not None
+
+
+def is_label_value(text: str) -> bool:
+    """A label value as Kubernetes accepts it (empty included), nothing more."""
+    return re.search(_LABEL_VALUE, text) is not None
 
 
 _FEW_WILDCARDS_VALUE = _few_wildcards(_MAX_VALUE_GLOB)
