@@ -39,11 +39,13 @@ from gunicorn.glogging import Logger as GunicornLogger
 
 # Lines one pipeline holds before it drops new ones: far above what a worker's threads log while
 # the writer lingers (a few thousand lines a second), so only a stalled stream ever meets it.
-MAX_QUEUED_LINES = 8192
+MAX_QUEUED_LINES = 4096
 # The characters of a queued line's strings together (its fields, or a record's message and its
-# traceback each); past it the long ones are cut and marked. With the line count this bounds the
-# queue at some 50 MB however hostile the requests and however stuck the stream.
-LINE_CHARS = 4096
+# traceback each); past it the long ones share what the short ones leave, cut and marked. With
+# the line count this bounds what waits to be written (the queue, and the batch the writer took
+# from it: twice the count) at some 25 MB (75 MB if every character is beyond Latin-1), however
+# hostile the requests and however stuck the stream.
+LINE_CHARS = 2048
 CUT = "…"
 
 _dropped = 0
@@ -82,7 +84,7 @@ def _tail(text: str, chars: int) -> str:
 
 def clip_fields(fields: Mapping[str, Any]) -> Mapping[str, Any]:
     """``fields`` with its strings within ``LINE_CHARS`` together: as is when they fit (the
-    usual case, no copy), else each long one cut to an equal share."""
+    usual case, no copy), else the long ones cut to what the short ones leave, shared."""
     total = 0
     for value in fields.values():
         if isinstance(value, str):
@@ -90,7 +92,12 @@ def clip_fields(fields: Mapping[str, Any]) -> Mapping[str, Any]:
     if total <= LINE_CHARS:
         return fields
     share = LINE_CHARS // len(fields)
-    return {k: _head(v, share) if isinstance(v, str) else v for k, v in fields.items()}
+    strings = [v for v in fields.values() if isinstance(v, str)]
+    long = sum(1 for v in strings if len(v) > share)
+    each = (LINE_CHARS - sum(len(v) for v in strings if len(v) <= share)) // long
+    return {
+        k: _head(v, each) if isinstance(v, str) and len(v) > share else v for k, v in fields.items()
+    }
 
 
 # Fields of a LogRecord that are not user ``extra``.
@@ -157,6 +164,9 @@ class QueueHandler(logging.handlers.QueueHandler):
             record.exc_info = None
         if record.exc_text:
             record.exc_text = _tail(record.exc_text, LINE_CHARS)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            record.fields = clip_fields(fields)
         return record
 
 

@@ -9,6 +9,7 @@ worker: the label-entry memo, the metric series and the process's memory stay fl
 from __future__ import annotations
 
 import gc
+import io
 import json
 import logging
 import random
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from app import logs
 from app.engine.context import ObjectRef, ParentUnavailable
 from app.engine.model import OPERATIONS
 from app.engine.policy import Permissions
@@ -174,3 +176,23 @@ def test_reviews_with_made_up_fields_keep_the_metric_series_bounded(
     assert sum(s.value for s in samples) == MAX_RESOURCE_LABELS + 200
     body, _ = metrics.render()
     assert len(body) < 400_000  # some 500 short series, whatever the reviews named
+
+
+def test_dropped_log_lines_are_counted_in_the_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As ``serve`` wires it: a full log queue drops lines and the metric says how many."""
+    metrics = Metrics()
+    logs.set_drop_observer(metrics.log_line_dropped)
+    monkeypatch.setattr(logs, "MAX_QUEUED_LINES", 0)  # every line meets a full queue
+    try:
+        log = logging.getLogger("label_rbac.test.bounds")
+        monkeypatch.setattr(log, "handlers", [logs.queued_handler(io.StringIO())])
+        monkeypatch.setattr(log, "propagate", False)
+        log.setLevel(logging.INFO)
+        for i in range(7):
+            logs.info_fields(log, "decision", {"i": i})
+        log.warning("and a record")
+    finally:
+        logs.set_drop_observer(None)
+        logs.stop()
+    body, _ = metrics.render()
+    assert b"label_rbac_log_lines_dropped_total 8.0" in body
