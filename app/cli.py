@@ -551,10 +551,20 @@ def _review_document(path: Path) -> Any:
 
 
 def _selector_arg(text: str) -> Selector:
+    """``kubectl -l`` syntax: blanks around terms are skipped as Kubernetes skips them, and
+    every key and value must then be one Kubernetes accepts."""
     try:
-        return parse_selector(text)
+        selector = parse_selector(text)
     except SelectorError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    for req in selector:
+        bad = [v for v in req.values if not is_label_value(v)]
+        if not is_label_key(req.key) or bad:
+            raise argparse.ArgumentTypeError(
+                f"invalid label selector {text!r}: {req.key!r}{f' {bad[0]!r}' if bad else ''} is "
+                "not a label key and value as Kubernetes accepts them"
+            )
+    return selector
 
 
 def _is_read(args: argparse.Namespace) -> bool:

@@ -87,3 +87,26 @@ def test_the_valid_values_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str
     out = tmp_path / "certs"
     assert main(["gen-certs", "--out", str(out), "--dns", "a", "--days", "30"]) == 0
     assert (out / "tls.crt").exists()
+
+
+READ = ["check", "--as", "bob", "--verb", "list", "--resource", "configmaps", "-n", "t1",
+        "--rbac-dir", str(EXAMPLES), "--selector"]  # fmt: skip
+# What the Kubernetes selector lexer skips between and around terms; everything else is text.
+SELECTOR_BLANKS = {" ", "\t", "\r", "\n", "\r\n"}
+
+
+@pytest.mark.parametrize("space", WHITESPACE, ids=lambda s: s.encode("unicode_escape").decode())
+def test_a_selector_skips_the_blanks_kubernetes_skips_and_refuses_other_whitespace(
+    capsys: pytest.CaptureFixture[str], space: str
+) -> None:
+    assert main([*READ, "team=a,env in (dev)"]) in (0, 1)
+    expected = capsys.readouterr()
+    for value in (f"team=a{space},env in (dev)", f"team=a,env in (dev{space})", f"{space}team=a"):
+        code = main([*READ, value])
+        decided = capsys.readouterr()
+        if space in SELECTOR_BLANKS:
+            assert code in (0, 1) and decided.err == expected.err, decided.err
+            if value.endswith("(dev)") or value.endswith(f"{space})"):
+                assert decided.out == expected.out
+        else:
+            assert code == 2 and "invalid label selector" in decided.err, (value, decided)
