@@ -258,4 +258,4 @@ def test_a_flood_of_distinct_long_fields_keeps_only_their_cut_copies() -> None:
         stream.flowing.set()
     logs.stop()
     assert len(lines(stream)) == 1000
-    assert grown < 6_000_000, f"the queue keeps {grown} bytes"
+    assert grown < 12_000_000, f"the queue keeps {grown} bytes"  # 32 MB when kept whole
