@@ -44,7 +44,13 @@ from app.engine.model import (
 )
 from app.engine.nodeauthz import check_node_read
 from app.engine.nodegraph import NodeGraph
-from app.engine.policy import DEFAULT_ANNOTATION_KEY, AnnotationError, resource_pattern
+from app.engine.policy import (
+    DEFAULT_ANNOTATION_KEY,
+    AnnotationError,
+    is_label_key,
+    is_label_value,
+    resource_pattern,
+)
 from app.engine.rbac import Snapshot
 from app.engine.selectors import Selector, SelectorError, parse_selector
 from app.settings import Settings
@@ -89,14 +95,41 @@ def _read_pattern(text: str) -> str:
     return text
 
 
+# Every argument is checked whole: ``fullmatch``, or ``whole()`` patterns (never ``$``, which
+# also matches before a final newline), and numbers as ASCII digits only (``int`` and ``float``
+# also take surrounding whitespace, other scripts' digits, ``nan`` and ``inf``).
+# A sign passes, so that the range checks of ``serve`` say what is wrong with a negative value.
+_COUNT = re.compile(r"-?[0-9]+")
+_SECONDS = re.compile(r"-?([0-9]+(\.[0-9]*)?|\.[0-9]+)")
+
+
 def _resource_name(text: str) -> str:
-    try:
-        res = Resource.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if res.subresource:
+    if _resource_arg(text).subresource:
         raise argparse.ArgumentTypeError(f"{text!r}: name a resource, not a subresource")
     return text
+
+
+def _key_arg(text: str) -> str:
+    if not is_label_key(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid key {text!r}: expected [prefix/]name as Kubernetes label and annotation "
+            "keys are, e.g. team or labelrbac.io/permissions"
+        )
+    return text
+
+
+def _count_arg(text: str) -> int:
+    if not _COUNT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}: expected a whole number")
+    return int(text)
+
+
+def _seconds_arg(text: str) -> float:
+    if not _SECONDS.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: expected seconds as a decimal number, e.g. 30 or 2.5"
+        )
+    return float(text)
 
 
 def _policy_flags() -> _Parser:
@@ -106,11 +139,13 @@ def _policy_flags() -> _Parser:
         "--annotation-key",
         action="append",
         dest="annotation_keys",
+        type=_key_arg,
         metavar="KEY",
         help=f"annotation with label permissions (repeatable; default {DEFAULT_ANNOTATION_KEY})",
     )
     group.add_argument(
         "--default-label-key",
+        type=_key_arg,
         metavar="KEY",
         help="label key for the list shorthand, e.g. sdewan-bucket-type",
     )
@@ -157,8 +192,8 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", parents=[policy], help="run the webhook (gunicorn, TLS)")
     serve.add_argument("--bind", default="0.0.0.0:8443", metavar="HOST:PORT")
-    serve.add_argument("--workers", type=int, default=2)
-    serve.add_argument("--threads", type=int, default=4)
+    serve.add_argument("--workers", type=_count_arg, default=2)
+    serve.add_argument("--threads", type=_count_arg, default=4)
     serve.add_argument("--tls-cert", type=Path)
     serve.add_argument("--tls-key", type=Path)
     serve.add_argument(
@@ -176,7 +211,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--max-staleness",
-        type=float,
+        type=_seconds_arg,
         metavar="SECONDS",
         help="deny everything once the cluster state is older than this (default: off)",
     )
@@ -194,11 +229,11 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         help="keep the labels of this resource from a metadata-only watch, for label-scoped "
         "gets (repeatable; configmaps, secrets, pods and deployments.apps always are)",
     )
-    serve.add_argument("--max-body-bytes", type=int, default=Settings.max_body_bytes)
+    serve.add_argument("--max-body-bytes", type=_count_arg, default=Settings.max_body_bytes)
     serve.add_argument("--log-level", default="info")
     serve.add_argument(
         "--drain-seconds",
-        type=float,
+        type=_seconds_arg,
         default=0.0,
         metavar="SECONDS",
         help="after SIGTERM, keep serving this long with /readyz at 503 (default 0)",
@@ -342,19 +377,18 @@ def _resource_arg(text: str) -> Resource:
 
 def _label_arg(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"invalid label {text!r}: expected KEY=VALUE")
+    if not sep or not is_label_key(key) or not is_label_value(value):
+        raise argparse.ArgumentTypeError(
+            f"invalid label {text!r}: expected KEY=VALUE, a label key and value as Kubernetes "
+            "accepts them"
+        )
     return key, value
 
 
 def _days_arg(text: str) -> int:
-    try:
-        days = int(text)
-    except ValueError:
-        days = 0
-    if days < 1:
+    if not _COUNT.fullmatch(text) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"invalid --days {text!r}: expected a whole number >= 1")
-    return days
+    return int(text)
 
 
 def _source_flags() -> _Parser:
@@ -514,10 +548,20 @@ def _review_document(path: Path) -> Any:
 
 
 def _selector_arg(text: str) -> Selector:
+    """``kubectl -l`` syntax: blanks around terms are skipped as Kubernetes skips them, and
+    every key and value must then be one Kubernetes accepts."""
     try:
-        return parse_selector(text)
+        selector = parse_selector(text)
     except SelectorError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    for req in selector:
+        bad = [v for v in req.values if not is_label_value(v)]
+        if not is_label_key(req.key) or bad:
+            raise argparse.ArgumentTypeError(
+                f"invalid label selector {text!r}: {req.key!r}{f' {bad[0]!r}' if bad else ''} is "
+                "not a label key and value as Kubernetes accepts them"
+            )
+    return selector
 
 
 def _is_read(args: argparse.Namespace) -> bool:

@@ -13,6 +13,12 @@ quiet moment, lets ``LINGER_SECONDS`` of lines gather, then formats them and wri
 ``write``: a system call per batch, not per line (nor a wake-up per line). Records skip what
 the JSON line never shows (the caller's file and line, thread and process names: the logging
 HOWTO's "Optimization" switches). ``stop()`` drains the queue before the process exits.
+
+The queue is bounded, because requests fill it and a stalled stdout (a blocked pipe, a slow log
+collector) stops the writer: past ``MAX_QUEUED_LINES`` a line is dropped and counted (``dropped``,
+and the metric ``set_drop_observer`` hooks in), never waited for, so logging never blocks a
+request. What a request writes into a line is bounded too (``LINE_CHARS``): names, user names
+and messages come from the request, and a line must not keep a huge one alive in the queue.
 """
 
 from __future__ import annotations
@@ -26,10 +32,73 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 from gunicorn.glogging import Logger as GunicornLogger
+
+# Lines one pipeline holds before it drops new ones: far above what a worker's threads log while
+# the writer lingers (a few thousand lines a second), so only a stalled stream ever meets it.
+MAX_QUEUED_LINES = 4096
+# The characters of a queued line's strings together (its fields, or a record's message and its
+# traceback each); past it the long ones share what the short ones leave, cut and marked. With
+# the line count this bounds what waits to be written (the queue, and the batch the writer took
+# from it: twice the count) at some 25 MB (75 MB if every character is beyond Latin-1), however
+# hostile the requests and however stuck the stream.
+LINE_CHARS = 2048
+CUT = "…"
+
+_dropped = 0
+_drop_lock = threading.Lock()  # only drops take it
+_on_drop: Callable[[], None] | None = None
+
+
+def dropped() -> int:
+    """Lines this process dropped because its queue was full."""
+    return _dropped
+
+
+def set_drop_observer(observer: Callable[[], None] | None) -> None:
+    """Called once per dropped line (the metrics count them)."""
+    global _on_drop
+    _on_drop = observer
+
+
+def _drop() -> None:
+    global _dropped
+    with _drop_lock:
+        _dropped += 1
+    observer = _on_drop
+    if observer is not None:
+        observer()
+
+
+def _head(text: str, chars: int) -> str:
+    return text if len(text) <= chars else f"{text[:chars]}{CUT}[{len(text) - chars} more]"
+
+
+def _tail(text: str, chars: int) -> str:
+    """The end of a traceback is where the error is: keep it."""
+    return text if len(text) <= chars else f"[{len(text) - chars} more]{CUT}{text[-chars:]}"
+
+
+def clip_fields(fields: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``fields`` with its strings within ``LINE_CHARS`` together: as is when they fit (the
+    usual case, no copy), else the long ones cut to what the short ones leave, shared."""
+    total = 0
+    for value in fields.values():
+        if isinstance(value, str):
+            total += len(value)
+    if total <= LINE_CHARS:
+        return fields
+    share = LINE_CHARS // len(fields)
+    strings = [v for v in fields.values() if isinstance(v, str)]
+    long = sum(1 for v in strings if len(v) > share)
+    each = (LINE_CHARS - sum(len(v) for v in strings if len(v) <= share)) // long
+    return {
+        k: _head(v, each) if isinstance(v, str) and len(v) > share else v for k, v in fields.items()
+    }
+
 
 # Fields of a LogRecord that are not user ``extra``.
 _RECORD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -71,7 +140,10 @@ class JsonFormatter(logging.Formatter):
 
 
 class QueueHandler(logging.handlers.QueueHandler):
-    """Hands records to the listener thread without taking a lock or formatting them."""
+    """Hands records to the listener thread without taking a lock or formatting them; drops
+    (and counts) them while the queue is full."""
+
+    queue: queue.SimpleQueue[Queued]
 
     def handle(self, record: logging.LogRecord) -> bool:
         # Handler.handle would hold self.lock around emit; the queue needs no lock.
@@ -80,13 +152,21 @@ class QueueHandler(logging.handlers.QueueHandler):
         self.emit(record)
         return True
 
+    def enqueue(self, record: logging.LogRecord) -> None:
+        put(self.queue, record)
+
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         # Freeze what may change later (arguments, the exception); format in the listener.
-        record.msg = record.getMessage()
+        record.msg = _head(record.getMessage(), LINE_CHARS)
         record.args = None
         if record.exc_info:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
             record.exc_info = None
+        if record.exc_text:
+            record.exc_text = _tail(record.exc_text, LINE_CHARS)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            record.fields = clip_fields(fields)
         return record
 
 
@@ -94,6 +174,16 @@ class QueueHandler(logging.handlers.QueueHandler):
 Line = tuple[float, str, str, Mapping[str, Any]]
 # What a pipeline's queue carries; None asks the writer to finish.
 Queued = logging.LogRecord | Line | None
+
+
+def put(lines: queue.SimpleQueue[Queued], item: logging.LogRecord | Line) -> None:
+    """Queue a line unless the queue is full (then drop it). Without a lock, threads that check
+    at once may pass the bound together: by at most one line each."""
+    if lines.qsize() >= MAX_QUEUED_LINES:
+        _drop()
+        return
+    lines.put_nowait(item)
+
 
 # Written at most this many lines at a time, so one burst does not hold a huge string.
 _BATCH = 512
@@ -180,8 +270,8 @@ def info_fields(logger: logging.Logger, message: str, fields: Mapping[str, Any])
         and not logger.filters
         and handlers[0].level <= logging.INFO
     ):
-        # The fields are the caller's and not changed afterwards: no copy.
-        handlers[0].queue.put_nowait((time.time(), logger.name, message, fields))
+        # The fields are the caller's and not changed afterwards: no copy unless cut.
+        put(handlers[0].queue, (time.time(), logger.name, message, clip_fields(fields)))
         return
     logger.info(message, extra={"fields": fields})
 

@@ -30,16 +30,22 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from app import __version__
-from app.engine.model import AccessDecision, Decision, Request
+from app.engine.model import OPERATIONS, AccessDecision, Decision, Request
 from app.wire_sar import AccessReview
 
 LAST_EVENT = "label_rbac_last_event_timestamp_seconds"
 LAST_EVENT_AGE = "label_rbac_last_event_age_seconds"
 
 # Distinct ``resource`` label values one worker reports before it counts the rest as "other":
-# /validate is reachable without authentication, and made-up resource names must not grow the
-# exposition without bound. A cluster's webhook-scoped resources fit well within this.
+# /validate is reachable without authentication, a SubjectAccessReview names whatever resource
+# the client's URL did, and made-up names must not grow the exposition (nor the multiprocess
+# files) without bound. A cluster's webhook-scoped resources fit well within this. A value longer
+# than any served resource can be (``res.group/sub``: 63 + 253 + 63 and the separators) is
+# "other" at once. Every other label takes its values from a fixed set; an operation the API
+# server does not send is "other" too.
 MAX_RESOURCE_LABELS = 500
+MAX_RESOURCE_LABEL_CHARS = 63 + 1 + 253 + 1 + 63
+OTHER = "other"
 
 # Decisions take well under a millisecond from the cache; parent lookups take a round trip.
 DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
@@ -128,6 +134,12 @@ class Metrics:
             ["resource", "result"],
             registry=r,
         )
+        self.log_lines_dropped = Counter(
+            "label_rbac_log_lines_dropped",
+            "Log lines (decisions and others) dropped because the log queue was full: stdout or "
+            "stderr was not being read.",
+            registry=r,
+        )
 
     # DecisionObserver
 
@@ -135,7 +147,7 @@ class Metrics:
         self.decisions.labels(
             "true" if decision.allowed else "false",
             decision.mode,
-            request.operation,
+            request.operation if request.operation in OPERATIONS else OTHER,
             decision.reason,
             self._resource_label(str(request.resource)),
         ).inc()
@@ -150,8 +162,8 @@ class Metrics:
     def _resource_label(self, resource: str) -> str:
         if resource in self._resources:
             return resource
-        if len(self._resources) >= MAX_RESOURCE_LABELS:
-            return "other"
+        if len(self._resources) >= MAX_RESOURCE_LABELS or len(resource) > MAX_RESOURCE_LABEL_CHARS:
+            return OTHER
         self._resources.add(resource)
         return resource
 
@@ -170,7 +182,10 @@ class Metrics:
         self.cache_synced.set(1 if synced else 0)
 
     def parent_lookup(self, resource: str, result: str) -> None:
-        self.parent_lookups.labels(resource, result).inc()
+        self.parent_lookups.labels(self._resource_label(resource), result).inc()
+
+    def log_line_dropped(self) -> None:
+        self.log_lines_dropped.inc()
 
     def render(self) -> tuple[bytes, str]:
         """The exposition for ``/metrics``: all workers' metrics in multiprocess mode."""

@@ -93,7 +93,12 @@ def _check_numbers(settings: Settings) -> None:
 
 def _check_bind(bind: str) -> None:
     host, sep, port = bind.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if (
+        not sep
+        or not host
+        or not (port.isascii() and port.isdigit())
+        or not 0 <= int(port) <= 65535
+    ):
         raise ConfigError(f"--bind {bind!r}: expected HOST:PORT, e.g. 0.0.0.0:8443")
 
 
@@ -140,6 +145,7 @@ def build_app(settings: Settings) -> Any:
     from app.metrics import Metrics  # here, after fork and PROMETHEUS_MULTIPROC_DIR: see there
 
     metrics = Metrics()
+    logs.set_drop_observer(metrics.log_line_dropped)
     source = make_source(settings, metrics)
     source.start()
     if settings.rbac_dir is not None:

@@ -267,7 +267,7 @@ class BodyLimit:
         if environ.get("REQUEST_METHOD") not in ("POST", "PUT", "PATCH") or stream is None:
             return self._app(environ, start_response)
         declared = environ.get("CONTENT_LENGTH") or ""
-        length = int(declared) if declared.isdigit() else None
+        length = int(declared) if declared.isascii() and declared.isdigit() else None
         if length is not None and length > self._max:
             return self._refuse(environ, start_response, length)
         try:

@@ -31,6 +31,12 @@ def load_review(name: str, fixtures: Path = FIXTURES) -> dict[str, Any]:
     return json.loads((fixtures / "admission-reviews" / f"{name}.json").read_text())
 
 
+# Every character Python's ``re`` counts as whitespace or a line end, and a few more that look
+# like nothing: what a validator must not let through around a valid text.
+WHITESPACE = ["\n", "\r", "\r\n", " ", "\t", "\x0b", "\x0c", "\x1c", "\x85", "\xa0", "\u2028",
+              "\u3000", "\ufeff", "\x00"]  # fmt: skip
+
+
 def meta(name: str, namespace: str = "", **extra: Any) -> dict[str, Any]:
     data: dict[str, Any] = {"name": name, **extra}
     if namespace:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import logging
 import threading
 import time
+import tracemalloc
 
 import pytest
 
@@ -166,3 +168,94 @@ def test_info_fields_honours_levels_and_falls_back_to_logging_elsewhere(
     with caplog.at_level(logging.INFO, logger="label_rbac.test.plain"):
         logs.info_fields(plain, "decision", FIELDS)
     assert [r.fields for r in caplog.records] == [FIELDS]  # type: ignore[attr-defined]
+
+
+class StalledStream(io.StringIO):
+    """stdout nobody reads: every write waits until the test lets it through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flowing = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.flowing.wait(30)
+        return super().write(text)
+
+
+def test_a_stalled_stream_drops_and_counts_lines_instead_of_growing_or_blocking() -> None:
+    stream = StalledStream()
+    log = logger_to(stream, "stalled")
+    counted: list[None] = []
+    logs.set_drop_observer(lambda: counted.append(None))
+    before = logs.dropped()
+    sent_per_thread = logs.MAX_QUEUED_LINES
+    try:
+
+        def flood(thread: int) -> None:
+            for i in range(sent_per_thread):
+                logs.info_fields(log, "decision", {"thread": thread, "i": i})
+
+        threads = [threading.Thread(target=flood, args=(t,)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not any(t.is_alive() for t in threads), "logging blocked a request thread"
+        handler = log.handlers[0]
+        assert isinstance(handler, logs.QueueHandler)
+        assert handler.queue.qsize() <= logs.MAX_QUEUED_LINES + len(threads)
+    finally:
+        logs.set_drop_observer(None)
+        stream.flowing.set()
+    logs.stop()
+    written = lines(stream)
+    dropped = logs.dropped() - before
+    sent = len(threads) * sent_per_thread
+    assert dropped > 0 and len(counted) == dropped
+    assert len(written) + dropped == sent
+    # What was waiting: the queue, and the batch the writer had taken before the stream stalled.
+    assert len(written) <= 2 * (logs.MAX_QUEUED_LINES + len(threads))
+
+
+def test_long_request_fields_are_cut_before_they_are_queued() -> None:
+    stream = CountingStream()
+    log = logger_to(stream, "long")
+    message = "m" * 3000  # a long denial: shares the line with the long user name
+    logs.info_fields(log, "decision", {"user": "u" * 1_000_000, "name": "web", "message": message})
+    logs.info_fields(log, "decision", FIELDS)  # short lines are untouched
+    try:
+        raise KeyError("k" * 100_000)
+    except KeyError:
+        logging.getLogger("label_rbac.test.long").exception("failed for %s", "x" * 100_000)
+    logs.stop()
+    cut, short, failed = lines(stream)
+    assert cut["name"] == "web"
+    assert str(cut["user"]).startswith("u" * 100) and str(cut["user"]).endswith(" more]")
+    assert str(cut["message"]).startswith("m" * 1000)
+    assert len(json.dumps(cut)) < logs.LINE_CHARS + 200
+    assert {k: v for k, v in short.items() if k != "time"} == {
+        "level": "info", "logger": "label_rbac.test.long", **FIELDS
+    }  # fmt: skip
+    assert len(str(failed["message"])) < logs.LINE_CHARS + 50
+    # The end of a traceback says what failed: it is what is kept.
+    assert str(failed["exception"]).rstrip().endswith("k" * 100 + "'")
+    assert len(str(failed["exception"])) < logs.LINE_CHARS + 50
+
+
+def test_a_flood_of_distinct_long_fields_keeps_only_their_cut_copies() -> None:
+    stream = StalledStream()
+    log = logger_to(stream, "memory")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        for i in range(1000):  # 32 MB of distinct names, each released once logged
+            logs.info_fields(log, "decision", {"name": f"{i}" + "n" * 32_000, "i": i})
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+        stream.flowing.set()
+    logs.stop()
+    assert len(lines(stream)) == 1000
+    assert grown < 12_000_000, f"the queue keeps {grown} bytes"  # 32 MB when kept whole

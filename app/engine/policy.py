@@ -30,16 +30,28 @@ DEFAULT_ANNOTATION_KEY = "labelrbac.io/permissions"
 # namespace admin writes, of any length (annotations may total 256 KiB). So each is anchored at
 # the start (searched from there only) and every repetition in it is bounded: whatever the text,
 # a match succeeds or gives up within a few hundred steps.
-#
+
+
+def whole(body: str) -> str:
+    r"""A pattern that matches only a whole text, for searching matchers (jsonschema uses
+    ``re.search``): ``^`` and ``\Z``. Never ``$``: it also matches before a final newline, so
+    ``configmaps\n`` would pass for ``configmaps`` and then name no resource at all."""
+    return rf"^(?:{body})\Z"
+
+
 # A label key: an optional DNS-subdomain prefix (at most 253 characters) and a name of at most 63.
-_LABEL_KEY = (
-    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+_LABEL_KEY = whole(
+    r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 )
+# A label value: at most 63 characters, alphanumeric at both ends (objects' labels, not globs).
+_LABEL_VALUE = whole(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 # A label value is at most 63 characters, so a longer value glob could only match by its stars.
-_VALUE_GLOB = r"^[-A-Za-z0-9_.*?]{0,63}$"
+_VALUE_GLOB = whole(r"[-A-Za-z0-9_.*?]{0,63}")
 # res[.group][/sub]: resource names are DNS labels (at most 63 characters), groups DNS subdomains
 # (at most 253) and subresources path segments as short as resource names.
-_RESOURCE_PATTERN = r"^[-a-zA-Z0-9*?]{1,63}(\.[-a-zA-Z0-9.*?]{1,253})?(/[-a-zA-Z0-9*?]{1,63})?$"
+_RESOURCE_PATTERN = whole(
+    r"[-a-zA-Z0-9*?]{1,63}(\.[-a-zA-Z0-9.*?]{1,253})?(/[-a-zA-Z0-9*?]{1,63})?"
+)
 # Globs match in linear time whatever their wildcards (app/engine/glob.py); the bound keeps the
 # coverage comparison of the escalation check (|pattern|·|pattern|) and denial messages small.
 # Real patterns ("staging-*", "*-dev-*", "v?.?") need a few.
@@ -52,7 +64,17 @@ def _few_wildcards(longest: int) -> str:
     # Each run between wildcards is bounded too, so a text far too long fails within a few
     # hundred steps instead of being scanned (the length itself is reported by the other pattern).
     run = f"[^*?]{{0,{longest}}}"
-    return f"^{run}([*?]{run}){{0,{MAX_WILDCARDS}}}$"
+    return whole(f"{run}([*?]{run}){{0,{MAX_WILDCARDS}}}")
+
+
+def is_label_key(text: str) -> bool:
+    """A label (or annotation) key as Kubernetes accepts it: ``[prefix/]name``, nothing more."""
+    return re.search(_LABEL_KEY, text) is not None
+
+
+def is_label_value(text: str) -> bool:
+    """A label value as Kubernetes accepts it (empty included), nothing more."""
+    return re.search(_LABEL_VALUE, text) is not None
 
 
 _FEW_WILDCARDS_VALUE = _few_wildcards(_MAX_VALUE_GLOB)
@@ -231,24 +253,81 @@ class Entry:
         return None
 
 
+# The class of a text that equals no literal of the annotation and meets no partial glob.
+_OTHER = ("other",)
+# Classes remembered per annotation: a few per entry. Real requests use a handful; more takes an
+# annotation written with many literals or partial globs, and then the memo stays within a small
+# multiple of the compiled annotation's own size (the oldest class is dropped first).
+MEMO_BASE, MEMO_PER_ENTRY = 16, 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """How one part of a resource (name, group or subresource) can change ``entries_for``.
+
+    Entries compare a part with a literal glob by equality, with ``*`` not at all, and only with
+    the other wildcard globs (``mwan3*``, the partial ones) by matching. So every text that
+    equals no literal is in one class with every other, up to which partial globs match it: the
+    class of a text is the literal it equals (the annotation's own string) or that tuple of
+    answers. A text a request made up, of any length, costs a lookup and is never kept.
+    """
+
+    literals: Mapping[str, str]
+    partial: tuple[Glob, ...]
+
+    @classmethod
+    def of(cls, globs: Sequence[Glob]) -> _Part:
+        partial = {g.text: g for g in globs if not g.is_literal and not g.is_universal}
+        return cls({g.text: g.text for g in globs if g.is_literal}, tuple(partial.values()))
+
+    def classify(self, text: str) -> object:
+        # Literals are never empty (the schema), so ``or`` falls through only on a miss.
+        return self.literals.get(text) or (
+            tuple(g.matches(text) for g in self.partial) if self.partial else _OTHER
+        )
+
+
 @dataclass(frozen=True)
 class Permissions:
-    """A compiled annotation. ``entries_for`` is memoised per resource (the set is tiny)."""
+    """A compiled annotation. ``entries_for`` is memoised per class of resource (``_Part``): the
+    classes are the annotation's, so a request's made-up names cannot grow the memo."""
 
     annotation_key: str
     entries: tuple[Entry, ...]
-    _memo: dict[Resource, tuple[Entry, ...]] = field(
+    _memo: dict[tuple[object, object, object], tuple[Entry, ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+    _parts: tuple[_Part, _Part, _Part] = field(init=False, compare=False, repr=False)
+    _memo_limit: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        parts = (
+            _Part.of([e.resource for e in self.entries]),
+            _Part.of([e.group for e in self.entries if e.group is not None]),
+            _Part.of([e.subresource for e in self.entries if e.subresource is not None]),
+        )
+        object.__setattr__(self, "_parts", parts)
+        object.__setattr__(self, "_memo_limit", MEMO_BASE + MEMO_PER_ENTRY * len(self.entries))
 
     def entries_for(self, res: Resource) -> tuple[Entry, ...]:
         """The entries that decide for ``res``: all of the most specific rank (they AND)."""
-        found = self._memo.get(res)
+        resource, group, sub = self._parts
+        key = (
+            resource.classify(res.resource),
+            group.classify(res.group),
+            # No subresource ranks apart from every subresource: "" is a class of its own.
+            sub.classify(res.subresource) if res.subresource else "",
+        )
+        found = self._memo.get(key)  # a dict read is atomic: no lock on the hot path
         if found is None:
             ranked = [(entry.rank(res), entry) for entry in self.entries]
             best = max((r for r, _ in ranked), default=0)
             found = tuple(e for r, e in ranked if best and r == best)
-            self._memo[res] = found
+            with self._lock:
+                if len(self._memo) >= self._memo_limit:
+                    del self._memo[next(iter(self._memo))]  # the oldest class
+                self._memo[key] = found
         return found
 
 
@@ -327,16 +406,22 @@ def parse_permissions(
 # Compiled annotations by (text, annotation key, default label key). A cluster's roles repeat a
 # few annotations thousands of times (one per tenant namespace), and a compiled ``Permissions`` is
 # immutable (its memo only ever caches a pure function of it), so identical texts compile and
-# validate once and share one object. Bounded in entries and in the size of a cached text, so
-# annotations written to be unique cost what they did without the cache.
+# validate once and share one object. Entries outlive the roles that carried them, and a role
+# rewritten with ever new texts must not pile them up: the cache is bounded in entries, in the
+# size of a cached text and in the size of all cached texts together (a compiled annotation
+# takes some 20 times its text), oldest first out. Annotations written to be unique cost what
+# they did without the cache.
 _CACHE_ENTRIES = 4096
 _CACHE_TEXT = 8192
+_CACHE_TEXTS = 1024 * 1024
 _cache: OrderedDict[tuple[str, str, str | None], Permissions | str] = OrderedDict()
+_cache_chars = 0  # the length of every cached text, added up
 _cache_lock = threading.Lock()  # watch threads compile concurrently
 
 
 def _parse_cached(raw: str, key: str, default_label_key: str | None) -> Permissions:
     """``parse_permissions``, through the cache; an error is cached as its message."""
+    global _cache_chars
     if len(raw) > _CACHE_TEXT:
         return parse_permissions(raw, annotation_key=key, default_label_key=default_label_key)
     cache_key = (raw, key, default_label_key)
@@ -348,9 +433,12 @@ def _parse_cached(raw: str, key: str, default_label_key: str | None) -> Permissi
         except AnnotationError as exc:
             found = str(exc)
         with _cache_lock:
+            if cache_key not in _cache:
+                _cache_chars += len(raw)
             _cache[cache_key] = found
-            if len(_cache) > _CACHE_ENTRIES:
-                _cache.popitem(last=False)  # the oldest entry
+            while len(_cache) > _CACHE_ENTRIES or _cache_chars > _CACHE_TEXTS:
+                (oldest, _, _), _ = _cache.popitem(last=False)
+                _cache_chars -= len(oldest)
     if isinstance(found, str):
         raise AnnotationError(found)
     return found

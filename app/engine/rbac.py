@@ -8,6 +8,7 @@ reads it without locks.
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ def _strings(rule: Mapping[str, Any], field: str) -> frozenset[str]:
     return frozenset(value)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Rule:
     """One PolicyRule. Empty ``names`` means any name."""
 
@@ -235,18 +236,20 @@ class Compiler:
 
 
 # Compiled rules by value. Thousands of roles repeat the same few rules (one Role per tenant
-# namespace), and a Rule is immutable, so equal rules share one object and its frozensets. Bounded,
-# so rules written to be unique only stop being shared.
-_INTERNED_RULES = 16384
-_rules: dict[Rule, Rule] = {}
+# namespace), and a Rule is immutable, so equal rules share one object and its frozensets. The
+# table holds them weakly: a rule leaves it with the last role that uses it, so roles rewritten
+# with ever new rules (a resourceNames list is as long as a role may be) leave nothing behind.
+_rules: weakref.WeakValueDictionary[tuple[frozenset[str], ...], Rule] = (
+    weakref.WeakValueDictionary()
+)
 
 
 def _intern(rule: Rule) -> Rule:
-    found = _rules.get(rule)
+    key = (rule.verbs, rule.groups, rule.resources, rule.names)
+    found = _rules.get(key)
     if found is not None:
         return found
-    if len(_rules) < _INTERNED_RULES:
-        _rules[rule] = rule
+    _rules[key] = rule
     return rule
 
 

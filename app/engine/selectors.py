@@ -111,9 +111,14 @@ def from_label_selector(obj: Any) -> Selector:
     return tuple(found)
 
 
-_SET_TERM = re.compile(r"\s*([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)\s*")
-_EQ_TERM = re.compile(r"\s*([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)\s*")
-_KEY_TERM = re.compile(r"\s*(!?)\s*([^\s!=(),]+)\s*")
+# Whitespace as the Kubernetes selector lexer skips it: space, tab, CR and LF only. ``\s`` would
+# also take Unicode spaces (NBSP, U+2028, U+0085...), which Kubernetes reads as part of a value.
+_BLANKS = " \t\r\n"
+_SPACE = f"[{_BLANKS}]"
+_WORD = f"[^{_BLANKS}!=(),]"
+_SET_TERM = re.compile(rf"{_SPACE}*({_WORD}+){_SPACE}+(in|notin){_SPACE}+\(([^()]*)\){_SPACE}*")
+_EQ_TERM = re.compile(rf"{_SPACE}*({_WORD}+){_SPACE}*(==|=|!=){_SPACE}*({_WORD}*){_SPACE}*")
+_KEY_TERM = re.compile(rf"{_SPACE}*(!?){_SPACE}*({_WORD}+){_SPACE}*")
 
 
 def _split_terms(text: str) -> list[str]:
@@ -138,12 +143,12 @@ def parse_selector(text: str) -> Selector:
     found: list[Requirement] = []
     for term in _split_terms(text):
         if match := _SET_TERM.fullmatch(term):
-            key, op, values = match[1], match[2], [v.strip() for v in match[3].split(",")]
+            key, op, values = match[1], match[2], [v.strip(_BLANKS) for v in match[3].split(",")]
             found.append(requirement(key, IN if op == "in" else NOT_IN, [v for v in values if v]))
         elif match := _EQ_TERM.fullmatch(term):
             found.append(Requirement(match[1], NOT_IN if match[2] == "!=" else IN, (match[3],)))
         elif match := _KEY_TERM.fullmatch(term):
             found.append(Requirement(match[2], DOES_NOT_EXIST if match[1] else EXISTS))
         else:
-            raise SelectorError(f"cannot parse label selector term {term.strip()!r}")
+            raise SelectorError(f"cannot parse label selector term {term.strip(_BLANKS)!r}")
     return tuple(found)

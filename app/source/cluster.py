@@ -13,6 +13,7 @@ short timeout and a tiny cache.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -86,14 +87,33 @@ class NullSourceObserver(NullObserver):
         pass
 
 
-class TtlCache:
-    """A small, thread-safe cache whose entries expire ``ttl`` seconds after they were stored."""
+# What the parent cache may hold, in characters of the objects' JSON: a tenant chooses which
+# objects are looked up (their names are in the requests) and how big they are (a pod may take
+# 1.5 MiB in etcd), and the entries stay for ``parent_ttl`` whoever sends the next review. Real
+# parents (pods, workloads) are a few KiB; an object over an eighth of this is not cached.
+PARENT_CACHE_CHARS = 8 * 1024 * 1024
 
-    def __init__(self, ttl: float, max_entries: int = 256) -> None:
+
+class TtlCache:
+    """A small, thread-safe cache whose entries expire ``ttl`` seconds after they were stored,
+    bounded in entries and in the weight (a size) of what it holds, oldest out first."""
+
+    def __init__(
+        self, ttl: float, max_entries: int = 256, max_weight: int = PARENT_CACHE_CHARS
+    ) -> None:
         self._ttl = ttl
         self._max = max_entries
-        self._entries: OrderedDict[Hashable, tuple[float, Any]] = OrderedDict()
+        self._max_weight = max_weight
+        self._weight = 0
+        self._entries: OrderedDict[Hashable, tuple[float, Any, int]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def weight(self) -> int:
+        return self._weight
 
     def get(self, key: Hashable) -> Any | None:
         with self._lock:
@@ -101,18 +121,24 @@ class TtlCache:
             if entry is None:
                 return None
             if entry[0] <= time.monotonic():
-                del self._entries[key]
+                self._remove(key)
                 return None
             return entry[1]
 
-    def put(self, key: Hashable, value: Any) -> None:
-        if self._ttl <= 0:
+    def put(self, key: Hashable, value: Any, weight: int = 0) -> None:
+        if self._ttl <= 0 or weight > self._max_weight // 8:
             return
         with self._lock:
-            self._entries[key] = (time.monotonic() + self._ttl, value)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+            if key in self._entries:
+                self._remove(key)
+            self._entries[key] = (time.monotonic() + self._ttl, value, weight)
+            self._weight += weight
+            while len(self._entries) > self._max or self._weight > self._max_weight:
+                self._remove(next(iter(self._entries)))
+
+    def _remove(self, key: Hashable) -> None:
+        _, _, weight = self._entries.pop(key)
+        self._weight -= weight
 
 
 class ClusterSource:
@@ -309,7 +335,7 @@ class ClusterSource:
         if metadata_only:
             metadata = obj.get("metadata")
             obj = {"metadata": metadata if isinstance(metadata, Mapping) else {}}
-        self._parents.put(key, obj)
+        self._parents.put(key, obj, len(json.dumps(obj, separators=(",", ":"), default=str)))
         self._observer.parent_lookup(name, "ok")
         return obj
 
