@@ -132,6 +132,45 @@ def stop(process: subprocess.Popen[Any], timeout: float = 15) -> None:
         process.wait()
 
 
+def launch(
+    tmp: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    tls: tuple[Path, Path, Path] | None = None,
+    port: int | None = None,
+    log_name: str = "server.log",
+) -> Server:
+    """Start ``python -m app serve`` on loopback (a free port unless ``port``); not waited for.
+
+    TLS: ``--dev-tls`` into ``tmp/certs``, or ``tls`` = (CA file, certificate, key). The caller
+    stops it with ``stop(server.process)``.
+    """
+    port = free_port() if port is None else port
+    certs = tmp / "certs"
+    if tls is None:
+        tls_args = ["--dev-tls", str(certs)]
+        ca = certs / "ca.crt"
+    else:
+        ca, cert, key = tls
+        tls_args = ["--tls-cert", str(cert), "--tls-key", str(key)]
+    command = [
+        sys.executable, "-m", "app", "serve",
+        *tls_args, "--bind", f"127.0.0.1:{port}", *args,
+    ]  # fmt: skip
+    log_path = tmp / log_name
+    with log_path.open("w") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    return Server(f"https://127.0.0.1:{port}", ca, process, log_path)
+
+
 @contextmanager
 def serve(
     tmp: Path,
@@ -144,29 +183,7 @@ def serve(
 
     TLS: ``--dev-tls`` into ``tmp/certs``, or ``tls`` = (CA file, certificate, key).
     """
-    port = free_port()
-    certs = tmp / "certs"
-    if tls is None:
-        tls_args = ["--dev-tls", str(certs)]
-        ca = certs / "ca.crt"
-    else:
-        ca, cert, key = tls
-        tls_args = ["--tls-cert", str(cert), "--tls-key", str(key)]
-    command = [
-        sys.executable, "-m", "app", "serve",
-        *tls_args, "--bind", f"127.0.0.1:{port}", *args,
-    ]  # fmt: skip
-    log = (tmp / "server.log").open("w")
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
-    )
-    server = Server(f"https://127.0.0.1:{port}", ca, process, tmp / "server.log")
+    server = launch(tmp, *args, env=env, tls=tls)
     try:
         deadline = time.monotonic() + 30
         while not server.ca.exists() and time.monotonic() < deadline:
@@ -175,5 +192,4 @@ def serve(
             server.wait_ready()
         yield server
     finally:
-        stop(process)
-        log.close()
+        stop(server.process)

@@ -1,0 +1,153 @@
+"""Label buckets through a real API server (README "The decision"): tenants writing with kubectl.
+
+alice (Role team-a) and bob (Role team-b) share a namespace, as in manifests/examples. Each
+write goes kubectl → kube-apiserver → the shipped ValidatingWebhookConfiguration → the webhook
+process, and the denial a tenant sees is kubectl's stderr.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.kube.cluster import LabelRbacCluster
+from tests.kube.controlplane import ADMIN
+from tests.kube.support import install_tenants, obj
+
+
+@pytest.fixture
+def tenants(kube: LabelRbacCluster, namespace: str) -> str:
+    install_tenants(kube, namespace)
+    return namespace
+
+
+def create(kube: LabelRbacCluster, user: str, document: dict[str, object]) -> tuple[int, str]:
+    done = kube.kubectl(user, "create", "-f", "-", input=yaml.safe_dump(document))
+    return done.returncode, done.stdout + done.stderr
+
+
+def configmap(ns: str, name: str, **labels: str) -> dict[str, object]:
+    return obj("ConfigMap", name, ns, labels, data={"k": "v"})
+
+
+def deployment(ns: str, name: str, team: str) -> dict[str, object]:
+    # The selector names the team: one that could adopt other buckets' pods is refused
+    # (README "What a write makes controllers do").
+    labels = {"app": name, "team": team}
+    return obj(
+        "Deployment",
+        name,
+        ns,
+        labels,
+        api_version="apps/v1",
+        spec={
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("user", "labels", "allowed", "message"),
+    [
+        pytest.param("alice", {"team": "a"}, True, "configmap/c created", id="own-bucket"),
+        pytest.param(
+            "alice",
+            {"team": "b"},
+            False,
+            'admission webhook "labels.labelrbac.io" denied the request: user "alice" may not '
+            'create configmaps "c" in namespace "{ns}": label team="b" is not permitted '
+            "(role {ns}/team-a allows team in [a])",
+            id="other-bucket",
+        ),
+        pytest.param(
+            "bob",
+            {},
+            False,
+            "missing label team (role {ns}/team-b allows team in [b])",
+            id="unlabeled",
+        ),
+        pytest.param(ADMIN, {"team": "z"}, True, "configmap/c created", id="admin-unrestricted"),
+    ],
+)
+def test_create_is_judged_by_the_bucket(
+    kube: LabelRbacCluster,
+    tenants: str,
+    user: str,
+    labels: dict[str, str],
+    allowed: bool,
+    message: str,
+) -> None:
+    status, output = create(kube, user, configmap(tenants, "c", **labels))
+    assert (status == 0) is allowed, output
+    assert message.format(ns=tenants) in output
+
+
+def test_relabel_out_of_the_bucket_is_denied_in_it_allowed(
+    kube: LabelRbacCluster, tenants: str
+) -> None:
+    assert create(kube, "alice", configmap(tenants, "c", team="a"))[0] == 0
+    ok = kube.kubectl("alice", "-n", tenants, "label", "configmap", "c", "tier=web")
+    assert ok.returncode == 0, ok.stderr
+    away = kube.kubectl("alice", "-n", tenants, "label", "configmap", "c", "team=b", "--overwrite")
+    assert away.returncode != 0
+    assert 'label team="b" is not permitted (role ' in away.stderr
+    stored = kube.kubectl(ADMIN, "-n", tenants, "get", "configmap", "c", "-o", "yaml")
+    assert yaml.safe_load(stored.stdout)["metadata"]["labels"] == {"team": "a", "tier": "web"}
+
+
+def test_another_buckets_object_cannot_be_updated_or_deleted(
+    kube: LabelRbacCluster, tenants: str
+) -> None:
+    assert create(kube, "bob", configmap(tenants, "theirs", team="b"))[0] == 0
+    steal = kube.kubectl("alice", "-n", tenants, "label", "configmap", "theirs", "team=a",
+                         "--overwrite")  # fmt: skip
+    assert steal.returncode != 0
+    assert 'label team="b" is not permitted' in steal.stderr
+    delete = kube.kubectl("alice", "-n", tenants, "delete", "configmap", "theirs")
+    assert delete.returncode != 0
+    assert 'may not delete configmaps "theirs"' in delete.stderr
+    own = kube.kubectl("bob", "-n", tenants, "delete", "configmap", "theirs")
+    assert own.returncode == 0, own.stderr
+
+
+def test_scale_is_judged_by_the_deployments_labels(kube: LabelRbacCluster, tenants: str) -> None:
+    """deployments/scale carries no labels: the webhook reads the Deployment's."""
+    for name, team in (("web-a", "a"), ("web-b", "b")):
+        kube.apply(ADMIN, [deployment(tenants, name, team)])
+    ok = kube.kubectl("alice", "-n", tenants, "scale", "deployment", "web-a", "--replicas", "3")
+    assert ok.returncode == 0, ok.stderr
+    denied = kube.kubectl("alice", "-n", tenants, "scale", "deployment", "web-b", "--replicas=3")
+    assert denied.returncode != 0
+    assert 'label team="b" is not permitted' in denied.stderr
+    replicas = kube.kubectl(ADMIN, "-n", tenants, "get", "deployment", "web-b",
+                            "-o", "jsonpath={.spec.replicas}")  # fmt: skip
+    assert replicas.stdout == "1"
+
+
+def test_exec_is_judged_by_the_pods_labels(kube: LabelRbacCluster, tenants: str) -> None:
+    """``kubectl exec`` reads the pod first (the authorization webhook refuses another bucket's);
+    the exec itself, a CONNECT without labels, is judged by the pod's (admission webhook).
+    Admission runs before the API server looks for the pod's node: the pod in alice's bucket
+    gets past the webhook, then has no node to run on here."""
+    for name, team in (("p-a", "a"), ("p-b", "b")):
+        pod = obj("Pod", name, tenants, {"team": team},
+                  spec={"containers": [{"name": "c", "image": "busybox"}]})  # fmt: skip
+        kube.apply(ADMIN, [pod])
+    denied = kube.kubectl("alice", "-n", tenants, "exec", "p-b", "--", "true")
+    assert denied.returncode != 0
+    assert f'may not get pods "p-b" in namespace "{tenants}": the existing object\'s label ' \
+        'team="b" is not permitted' in denied.stderr  # fmt: skip
+    path = f"/api/v1/namespaces/{tenants}/pods/{{}}/exec?command=true&stdout=true"
+    status, body = kube.control_plane.request("alice", "POST", path.format("p-b"))
+    assert status == 403, body
+    assert 'admission webhook "labels.labelrbac.io" denied the request' in body["message"]
+    assert 'may not create pods/exec "p-b"' in body["message"]
+    assert 'label team="b" is not permitted' in body["message"]
+    status, body = kube.control_plane.request("alice", "POST", path.format("p-a"))
+    assert status != 403, body
+    assert "labelrbac" not in str(body)
