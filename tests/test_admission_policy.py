@@ -3,11 +3,13 @@ and covering what the compiler compiles and nothing the webhook keeps."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from app.admission_policy import ACTIONS, COMPILER, GUARD, manifests, render_yaml
+from app.admission_policy import ACTIONS, COMPILER, GUARD, manifests, mode_manifests, render_yaml
 from app.engine.params import API_VERSION, KIND, NAME, PLURAL, WEBHOOK_RESOURCES
 from tests.support import ROOT
 
@@ -18,15 +20,21 @@ def documents(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((COMPILED / name).read_text()) if d]
 
 
+def every() -> list[dict[str, Any]]:
+    return manifests() + mode_manifests()
+
+
 def test_the_shipped_policies_are_the_generated_ones() -> None:
     assert (COMPILED / "policy.yaml").read_text() == render_yaml()
+    assert (COMPILED / "modes" / "policy.yaml").read_text() == render_yaml(modes=True)
     assert documents("policy.yaml") == manifests()
 
 
-def test_the_component_ships_every_file() -> None:
-    (kustomization,) = documents("kustomization.yaml")
+@pytest.mark.parametrize("directory", [COMPILED, COMPILED / "modes"], ids=["compiled", "modes"])
+def test_each_component_ships_every_file(directory: Path) -> None:
+    (kustomization,) = yaml.safe_load_all((directory / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Component"
-    files = {p.name for p in COMPILED.glob("*.yaml")} - {"kustomization.yaml"}
+    files = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"}
     assert set(kustomization["resources"]) == files
 
 
@@ -46,7 +54,7 @@ def test_the_crd_serves_the_kind_the_policies_read() -> None:
 
 def test_each_mode_has_its_policy_binding_and_action() -> None:
     by_kind: dict[str, dict[str, Any]] = {}
-    for doc in manifests():
+    for doc in every():
         by_kind.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = doc
     bindings = by_kind["ValidatingAdmissionPolicyBinding"]
     for name, (_, action) in ACTIONS.items():
@@ -65,7 +73,7 @@ def test_the_policies_leave_what_the_webhook_keeps_and_the_parameters_themselves
     group = API_VERSION.split("/")[0]
     for name in ACTIONS:
         (policy,) = [
-            d for d in manifests() if d["metadata"]["name"] == name and "paramKind" in d["spec"]
+            d for d in every() if d["metadata"]["name"] == name and "paramKind" in d["spec"]
         ]
         excluded = {
             (g, r)

@@ -222,6 +222,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
             "the CRD",
         )
         cp.apply(ADMIN, (COMPILED / "policy.yaml").read_text())
+        cp.apply(ADMIN, (COMPILED / "modes" / "policy.yaml").read_text())
         for namespace in (NS, "ci", "label-rbac"):
             admin(cp, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
         cp.apply(ADMIN, [rbac(item) for item in (*COMPILER_RBAC, *RBAC)])
