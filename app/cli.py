@@ -350,7 +350,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         serve(settings)
     except ConfigError as exc:
-        print(f"serve: {exc}", file=sys.stderr)
+        print(f"serve: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     return 0
 
@@ -458,7 +458,7 @@ def _load(args: argparse.Namespace, settings: Settings) -> Loaded:
                 "ClusterRoleBinding in it, so there is nothing to decide from"
             )
         return Loaded(snapshot_from_objects(objects, settings.compiler), str(directory), objects)
-    from app.source.api import KubeClient, KubeError
+    from app.source.api import ConfigError, KubeClient, KubeError
     from app.source.cluster import ClusterSource
 
     kubeconfig, in_cluster = _kube_connection(args.kubeconfig)
@@ -466,12 +466,9 @@ def _load(args: argparse.Namespace, settings: Settings) -> Loaded:
         raise CliError("--context needs a kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config)")
     try:
         client = KubeClient.connect(kubeconfig, in_cluster, args.context)
-    except Exception as exc:  # the official client raises anything from YAML errors on
+    except ConfigError as exc:
         where = f"{kubeconfig}: " if kubeconfig else ""
-        text = str(exc)
-        if not text.startswith("cannot load"):
-            text = f"cannot load cluster connection settings: {type(exc).__name__}: {text}"
-        raise CliError(f"{where}{text}") from None
+        raise CliError(f"{where}{exc}") from None
     try:
         snapshot = cluster_snapshot(client, settings.compiler)
     except KubeError as exc:

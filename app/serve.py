@@ -108,11 +108,12 @@ def _check_source(settings: Settings) -> None:
         except (OSError, ManifestError) as exc:
             raise ConfigError(f"--rbac-dir {settings.rbac_dir}: {exc}") from None
     elif settings.kubeconfig is not None:
-        from kubernetes.config import ConfigException, list_kube_config_contexts
+        from app.source.api import ConfigError as KubeConfigError
+        from app.source.api import check_kubeconfig
 
         try:
-            list_kube_config_contexts(config_file=str(settings.kubeconfig))
-        except (OSError, ConfigException, ValueError, TypeError, AttributeError) as exc:
+            check_kubeconfig(settings.kubeconfig)
+        except KubeConfigError as exc:
             raise ConfigError(f"kubeconfig {settings.kubeconfig}: {exc}") from None
 
 

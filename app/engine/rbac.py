@@ -38,9 +38,10 @@ class MalformedObject(ValueError):
     """An RBAC object whose fields do not have the shape the API defines."""
 
 
-def _text(mapping: Mapping[str, Any], field: str) -> str:
-    """A string field, "" when absent or of another type (such an object then grants nothing)."""
-    value = mapping.get(field)
+def _text(mapping: Any, field: str) -> str:
+    """A string field, "" when absent or of another type, or when ``mapping`` is not one (a
+    ``metadata: [..]`` in a file): such an object then grants nothing."""
+    value = mapping.get(field) if isinstance(mapping, Mapping) else None
     return value if isinstance(value, str) else ""
 
 

@@ -13,6 +13,7 @@ import contextlib
 import http.client
 import json
 import logging
+import os
 import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -29,6 +31,7 @@ from kubernetes.config.config_exception import ConfigException
 
 import app
 from app import deepjson
+from app.source.yamlload import describe_error
 
 log = logging.getLogger("label_rbac.source")
 
@@ -45,6 +48,53 @@ class KubeError(Exception):
 
 class ConfigError(KubeError):
     """No usable connection settings (kubeconfig or in-cluster service account)."""
+
+
+CANNOT_LOAD = "cannot load cluster connection settings"
+
+
+def check_kubeconfig(kubeconfig: Path) -> None:
+    """Raise ConfigError, one line, unless ``kubeconfig`` (a path, or several joined with
+    ``os.pathsep`` as in $KUBECONFIG) reads as a kubeconfig with a current context.
+
+    The files are parsed here first because the official loader lets its YAML parser's
+    four-line errors and its lookups' TypeErrors (a file that is not a mapping) escape.
+    Nothing is contacted and no credential plugin is run.
+    """
+    parts = str(kubeconfig).split(os.pathsep)
+    for part in parts:
+        path = Path(part)
+        if not path.is_file():
+            continue  # the official loader skips missing files of a list, and says if all are
+        where = f"{path}: " if len(parts) > 1 else ""  # the caller names a single file
+        try:
+            document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"{CANNOT_LOAD}: {where}{exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{CANNOT_LOAD}: {where}not UTF-8 text (byte {exc.start})") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{CANNOT_LOAD}: {where}{describe_error(exc)}") from None
+        except RecursionError:
+            raise ConfigError(
+                f"{CANNOT_LOAD}: {where}nested too deeply to be a kubeconfig"
+            ) from None
+        if not isinstance(document, dict):
+            raise ConfigError(
+                f"{CANNOT_LOAD}: {where}not a kubeconfig (expected a mapping with clusters, "
+                "users and contexts)"
+            )
+    try:
+        k8s_config.list_kube_config_contexts(config_file=str(kubeconfig))
+    except Exception as exc:  # the official client raises anything from a malformed entry
+        raise ConfigError(f"{CANNOT_LOAD}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, (ConfigException, OSError)):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class ApiError(KubeError):
@@ -232,6 +282,8 @@ class KubeClient:
         """Build a client from a kubeconfig file (its current context, or ``context``) or the
         pod's service account."""
         configuration = k8s.Configuration()
+        if kubeconfig is not None:
+            check_kubeconfig(kubeconfig)
         try:
             if kubeconfig is not None:
                 k8s_config.load_kube_config(
@@ -244,8 +296,10 @@ class KubeClient:
                 k8s_config.load_incluster_config(client_configuration=configuration)
             else:
                 raise ConfigError("no cluster connection: pass a kubeconfig or run in a pod")
-        except (ConfigException, OSError) as exc:
-            raise ConfigError(f"cannot load cluster connection settings: {exc}") from None
+        except ConfigError:
+            raise
+        except Exception as exc:  # the official client raises anything from a malformed entry
+            raise ConfigError(f"{CANNOT_LOAD}: {_one_line(exc)}") from None
         # Retries are ours (backoff in the informers, a deadline for parent lookups); urllib3's
         # would retry a timed-out GET and multiply the time a request waits.
         configuration.retries = False

@@ -15,7 +15,7 @@ from app.engine.model import Request
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Compiler, Snapshot
 from app.source.base import SourceStatus, bulk_load
-from app.source.yamlload import load_all
+from app.source.yamlload import describe_error, load_all
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -34,7 +34,11 @@ def _documents(path: Path) -> Iterator[Any]:
             yield json.loads(text)
         else:
             yield from load_all(text)
-    except (ValueError, yaml.YAMLError) as exc:
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{path}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: {describe_error(exc)}") from None
+    except ValueError as exc:
         raise ManifestError(f"{path}: {exc}") from None
 
 
@@ -74,7 +78,7 @@ def parse_manifests(text: str, where: str) -> list[tuple[str, Mapping[str, Any]]
     try:
         documents = list(load_all(text))
     except yaml.YAMLError as exc:
-        raise ManifestError(f"{where}: {exc}") from None
+        raise ManifestError(f"{where}: {describe_error(exc)}") from None
     return [item for doc in documents for item in _flatten(doc)]
 
 

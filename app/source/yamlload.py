@@ -122,3 +122,22 @@ def _composed(text: str) -> Iterator[Any]:
             yield document
     finally:
         loader.dispose()
+
+
+def describe_error(exc: yaml.YAMLError) -> str:
+    """A YAML error as one line, ``line L, column C: what (context)``, for an operator.
+
+    PyYAML's own text spans four lines (the context, its mark, the problem, its mark) and
+    quotes the file as ``<unicode string>`` when given text; the caller names the file.
+    """
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        what = " ".join(str(exc.problem or "invalid YAML").split())
+        if exc.context:
+            context = " ".join(exc.context.split())
+            start = exc.context_mark
+            if start is not None and (start.line, start.column) != (mark.line, mark.column):
+                context += f" started at line {start.line + 1}, column {start.column + 1}"
+            what += f" ({context})"
+        return f"line {mark.line + 1}, column {mark.column + 1}: {what}"
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -44,6 +44,30 @@ def rbac_dir_with(name: str, data: str | bytes) -> Setup:
     return setup
 
 
+# PyYAML's four-line message for the unclosed flow sequence above, as the one line we print.
+BAD_YAML_AT = (
+    "line 3, column 1: did not find expected ',' or ']' (while parsing a flow sequence started "
+    "at line 2, column 11)"
+)
+
+
+def serve_with_rbac_dir(name: str, data: str) -> Setup:
+    def setup(tmp: Path) -> list[str]:
+        write(tmp / "rbac", "role.yaml", ROLE_YAML)
+        write(tmp / "rbac", name, data)
+        return ["serve", "--dev-tls", str(tmp / "certs"), "--rbac-dir", str(tmp / "rbac")]
+
+    return setup
+
+
+def serve_with_kubeconfig(data: str) -> Setup:
+    def setup(tmp: Path) -> list[str]:
+        write(tmp, "kubeconfig", data)
+        return ["serve", "--dev-tls", str(tmp / "certs"), "--kubeconfig", str(tmp / "kubeconfig")]
+
+    return setup
+
+
 def args(*argv: str) -> Setup:
     return lambda tmp: [a.replace("{tmp}", str(tmp)) for a in argv]
 
@@ -69,7 +93,43 @@ def empty_dir(command: str) -> Setup:
 
 CASES = [
     pytest.param(rbac_dir_with("bad.yaml", "kind: Role\nmetadata: [unclosed\n"),
-                 "bad.yaml: while parsing", id="bad-yaml"),
+                 "check: {tmp}/rbac/bad.yaml: " + BAD_YAML_AT, id="bad-yaml"),
+    pytest.param(serve_with_rbac_dir("bad.yaml", "kind: Role\nmetadata: [unclosed\n"),
+                 "serve: --rbac-dir {tmp}/rbac: {tmp}/rbac/bad.yaml: " + BAD_YAML_AT,
+                 id="serve-bad-yaml-in-rbac-dir"),
+    pytest.param(serve_with_rbac_dir("bad.json", '{"kind": "Role",\n  "metadata": }\n'),
+                 "serve: --rbac-dir {tmp}/rbac: {tmp}/rbac/bad.json: line 2, column 15: "
+                 "Expecting value", id="serve-bad-json-in-rbac-dir"),
+    pytest.param(with_file("bad.yaml", "kind: Role\nmetadata: [unclosed\n", "lint",
+                           "{tmp}/bad.yaml"),
+                 "lint: {tmp}/bad.yaml: " + BAD_YAML_AT, id="lint-bad-yaml"),
+    pytest.param(with_file("bad.yaml", "kind: ConfigMap\nmetadata: [unclosed\n", "check",
+                           "--as", "bob", "-f", "{tmp}/bad.yaml", "--rbac-dir", str(EXAMPLES)),
+                 "check: -f {tmp}/bad.yaml: " + BAD_YAML_AT, id="check-f-bad-yaml"),
+    pytest.param(serve_with_kubeconfig("apiVersion: v1\nclusters: [\n"),
+                 "serve: kubeconfig {tmp}/kubeconfig: cannot load cluster connection settings: "
+                 "line 3, column 1: expected the node content, but found '<stream end>' (while "
+                 "parsing a flow node)",
+                 id="serve-malformed-kubeconfig"),
+    pytest.param(serve_with_kubeconfig("just text\n"),
+                 "serve: kubeconfig {tmp}/kubeconfig: cannot load cluster connection settings: "
+                 "not a kubeconfig (expected a mapping with clusters, users and contexts)",
+                 id="serve-kubeconfig-not-a-mapping"),
+    pytest.param(serve_with_kubeconfig("apiVersion: v1\nclusters: oops\ncontexts: 7\n"
+                                       "current-context: c\n"),
+                 "serve: kubeconfig {tmp}/kubeconfig: cannot load cluster connection settings: ",
+                 id="serve-kubeconfig-wrong-shapes"),
+    pytest.param(serve_with_kubeconfig("clusters: " + "[" * 5000 + "]" * 5000 + "\n"),
+                 "serve: kubeconfig {tmp}/kubeconfig: cannot load cluster connection settings: "
+                 "nested too deeply to be a kubeconfig", id="serve-kubeconfig-nested-deep"),
+    pytest.param(with_file("kubeconfig", "apiVersion: v1\nclusters: [\n", "who-can", "get",
+                           "pods", "--kubeconfig", "{tmp}/kubeconfig"),
+                 "who-can: {tmp}/kubeconfig: cannot load cluster connection settings: line 3, "
+                 "column 1: expected the node content", id="who-can-malformed-kubeconfig"),
+    pytest.param(with_file("kubeconfig", "just text\n", "audit", "--kubeconfig",
+                           "{tmp}/kubeconfig"),
+                 "audit: {tmp}/kubeconfig: cannot load cluster connection settings: not a "
+                 "kubeconfig", id="audit-kubeconfig-not-a-mapping"),
     pytest.param(rbac_dir_with("latin1.yaml", "kind: Role\n# caf\xe9\n".encode("latin-1")),
                  "latin1.yaml: not UTF-8 text", id="non-utf8-manifest-in-rbac-dir"),
     pytest.param(args(*CHECK, "--rbac-dir", "{tmp}/nowhere"),
@@ -168,7 +228,7 @@ def test_bad_input_is_one_line(
     expected: str,
 ) -> None:  # fmt: skip
     tmp, returncode, stderr = runs[request.node.callspec.id]
-    assert returncode != 0
+    assert returncode == 2, stderr
     assert "Traceback" not in stderr
     lines = stderr.splitlines()
     assert len(lines) == 1, stderr

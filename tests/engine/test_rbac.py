@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from app.engine.kinds import snapshot_from_objects
+from app.engine.kinds import KINDS, snapshot_from_objects
 from app.engine.model import Resource, UserInfo, authorizations
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import (
+    RBAC_GROUP,
     Compiler,
     RoleRef,
     Rule,
@@ -477,6 +478,19 @@ def test_malformed_subjects_are_skipped() -> None:
     obj["subjects"] = [7, {"kind": "User", "name": ["bob"]}, {"kind": "Group", "name": "ops"}]
     compiled = Compiler.binding(obj, kind)
     assert compiled is not None and compiled.subjects == (("Group", "ops"),)
+
+
+@pytest.mark.parametrize("metadata", [7, "x", [1], {"name": ["n"], "namespace": 7}])
+@pytest.mark.parametrize("kind", [spec.kind for spec in KINDS])
+def test_malformed_metadata_compiles_to_nothing_granted(kind: str, metadata: Any) -> None:
+    """A file's object with metadata of the wrong shape (``--rbac-dir``, ``lint``) is no error
+    of the process reading it: it compiles, nameless, and grants nothing."""
+    obj = {"apiVersion": "v1", "kind": kind, "metadata": metadata,
+           "rules": [rule("create", "configmaps")],
+           "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "r"},
+           "subjects": [{"kind": "User", "name": "alice"}]}  # fmt: skip
+    snap = snapshot_from_objects([(kind, obj)], Compiler((DEFAULT_ANNOTATION_KEY,)))
+    assert snap.granting_roles(ALICE, "t1", ("create",), Resource("", "configmaps"), "x") == []
 
 
 # --- The recorded bootstrap RBAC -------------------------------------------------------------

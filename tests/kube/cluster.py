@@ -108,6 +108,9 @@ class LabelRbacCluster:
     Fail, the installed state) or ``deploy``. ``serve_args``: more flags for ``serve``.
     ``webhook_url``: what the API server dials (e.g. a load balancer in front of replicas the
     caller runs with ``launch_webhook``); default: the one replica started here.
+    ``admission_plugins``: the API server's extra admission plugins. By default the in-tree
+    NodeRestriction is off, so the node rules kubelets meet are the webhook's
+    (nodes.labelrbac.io), as where that plugin is not enabled.
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class LabelRbacCluster:
         overlay: str = "enforce",
         serve_args: Sequence[str] = (),
         webhook_url: str | None = None,
+        admission_plugins: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +142,7 @@ class LabelRbacCluster:
             workdir / "control-plane",
             users=users,
             authorization_config=authorization_config(variant, kubeconfig),
+            admission_plugins=admission_plugins,
         )
         self.webhook: Server | None = None
 

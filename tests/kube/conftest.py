@@ -7,7 +7,6 @@ laptop); with ``LABEL_RBAC_REQUIRE_KUBE=1`` (CI) a missing prerequisite fails in
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from tests.kube.cluster import LabelRbacCluster
 from tests.kube.controlplane import ADMIN, Unavailable, available
+from tests.kube.support import fresh_namespace
 
 REQUIRE = "LABEL_RBAC_REQUIRE_KUBE"
 
@@ -46,19 +46,6 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelRbacCluster]
 def kube_node_authorizer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelRbacCluster]:
     """The same, with label-rbac as the node authorizer (manifests/node-authorizer)."""
     yield from _cluster(tmp_path_factory.mktemp("kube-node-authorizer"), node_authorizer=True)
-
-
-def fresh_namespace(cluster: LabelRbacCluster, labels: dict[str, str] | None = None) -> str:
-    """A new namespace with its ``default`` ServiceAccount (no controller manager makes it
-    here, and pods cannot be created without it)."""
-    name = f"t-{secrets.token_hex(4)}"
-    namespace = {"apiVersion": "v1", "kind": "Namespace",
-                 "metadata": {"name": name, "labels": labels or {}}}  # fmt: skip
-    account = {"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": "default", "namespace": name}}  # fmt: skip
-    cluster.apply(ADMIN, [namespace])
-    cluster.apply(ADMIN, [account])
-    return name
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ Where the pieces come from:
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import lzma
@@ -152,6 +153,13 @@ def _write_private(path: Path, data: bytes) -> Path:
     return path
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the process that started it dies, so a test
+    run killed halfway leaves no etcd or API server behind (Linux prctl PR_SET_PDEATHSIG)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)
+
+
 def _stop(process: subprocess.Popen[Any] | None, timeout: float = 20) -> None:
     if process is None or process.poll() is not None:
         return
@@ -197,7 +205,14 @@ class ControlPlane:
         self._kubeconfigs: dict[str, Path] = {}
         workdir.mkdir(parents=True, exist_ok=True)
         self.ca = workdir / "ca.crt"
+        self.audit_log = workdir / "audit.log"
         self._write_credentials()
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "rules": [{"level": "Metadata"}],
+        }
+        (workdir / "audit-policy.yaml").write_text(yaml.safe_dump(policy))
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -271,6 +286,7 @@ class ControlPlane:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )  # fmt: skip
 
     def _apiserver_args(self) -> list[str]:
@@ -290,9 +306,13 @@ class ControlPlane:
             "--service-account-signing-key-file", str(d / "sa.key"),
             "--service-cluster-ip-range", SERVICE_CLUSTER_IP_RANGE,
             "--enable-admission-plugins", ",".join(self.admission_plugins),
+            # Every request's metadata, audit annotations included (audit_events()).
+            "--audit-policy-file", str(d / "audit-policy.yaml"),
+            "--audit-log-path", str(self.audit_log),
         ]  # fmt: skip
         if not self.admission_plugins:
-            args[-2:] = ["--disable-admission-plugins", "NodeRestriction"]
+            plugins = args.index("--enable-admission-plugins")
+            args[plugins : plugins + 2] = ["--disable-admission-plugins", "NodeRestriction"]
         if self.authorization_config is not None:
             path = d / "authorization-config.yaml"
             path.write_text(yaml.safe_dump(dict(self.authorization_config)))
@@ -313,6 +333,7 @@ class ControlPlane:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         self.wait_ready(timeout)
 
@@ -354,6 +375,15 @@ class ControlPlane:
             f"kube-apiserver not ready after {timeout}s:\n{self.log_tail('kube-apiserver')}"
         )
 
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The API server's audit events so far (level Metadata: who, what, the decision, the
+        admission webhooks' audit annotations)."""
+        try:
+            text = self.audit_log.read_text()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
+
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.workdir / ("etcd.log" if name == "etcd" else "apiserver.log")
         try:
@@ -364,7 +394,13 @@ class ControlPlane:
     # -- clients -------------------------------------------------------------------------------
 
     def request(
-        self, user: str, method: str, path: str, body: Any = None, timeout: float = 10
+        self,
+        user: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 10,
+        content_type: str = "application/json",
     ) -> tuple[int, Any]:
         """One HTTPS request to the API server as ``user``: (status, decoded JSON or text)."""
         data = None if body is None else json.dumps(body).encode()
@@ -374,7 +410,7 @@ class ControlPlane:
             method=method,
             headers={
                 "Authorization": f"Bearer {self.users[user].token}",
-                "Content-Type": "application/json",
+                "Content-Type": content_type,
             },
         )
         context = ssl.create_default_context(cafile=str(self.ca))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -56,8 +57,8 @@ def obj(
 
 
 def install_tenants(cluster: LabelRbacCluster, namespace: str) -> None:
-    """The example tenants in ``namespace``, once the webhook judges by them (alice may create
-    a team=a ConfigMap, server-side dry run)."""
+    """The example tenants in ``namespace``, returned once the webhook judges by them: alice's
+    unlabeled ConfigMap is refused for want of team=a (a server-side dry run, nothing kept)."""
     cluster.apply(ADMIN, example_tenants(namespace))
 
     def alice_judged_by_team_a() -> None:
@@ -68,3 +69,16 @@ def install_tenants(cluster: LabelRbacCluster, namespace: str) -> None:
         assert done.returncode != 0 and "team in [a]" in done.stderr, done.stderr
 
     eventually(alice_judged_by_team_a)
+
+
+def fresh_namespace(cluster: LabelRbacCluster, labels: dict[str, str] | None = None) -> str:
+    """A new namespace with its ``default`` ServiceAccount (no controller manager makes it
+    here, and pods cannot be created without it)."""
+    name = f"t-{secrets.token_hex(4)}"
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": name, "labels": labels or {}}}  # fmt: skip
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "default", "namespace": name}}  # fmt: skip
+    cluster.apply(ADMIN, [namespace])
+    cluster.apply(ADMIN, [account])
+    return name

@@ -12,7 +12,7 @@ import yaml
 
 from tests.kube.cluster import LabelRbacCluster
 from tests.kube.controlplane import ADMIN
-from tests.kube.support import install_tenants, obj
+from tests.kube.support import eventually, install_tenants, obj
 
 
 @pytest.fixture
@@ -151,3 +151,52 @@ def test_exec_is_judged_by_the_pods_labels(kube: LabelRbacCluster, tenants: str)
     status, body = kube.control_plane.request("alice", "POST", path.format("p-a"))
     assert status != 403, body
     assert "labelrbac" not in str(body)
+
+
+def test_apply_creates_in_the_bucket_server_side_not_client_side(
+    kube: LabelRbacCluster, tenants: str
+) -> None:
+    """Client-side ``kubectl apply`` GETs the object first; a get of an object whose labels
+    cannot be read (here: it does not exist yet) is refused, so that no other bucket's object
+    is revealed. Server-side apply sends the object with the request and is judged by it."""
+    document = yaml.safe_dump(configmap(tenants, "new", team="a"))
+    client_side = kube.kubectl("alice", "apply", "-f", "-", input=document)
+    assert client_side.returncode != 0
+    assert (
+        f'may not get configmaps "new" in namespace "{tenants}": its labels cannot be checked '
+        f'(could not read configmaps "new" in namespace "{tenants}": HTTP 404 NotFound)'
+    ) in client_side.stderr
+    server_side = kube.kubectl("alice", "apply", "--server-side", "-f", "-", input=document)
+    assert server_side.returncode == 0, server_side.stderr
+    assert server_side.stdout.strip() == "configmap/new serverside-applied"
+
+    def applied_again() -> None:
+        # The API server keeps the refused get for unauthorizedTTL (1 s) before asking again.
+        again = kube.kubectl("alice", "apply", "-f", "-", input=document)
+        assert again.returncode == 0, again.stderr
+
+    eventually(applied_again, timeout=5)
+    other = yaml.safe_dump(configmap(tenants, "theirs", team="b"))
+    refused = kube.kubectl("alice", "apply", "--server-side", "-f", "-", input=other)
+    assert refused.returncode != 0
+    assert 'label team="b" is not permitted' in refused.stderr
+
+
+def test_the_ci_robot_rolls_web_within_both_teams(kube: LabelRbacCluster, tenants: str) -> None:
+    """Role ci: get/update/patch on the deployment named web, labeled team a or b (an admin
+    impersonating the robot's ServiceAccount, as the API server authenticates its token)."""
+    robot = f"system:serviceaccount:{tenants}:ci-deployer"
+    kube.apply(ADMIN, [deployment(tenants, "web", "a"), deployment(tenants, "api", "a")])
+    rolled = kube.kubectl(ADMIN, "--as", robot, "-n", tenants, "set", "image", "deployment/web",
+                          "c=busybox:2")  # fmt: skip
+    assert rolled.returncode == 0, rolled.stderr
+    relabel = kube.kubectl(ADMIN, "--as", robot, "-n", tenants, "label", "deployment", "web",
+                           "team=c", "--overwrite")  # fmt: skip
+    assert relabel.returncode != 0
+    assert f'user "{robot}" may not update deployments.apps "web"' in relabel.stderr
+    assert 'label team="c" is not permitted (role ' in relabel.stderr
+    other = kube.kubectl(ADMIN, "--as", robot, "-n", tenants, "set", "image", "deployment/api",
+                         "c=busybox:2")  # fmt: skip
+    assert other.returncode != 0
+    assert "labelrbac" not in other.stderr  # RBAC's resourceNames refuse it first
+    assert f'User "{robot}" cannot get resource "deployments"' in other.stderr

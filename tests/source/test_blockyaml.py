@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from app.source import blockyaml
 from app.source.static import ManifestError, read_manifests
-from app.source.yamlload import LOADER, load_all
+from app.source.yamlload import LOADER, describe_error, load_all
 from tests.source.test_yamlload import assert_same, bench_scale, outcome
 from tests.support import API, FIXTURES, RECENT, ROOT
 
@@ -451,4 +451,5 @@ def test_a_malformed_file_fails_with_pyyamls_message(tmp_path: Path, text: str) 
         list(yaml.load_all(text, Loader=LOADER))
     with pytest.raises(ManifestError) as got:
         read_manifests(tmp_path)
-    assert str(got.value) == f"{path}: {expected.value}"
+    # The same error (problem, context and their marks), told on one line.
+    assert str(got.value) == f"{path}: {describe_error(expected.value)}"
