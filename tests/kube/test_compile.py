@@ -201,7 +201,9 @@ def test_when_the_leader_dies_the_other_takes_over_within_the_lease_and_loses_no
     cp.apply(ADMIN, [rbac(binding("carol-a", "team-a", "User:carol", namespace=NS))])
     took = wait_for(lambda: holder(cp) == "two", "the other replica to lead", timeout=30)
     print(f"leader killed -> the other replica leads: {took:.1f} s (lease {LEASE_SECONDS} s)")
-    assert took <= LEASE_SECONDS + 1.5  # the lease runs out, then one retry period
+    # The lease runs out on the follower's clock, then its next try (a sixth of the lease), with
+    # room for a loaded machine's API latency.
+    assert took <= LEASE_SECONDS + 2.0
     wait_for(lambda: create(cp, "carol", "b").endswith(label_denial("carol")), "carol compiled")
     assert "leading" in compilers.log("two")
     assert create(cp, "carol", "a") == ""
