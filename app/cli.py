@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,7 @@ from app.engine.model import (
 )
 from app.engine.nodeauthz import check_node_read
 from app.engine.nodegraph import NodeGraph
+from app.engine.params import MAX_BYTES
 from app.engine.policy import (
     DEFAULT_ANNOTATION_KEY,
     AnnotationError,
@@ -238,6 +241,35 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="after SIGTERM, keep serving this long with /readyz at 503 (default 0)",
     )
+
+    compile_ = sub.add_parser(
+        "compile",
+        parents=[policy],
+        help="keep the compiled label rule's parameters in step with RBAC (leader-elected)",
+    )
+    compile_.add_argument(
+        "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
+    )
+    compile_.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
+    compile_.add_argument("--lease-name", default="label-rbac-compiler", metavar="NAME")
+    compile_.add_argument(
+        "--lease-seconds",
+        type=_seconds_arg,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long a replica's lease lasts unrenewed (default 15)",
+    )
+    compile_.add_argument(
+        "--identity", help="this replica's name in the Lease (default: host name and a number)"
+    )
+    compile_.add_argument(
+        "--max-params-bytes",
+        type=_count_arg,
+        default=MAX_BYTES,
+        metavar="BYTES",
+        help="leave a namespace whose parameters would be larger to the webhook",
+    )
+    compile_.add_argument("--log-level", default="info")
 
     rbac_source = _source_flags()
     check = sub.add_parser(
@@ -839,6 +871,30 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from app import logs
+    from app.compile import LeaderLease, identity, run
+    from app.source.api import KubeClient
+
+    kubeconfig, in_cluster = _kube_connection(args.kubeconfig)
+    settings = _settings(args, kubeconfig=kubeconfig, in_cluster=in_cluster)
+    logs.configure(args.log_level)
+    client = KubeClient.connect(kubeconfig, in_cluster)
+    lease = LeaderLease(
+        client,
+        args.lease_namespace,
+        args.lease_name,
+        args.identity or identity(),
+        duration=args.lease_seconds,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    run(client, settings, lease, stop, args.max_params_bytes)
+    logs.stop()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
     try:
         args = _parser(prog).parse_args(argv)
@@ -847,6 +903,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
         return 2
     handler = {
         "serve": _cmd_serve,
+        "compile": _cmd_compile,
         "check": _cmd_check,
         "who-can": _cmd_who_can,
         "audit": _cmd_audit,

@@ -18,6 +18,7 @@ BENCHMARKS = {
     "traffic": "bench.traffic",
     "globs": "bench.globs",
     "soak": "bench.soak",
+    "vap": "bench.vap",
 }
 
 

@@ -269,7 +269,8 @@ def _same(item: dict[str, Any]) -> dict[str, Any]:
 
 
 class KubeClient:
-    """GET-only access to the API server through one ``ApiClient`` (thread-safe)."""
+    """Access to the API server through one ``ApiClient`` (thread-safe): reads for the cluster
+    source, and ``send`` for the compiler's writes (its parameters, its Lease, Events)."""
 
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self._api = api_client
@@ -389,6 +390,45 @@ class KubeClient:
             raise Malformed(f"GET {path}: response is not JSON") from None
         if not isinstance(document, dict):
             raise Malformed(f"GET {path}: response is not a JSON object")
+        return document
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any],
+        query: Query = (),
+        content_type: str = JSON,
+        timeout: float = 10.0,
+    ) -> dict[str, Any]:
+        """One write (POST, PUT, PATCH) of a JSON ``body``; the object the API server returns.
+        Raises ``ApiError`` on an error status, ``Unreachable`` when it cannot be asked."""
+        method, url, headers, payload, _ = self._api.param_serialize(
+            method,
+            path,
+            query_params=list(query),
+            header_params={"Accept": JSON, "Content-Type": content_type},
+            body=dict(body),
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(
+                method, url, header_params=headers, body=payload, _request_timeout=timeout
+            ).response
+        except (urllib3.exceptions.HTTPError, ApiException, OSError) as exc:
+            raise unreachable(exc) from None
+        if not 200 <= response.status < 300:
+            raise self._error(response)
+        try:
+            document = json.loads(response.read())
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise unreachable(exc) from None
+        except ValueError:
+            raise Malformed(f"{method} {path}: response is not JSON") from None
+        finally:
+            response.release_conn()
+        if not isinstance(document, dict):
+            raise Malformed(f"{method} {path}: response is not a JSON object")
         return document
 
     def list_each(

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -155,8 +155,11 @@ class ClusterSource:
         parent_resources: Mapping[tuple[str, str], str] = PARENT_RESOURCES,
         watched_labels: frozenset[tuple[str, str]] = WATCHED_RESOURCES,
         node_graph: NodeGraph | None = None,
+        on_applied: Callable[[LiveSnapshot, list[Change]], None] | None = None,
     ) -> None:
         self._client = client
+        # Told every batch of changes once applied (the compiler re-renders what they touch).
+        self._on_applied = on_applied
         self._tuning = tuning or Tuning()
         self._observer: SourceObserver = observer or NullSourceObserver()
         self._max_staleness = max_staleness
@@ -406,6 +409,8 @@ class ClusterSource:
             # the changes itself fail, the builder keeps the previous snapshot and says so).
             log.exception("could not apply %d changes incrementally; indexing all", len(changes))
             self._live = self._live.apply(changes, whole=True)
+        if self._on_applied is not None:
+            self._on_applied(self._live, changes)
         return self._live.snapshot
 
     def _resync_loop(self) -> None:

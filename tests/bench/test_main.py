@@ -16,6 +16,7 @@ FLAGS = {
     "traffic": ("--hour", "--relist-max", "--workers"),
     "globs": ("--seconds", "--stars"),
     "soak": ("--minutes", "--max-requests", "--churn"),
+    "vap": ("--bindings", "--connections", "--seconds", "--rounds", "--json"),
 }
 
 

@@ -1,0 +1,394 @@
+"""The label rule compiled for the API server: one parameter object per namespace.
+
+With compilation on, a ValidatingAdmissionPolicy (``app.admission_policy``) judges the common
+write path inside kube-apiserver: CREATE, UPDATE and DELETE of namespaced objects that carry their
+own labels. Its CEL reads one ``LabelRbacParams`` object per namespace, rendered here from the
+same ``Snapshot`` the webhook decides on, with the webhook's own RBAC matching
+(``CompiledRole.grants``) and grant classification (``labels.classify``), so both front doors
+agree on which roles grant a request and what they permit. ``spec``::
+
+    mode: enforce | warn | audit          # the global mode
+    allowUnlabeled: false
+    rules:                                # resource → operation → subject → grant ids
+      configmaps:
+        CREATE: {users: {alice: [a]}, groups: {tenants: [b]},
+                 clusterUsers: {...}, clusterGroups: {...}}
+    grants:
+      a: {role: role t1/team-a, mode: enforce, allows: "role t1/team-a allows team in [a]",
+          labels: [{key: team, exact: [a], patterns: []}], names: [...]}
+      b: {role: clusterrole edit, unrestricted: true}
+      c: {role: role t1/broken, invalid: "role t1/broken grants nothing here: ..."}
+
+Lookups are by subject, so the policy's time does not grow with the bindings in a namespace.
+Subject lists keep the webhook's order (a namespace's RoleBindings before ClusterRoleBindings,
+each by binding name), so denial messages name the roles in the same order. Only resources some
+restricted (or void) role grants in the namespace are indexed; for those every granting role is,
+unrestricted ones included, so a subject RBAC authorizes but the index does not know can only
+mean parameters older than RBAC (the policy then denies: see ``admission_policy``).
+
+Globs become anchored RE2 patterns for CEL ``matches``: every character but the two wildcards is
+escaped, so a pattern is a plain sequence of literals, ``.`` and ``.*``, which RE2 matches in
+linear time. A namespace whose parameters would exceed ``max_bytes`` is never truncated: it is
+rendered ``delegated`` (the policy stands aside and the webhook keeps judging it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine.context import Options
+from app.engine.glob import ANY, STAR, Glob
+from app.engine.incremental import BINDINGS, CATEGORIES, NAMESPACES, ROLES, Change, LiveSnapshot
+from app.engine.kinds import RBAC_RESOURCES
+from app.engine.labels import classify
+from app.engine.model import ENFORCE, Resource
+from app.engine.rbac import (
+    RBAC_GROUP,
+    Binding,
+    CompiledRole,
+    RoleRef,
+    Scope,
+    Snapshot,
+    limits,
+)
+from app.engine.workloads import RULES as WORKLOAD_RULES
+
+API_VERSION = "labelrbac.io/v1alpha1"
+KIND = "LabelRbacParams"
+PLURAL = "labelrbacparams"
+# Every namespace's parameter object has this name (the policy binding's ``paramRef.name``).
+NAME = "label-rbac"
+
+# kube-apiserver refuses requests over 3 MiB and etcd values over 1.5 MiB. The spec is kept well
+# below the latter: metadata, status and managed fields (one entry: the maps are atomic) share it.
+MAX_BYTES = 1_400_000
+
+# Resources the webhook keeps whatever the labels: RBAC objects (escalation check, annotation
+# validation), workloads (templates, selectors, scale targets, references) and pods (references,
+# mirror-pod annotation); and what must never wait for parameters to exist (leader election
+# Leases, Events, written in a namespace before anything is compiled for it). The policy excludes
+# them, and the compiler never indexes them.
+WEBHOOK_RESOURCES: frozenset[tuple[str, str]] = frozenset(
+    {
+        *((RBAC_GROUP, resource) for resource in RBAC_RESOURCES),
+        *WORKLOAD_RULES,
+        ("", "pods"),
+        ("coordination.k8s.io", "leases"),
+        ("", "events"),
+        ("events.k8s.io", "events"),
+    }
+)
+
+# Operation keys of the index and the RBAC verbs behind each (``model.authorizations``): a
+# DELETE without a name is one object of a collection delete, authorized as deletecollection.
+CREATE, UPDATE, DELETE, DELETECOLLECTION = "CREATE", "UPDATE", "DELETE", "DELETECOLLECTION"
+OPERATION_VERBS: Mapping[str, tuple[str, ...]] = {
+    CREATE: ("create",),
+    UPDATE: ("update", "patch"),
+    DELETE: ("delete",),
+    DELETECOLLECTION: ("deletecollection",),
+}
+# Per scope: where a subject's grant ids go, for users and for groups.
+SUBJECT_FIELDS: Mapping[str, tuple[str, str]] = {
+    "namespace": ("users", "groups"),
+    "cluster": ("clusterUsers", "clusterGroups"),
+}
+
+
+def in_scope(res: Resource) -> bool:
+    """Whether the compiled policy judges writes of ``res`` (a namespaced resource)."""
+    return not res.subresource and (res.group, res.resource) not in WEBHOOK_RESOURCES
+
+
+def resource_key(res: Resource) -> str:
+    """The index key the policy builds from a request: ``configmaps``, ``widgets.example.com``."""
+    return str(Resource(res.group, res.resource))
+
+
+def glob_pattern(glob: Glob) -> str:
+    """An anchored RE2 pattern matching exactly what ``glob`` matches.
+
+    Everything but ``*`` and ``?`` is escaped, so the pattern has no classes, groups,
+    alternations or counted repetitions: only literals, ``.`` and ``.*``.
+    """
+    parts = ["^"]
+    for ch in glob.canonical or glob.text:
+        if ch == STAR:
+            parts.append(".*")
+        elif ch == ANY:
+            parts.append(".")
+        elif ch.isalnum() or ch == "_":
+            parts.append(ch)
+        else:
+            parts.append("\\" + ch)
+    parts.append("$")
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the compiler renders for: the resources the policy may see and the settings."""
+
+    resources: tuple[Resource, ...]
+    options: Options = field(default_factory=Options)
+    max_bytes: int = MAX_BYTES
+
+    @classmethod
+    def of(
+        cls,
+        resources: Iterable[Resource],
+        options: Options | None = None,
+        max_bytes: int = MAX_BYTES,
+    ) -> Target:
+        """The resources the policy judges among ``resources`` (discovery's namespaced ones)."""
+        kept = sorted(
+            {Resource(r.group, r.resource) for r in resources if in_scope(r)}, key=resource_key
+        )
+        return cls(tuple(kept), options or Options(), max_bytes)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One namespace's parameters: ``spec`` as written, its grant count and size in bytes.
+
+    ``delegated`` is set (and ``spec`` holds no index) when the parameters would exceed the size
+    limit: the namespace stays with the webhook.
+    """
+
+    namespace: str
+    spec: Mapping[str, Any]
+    grants: int
+    size: int
+    delegated: str | None = None
+
+    def manifest(self) -> dict[str, Any]:
+        """The object to apply (server-side) as the compiler's field manager."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": NAME, "namespace": self.namespace},
+            "spec": self.spec,
+        }
+
+
+def _grant_of(role: CompiledRole, res: Resource) -> dict[str, Any]:
+    """What ``role`` means for writes of ``res``, classified as the webhook classifies it."""
+    grants = classify((role,), res)
+    if grants.unrestricted is not None:
+        return {"role": str(role.ref), "unrestricted": True}
+    if grants.invalid:
+        return {"role": str(role.ref), "invalid": grants.broken()}
+    _, entries = grants.restricted[0]
+    labels = [
+        {
+            "key": req.key,
+            "exact": [g.text for g in req.values if g.is_literal],
+            "patterns": [glob_pattern(g) for g in req.values if not g.is_literal],
+        }
+        for entry in entries
+        for req in entry.requirements
+    ]
+    return {
+        "role": str(role.ref),
+        "mode": role.mode,
+        "allows": grants.allowances(),
+        "labels": labels,
+    }
+
+
+def _names(role: CompiledRole, verbs: Sequence[str], res: Resource) -> tuple[str, ...] | None:
+    """None when ``role`` grants ``verbs`` on ``res`` whatever the name; else the names it grants
+    them on (empty: not at all). Decided by the role's own ``grants``, rule by rule."""
+    if role.grants(verbs, res, ""):
+        return None
+    candidates = sorted({name for rule in role.rules for name in rule.names})
+    return tuple(name for name in candidates if role.grants(verbs, res, name))
+
+
+class _Grants:
+    """A namespace's grant table: one id per (role, resource, names), in order of first use.
+
+    What a role means for a resource and operation is worked out once per render, whatever the
+    number of bindings referring to it.
+    """
+
+    def __init__(self) -> None:
+        self.table: dict[str, dict[str, Any]] = {}
+        self._ids: dict[tuple[RoleRef, Resource, tuple[str, ...] | None], str] = {}
+        self._names: dict[tuple[RoleRef, Resource, str], tuple[str, ...] | None] = {}
+
+    def names(self, role: CompiledRole, res: Resource, operation: str) -> tuple[str, ...] | None:
+        key = (role.ref, res, operation)
+        if key not in self._names:
+            self._names[key] = _names(role, OPERATION_VERBS[operation], res)
+        return self._names[key]
+
+    def id_for(self, role: CompiledRole, res: Resource, names: tuple[str, ...] | None) -> str:
+        key = (role.ref, res, names)
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = _short_id(len(self._ids))
+            grant = _grant_of(role, res)
+            if names is not None:
+                grant["names"] = list(names)
+            self.table[found] = grant
+        return found
+
+
+def _short_id(n: int) -> str:
+    """0 → "0", 35 → "z", 36 → "10": ids stay short, the index repeats them."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = digits[n % 36]
+    while n >= 36:
+        n //= 36
+        out = digits[n % 36] + out
+    return out
+
+
+def _restricts(role: CompiledRole, res: Resource) -> bool:
+    """Whether ``role`` grants some write of ``res`` with label limits (or is void for it)."""
+    if not limits(role):
+        return False
+    if not any(
+        role.grants(verbs, res, name)
+        for verbs in OPERATION_VERBS.values()
+        for name in ("", *sorted({n for rule in role.rules for n in rule.names}))
+    ):
+        return False
+    return classify((role,), res).unrestricted is None
+
+
+def _limited(scopes: Iterable[Scope], resources: Sequence[Resource]) -> list[Resource]:
+    """The resources some restricted or void role bound in ``scopes`` grants a write of."""
+    roles: dict[RoleRef, CompiledRole] = {}
+    for scope in scopes:
+        for key in scope.limited:
+            for _, role in scope.entries[key]:
+                if limits(role):
+                    roles.setdefault(role.ref, role)
+    return [res for res in resources if any(_restricts(role, res) for role in roles.values())]
+
+
+def _scope_index(
+    scope: Scope | None, res: Resource, grants: _Grants
+) -> dict[str, dict[str, dict[str, list[str]]]]:
+    """operation → {"User"|"Group" → subject → grant ids} for one scope's bindings of ``res``."""
+    found: dict[str, dict[str, dict[str, list[str]]]] = {}
+    if scope is None:
+        return found
+    for (kind, subject), pairs in sorted(scope.entries.items()):
+        for operation in OPERATION_VERBS:
+            ids: list[str] = []
+            for _, role in pairs:  # already in binding-name order
+                names = grants.names(role, res, operation)
+                # A collection delete names no object: a rule with resourceNames never grants it.
+                if names is not None and (not names or operation == DELETECOLLECTION):
+                    continue
+                grant = grants.id_for(role, res, names)
+                if grant not in ids:
+                    ids.append(grant)
+            if ids:
+                found.setdefault(operation, {}).setdefault(kind, {})[subject] = ids
+    return found
+
+
+def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
+    """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding."""
+    scopes = [
+        s
+        for s in (snapshot.bindings.scopes.get(namespace), snapshot.bindings.scopes.get(""))
+        if s is not None
+    ]
+    grants = _Grants()
+    rules: dict[str, dict[str, dict[str, dict[str, list[str]]]]] = {}
+    for res in _limited(scopes, target.resources):
+        # operation → users|groups|clusterUsers|clusterGroups → subject → grant ids
+        operations: dict[str, dict[str, dict[str, list[str]]]] = {}
+        for scope_name, name in (("namespace", namespace), ("cluster", "")):
+            users, groups = SUBJECT_FIELDS[scope_name]
+            found = _scope_index(snapshot.bindings.scopes.get(name), res, grants)
+            for operation, subjects in found.items():
+                entry = operations.setdefault(operation, {})
+                if "User" in subjects:
+                    entry[users] = subjects["User"]
+                if "Group" in subjects:
+                    entry[groups] = subjects["Group"]
+        rules[resource_key(res)] = {
+            op: operations[op] for op in OPERATION_VERBS if op in operations
+        }
+    base: dict[str, Any] = {
+        "mode": target.options.mode,
+        "allowUnlabeled": target.options.allow_unlabeled,
+    }
+    if target.options.mode != ENFORCE or any(
+        g.get("mode", ENFORCE) != ENFORCE for g in grants.table.values()
+    ):
+        base["softened"] = True  # the warn and audit policies look further only then
+    spec = {**base, "rules": rules, "grants": grants.table}
+    size = _size(spec)
+    if size > target.max_bytes:
+        reason = (
+            f"the parameters of namespace {namespace} would take {size} bytes, over the "
+            f"limit of {target.max_bytes}: the webhook keeps judging its writes"
+        )
+        delegated = {**base, "delegated": reason}
+        return Rendered(namespace, delegated, len(grants.table), _size(delegated), reason)
+    return Rendered(namespace, spec, len(grants.table), size)
+
+
+def _size(spec: Mapping[str, Any]) -> int:
+    return len(json.dumps(spec, separators=(",", ":")).encode())
+
+
+def namespaces_of(snapshot: Snapshot) -> set[str]:
+    """Every namespace that gets parameters: those known, and those holding RoleBindings."""
+    return set(snapshot.namespaces) | {name for name in snapshot.bindings.scopes if name}
+
+
+# Every namespace must be rendered again (a ClusterRoleBinding is copied into each).
+ALL: frozenset[str] = frozenset({"*"})
+
+
+def touched(live: LiveSnapshot, changes: Iterable[Change]) -> frozenset[str]:
+    """The namespaces whose parameters ``changes`` may alter, ``ALL`` when every one's may.
+
+    ``live`` is the state after the changes; a role change reaches the namespaces of the
+    bindings referring to it (a ClusterRole bound cluster-wide, every namespace).
+    """
+    found: set[str] = set()
+    for kind, old, new in changes:
+        category = CATEGORIES.get(kind)
+        for value in (old, new):
+            if value is None:
+                continue
+            if category == NAMESPACES:
+                found.add(value[0])
+            elif category == BINDINGS:
+                binding: Binding = value
+                if not binding.namespace:
+                    return ALL
+                found.add(binding.namespace)
+            elif category == ROLES:
+                role: CompiledRole = value
+                for ns in _referring_namespaces(live, role.ref):
+                    if not ns:
+                        return ALL
+                    found.add(ns)
+    return frozenset(found)
+
+
+def _referring_namespaces(live: LiveSnapshot, ref: RoleRef) -> Iterator[str]:
+    if ref.namespace:
+        yield ref.namespace  # a Role is bound in its own namespace only
+        return
+    found = live.referrers.get(ref)
+    if found is None:
+        return
+    if isinstance(found, Binding):
+        yield found.namespace
+    else:
+        for namespace, _ in found:
+            yield namespace

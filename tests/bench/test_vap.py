@@ -1,0 +1,31 @@
+"""A tiny run of the compiled-policy benchmark through a real kube-apiserver, to keep it working."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.bench import run_bench
+from tests.kube.conftest import require_control_plane
+
+
+def test_a_tiny_vap_run_measures_every_setup_against_no_policy(tmp_path: Path) -> None:
+    require_control_plane()
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (apt-get install wrk)")
+    out = tmp_path / "vap.json"
+    result = run_bench(
+        "vap", "--bindings", "3", "--connections", "1", "--seconds", "1", "--rounds", "1",
+        "--json", str(out), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads(out.read_text())
+    assert [row["setup"] for row in rows] == ["none", "trivial", "compiled"]
+    for row in rows:
+        assert row["bindings"] == 3 and row["connections"] == 1
+        assert row["p50_ms"] > 0 and row["rps"] > 0 and row["params_bytes"] > 0
+    # Ratios are against the no-policy run of the same round.
+    assert rows[0]["throughput_ratio"] == 1.0 and rows[0]["added_p50_ms"] == 0.0

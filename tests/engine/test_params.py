@@ -1,0 +1,274 @@
+"""The compiled parameters: what each namespace's ``LabelRbacParams`` holds, the size guard, the
+glob patterns, and which namespaces a change makes the compiler render again."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from app.engine.context import Options
+from app.engine.glob import Glob
+from app.engine.incremental import LiveSnapshot
+from app.engine.kinds import BY_KIND
+from app.engine.model import AUDIT, WARN, Resource
+from app.engine.params import (
+    ALL,
+    WEBHOOK_RESOURCES,
+    Target,
+    glob_pattern,
+    in_scope,
+    namespaces_of,
+    render,
+    touched,
+)
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import Compiler
+from tests.support import binding, role, rule, snapshot
+
+CONFIGMAPS = Resource("", "configmaps")
+SECRETS = Resource("", "secrets")
+WIDGETS = Resource("example.com", "widgets")
+TARGET = Target.of([CONFIGMAPS, SECRETS, WIDGETS], Options())
+
+TEAM_A = role("team-a", "t1", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}})
+SHARED = role(
+    "shared",
+    "t1",
+    [rule("create", "configmaps")],
+    {"configmaps": {"team": ["shared-*"], "env": ["dev", "stag?"]}},
+)
+EDITOR = role("editor", "t1", [rule("*", "configmaps secrets")])
+OBJECTS = (
+    TEAM_A,
+    SHARED,
+    EDITOR,
+    binding("alice-a", "team-a", "User:alice", namespace="t1"),
+    binding("tenants", "shared", "Group:tenants", namespace="t1"),
+    binding("builder", "team-a", "ServiceAccount:ci:builder", namespace="t1"),
+    binding("carol-editor", "editor", "User:carol", namespace="t1"),
+    binding("carol-a", "team-a", "User:carol", namespace="t1"),
+)
+
+
+def spec_of(*objects: tuple[str, dict[str, Any]], namespace: str = "t1", **kw: Any) -> Any:
+    return render(snapshot(*objects), namespace, Target.of(TARGET.resources, **kw)).spec
+
+
+def grant_roles(spec: Any, ids: list[str]) -> list[str]:
+    return [spec["grants"][i]["role"] for i in ids]
+
+
+def test_subjects_are_indexed_by_resource_operation_and_name_in_binding_order() -> None:
+    spec = spec_of(*OBJECTS)
+    create = spec["rules"]["configmaps"]["CREATE"]
+    assert grant_roles(spec, create["users"]["alice"]) == ["role t1/team-a"]
+    assert grant_roles(spec, create["groups"]["tenants"]) == ["role t1/shared"]
+    # A ServiceAccount subject is its user name; an omitted namespace would be the binding's.
+    assert grant_roles(spec, create["users"]["system:serviceaccount:ci:builder"]) == [
+        "role t1/team-a"
+    ]
+    # carol-a sorts before carol-editor: the webhook's order, so messages agree.
+    assert grant_roles(spec, create["users"]["carol"]) == ["role t1/team-a", "role t1/editor"]
+    # shared grants create only.
+    assert "groups" not in spec["rules"]["configmaps"]["UPDATE"]
+
+
+def test_grants_carry_what_the_webhook_judges_and_says() -> None:
+    spec = spec_of(*OBJECTS)
+    by_role = {g["role"]: g for g in spec["grants"].values()}
+    assert by_role["role t1/editor"] == {"role": "role t1/editor", "unrestricted": True}
+    assert by_role["role t1/shared"] == {
+        "role": "role t1/shared",
+        "mode": "enforce",
+        "allows": "role t1/shared allows team in [shared-*] and env in [dev, stag?]",
+        "labels": [
+            {"key": "team", "exact": [], "patterns": ["^shared\\-.*$"]},
+            {"key": "env", "exact": ["dev"], "patterns": ["^stag.$"]},
+        ],
+    }
+
+
+def test_only_resources_a_restricted_role_grants_are_indexed() -> None:
+    # secrets are granted by the editor alone (unrestricted): nothing for the policy to judge.
+    assert set(spec_of(*OBJECTS)["rules"]) == {"configmaps"}
+    assert spec_of(EDITOR, binding("e", "editor", "User:carol", namespace="t1"))["rules"] == {}
+
+
+def test_cluster_role_bindings_are_copied_into_every_namespace_after_its_own() -> None:
+    objects = (
+        *OBJECTS,
+        role("view-a", "", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}),
+        binding("everyone-a", "view-a", "Group:tenants"),
+    )
+    for namespace in ("t1", "t2"):
+        spec = spec_of(*objects, namespace=namespace)
+        create = spec["rules"]["configmaps"]["CREATE"]
+        assert grant_roles(spec, create["clusterGroups"]["tenants"]) == ["clusterrole view-a"]
+    assert "groups" not in spec_of(*objects, namespace="t2")["rules"]["configmaps"]["CREATE"]
+
+
+def test_a_role_with_an_invalid_annotation_is_void_with_the_webhooks_words() -> None:
+    broken = role("broken", "t1", [rule("create", "configmaps")], "{not json")
+    spec = spec_of(broken, binding("b", "broken", "User:dave", namespace="t1"))
+    (grant,) = spec["grants"].values()
+    assert grant["role"] == "role t1/broken"
+    assert grant["invalid"].startswith("role t1/broken grants nothing here: invalid ")
+
+
+@pytest.mark.parametrize(
+    ("verbs", "names", "expected"),
+    [
+        pytest.param("create", "c1 c2", {"CREATE": ["c1", "c2"]}, id="create-named"),
+        pytest.param("update patch", "c1", {"UPDATE": ["c1"]}, id="update-named"),
+        pytest.param("delete deletecollection", "c1", {"DELETE": ["c1"]}, id="no-named-collection"),
+        pytest.param(
+            "*",
+            "",
+            {o: None for o in ("CREATE", "UPDATE", "DELETE", "DELETECOLLECTION")},
+            id="any-name",
+        ),
+    ],
+)
+def test_resource_names_are_carried_per_operation(
+    verbs: str, names: str, expected: dict[str, list[str] | None]
+) -> None:
+    named = role(
+        "named", "t1", [rule(verbs, "configmaps", names=names)], {"configmaps": {"team": ["a"]}}
+    )
+    spec = spec_of(named, binding("n", "named", "User:erin", namespace="t1"))
+    found = {
+        op: spec["grants"][entry["users"]["erin"][0]].get("names")
+        for op, entry in spec["rules"]["configmaps"].items()
+    }
+    assert found == expected
+
+
+def test_modes_are_carried_and_flag_the_softened_namespaces() -> None:
+    warned = role(
+        "warned", "t1", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}, mode=WARN
+    )
+    spec = spec_of(warned, binding("w", "warned", "User:a", namespace="t1"))
+    assert [g["mode"] for g in spec["grants"].values()] == [WARN]
+    assert spec["softened"] is True
+    assert "softened" not in spec_of(*OBJECTS)
+    globally = render(snapshot(*OBJECTS), "t1", Target.of(TARGET.resources, Options(mode=AUDIT)))
+    assert globally.spec["mode"] == AUDIT and globally.spec["softened"] is True
+
+
+def test_resources_the_webhook_keeps_are_never_compiled() -> None:
+    every = [Resource(g, r) for g, r in WEBHOOK_RESOURCES] + [Resource("", "pods", "exec")]
+    assert not any(map(in_scope, every))
+    assert Target.of([*every, CONFIGMAPS], Options()).resources == (CONFIGMAPS,)
+
+
+def test_a_namespace_over_the_size_limit_is_delegated_never_truncated() -> None:
+    whole = render(snapshot(*OBJECTS), "t1", TARGET)
+    small = render(snapshot(*OBJECTS), "t1", Target(TARGET.resources, Options(), whole.size - 1))
+    assert small.delegated is not None and f"{whole.size} bytes" in small.delegated
+    assert small.spec == {"mode": "enforce", "allowUnlabeled": False, "delegated": small.delegated}
+    assert whole.delegated is None
+    assert whole.size == len(json.dumps(whole.spec, separators=(",", ":")).encode())
+
+
+GLOBS = ["a", "shared-*", "stag?", "*-dev-*", "v?.?", "*", "a.b", "*?", "x*y*z"]
+VALUES = [
+    "a",
+    "shared-",
+    "shared-x",
+    "stag1",
+    "stag",
+    "q-dev-w",
+    "v1.2",
+    "v1x2",
+    "",
+    "a.b",
+    "axb",
+    "xyz",
+    "x-y-z",
+    "zyx",
+]
+
+
+@pytest.mark.parametrize("text", GLOBS)
+def test_glob_patterns_match_exactly_what_the_glob_matches(text: str) -> None:
+    glob, pattern = Glob.compile(text), glob_pattern(Glob.compile(text))
+    # Only literals (escaped unless a word character), "." and ".*", anchored: linear in RE2.
+    assert re.fullmatch(r"\^(\\[^A-Za-z0-9_]|[A-Za-z0-9_]|\.\*|\.)*\$", pattern)
+    for value in VALUES:
+        assert bool(re.search(pattern, value)) == glob.matches(value), (text, value)
+
+
+# --- incremental -------------------------------------------------------------------------------
+
+COMPILER = Compiler((DEFAULT_ANNOTATION_KEY,))
+BASE = (
+    *OBJECTS,
+    role("view-a", "", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}),
+    binding("t2-view", "view-a", "User:frank", namespace="t2", role_kind="ClusterRole"),
+    role("team-b", "t3", [rule("*", "configmaps")], {"configmaps": {"team": ["b"]}}),
+    binding("bob-b", "team-b", "User:bob", namespace="t3"),
+    ("Namespace", {"kind": "Namespace", "metadata": {"name": "t4"}}),
+)
+
+
+def compiled(kind_obj: tuple[str, dict[str, Any]]) -> Any:
+    return BY_KIND[kind_obj[0]].compile(COMPILER, kind_obj[1])
+
+
+def live_of(objects: tuple[tuple[str, dict[str, Any]], ...]) -> LiveSnapshot:
+    by_kind: dict[str, list[Any]] = defaultdict(list)
+    for item in objects:
+        by_kind[item[0]].append(compiled(item))
+    return LiveSnapshot.build(by_kind)
+
+
+CHANGES = [
+    pytest.param(None, binding("x", "team-a", "User:zed", namespace="t1"), {"t1"}, id="rb-add"),
+    pytest.param(OBJECTS[3], None, {"t1"}, id="rb-delete"),
+    pytest.param(
+        TEAM_A,
+        role("team-a", "t1", [rule("*", "configmaps")], {"configmaps": {"team": ["z"]}}),
+        {"t1"},
+        id="role-update",
+    ),
+    pytest.param(
+        BASE[8],
+        role("view-a", "", [rule("*", "configmaps")], {"configmaps": {"team": ["q"]}}),
+        {"t2"},
+        id="clusterrole-via-rb",
+    ),
+    pytest.param(None, binding("all-a", "view-a", "Group:tenants"), ALL, id="crb-add"),
+    pytest.param(
+        None,
+        ("Namespace", {"kind": "Namespace", "metadata": {"name": "t5"}}),
+        {"t5"},
+        id="namespace-add",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), CHANGES)
+def test_a_change_touches_the_namespaces_whose_parameters_it_may_alter(
+    old: tuple[str, dict[str, Any]] | None,
+    new: tuple[str, dict[str, Any]] | None,
+    expected: set[str] | frozenset[str],
+) -> None:
+    before = live_of(BASE)
+    kind = (old or new)[0]  # type: ignore[index]
+    change = (kind, compiled(old) if old else None, compiled(new) if new else None)
+    after = before.apply([change])
+    found = touched(after, [change])
+    assert found == expected
+    # Every namespace whose parameters changed, appeared or went is among those found.
+    was, now = namespaces_of(before.snapshot), namespaces_of(after.snapshot)
+    changed = (was ^ now) | {
+        ns
+        for ns in was & now
+        if render(before.snapshot, ns, TARGET).spec != render(after.snapshot, ns, TARGET).spec
+    }
+    assert found == ALL or changed <= found
+    assert changed, "the change must alter some namespace's parameters"

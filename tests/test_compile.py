@@ -1,0 +1,115 @@
+"""The compiler's writer and lease, against a recording client: what is written, when, by whom.
+
+(tests/kube/test_compile.py runs two compilers against a real kube-apiserver.)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from app.compile import FIELD_MANAGER, LeaderLease, ParamsWriter
+from app.engine.context import Options
+from app.engine.incremental import LiveSnapshot
+from app.engine.kinds import BY_KIND
+from app.engine.model import Resource
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import Compiler
+from app.source.api import ApiError
+from tests.support import binding, role, rule
+
+COMPILER = Compiler((DEFAULT_ANNOTATION_KEY,))
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/label-rbac/leases/lead"
+
+
+class Client:
+    """Answers GETs of the lease from ``lease`` and records every write."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.writes: list[tuple[str, str, Mapping[str, Any], list[tuple[str, str]]]] = []
+
+    def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if path == LEASE:
+            if self.lease is None:
+                raise ApiError(404, "NotFound")
+            return self.lease
+        raise AssertionError(path)
+
+    def send(
+        self, method: str, path: str, body: Mapping[str, Any], query: Any = (), *a: Any
+    ) -> Any:
+        self.writes.append((method, path, body, list(query)))
+        if "leases" in path:
+            self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+        return body
+
+    def params_written(self) -> list[str]:
+        return [p.split("/")[5] for m, p, _, _ in self.writes if "labelrbacparams" in p and
+                not p.endswith("/status")]  # fmt: skip
+
+
+def live(*objects: tuple[str, dict[str, Any]]) -> LiveSnapshot:
+    by_kind: dict[str, list[Any]] = defaultdict(list)
+    for kind, obj in objects:
+        by_kind[kind].append(BY_KIND[kind].compile(COMPILER, obj))
+    return LiveSnapshot.build(by_kind)
+
+
+def namespace(name: str) -> tuple[str, dict[str, Any]]:
+    return "Namespace", {"kind": "Namespace", "metadata": {"name": name}}
+
+
+TEAM = role("team-a", "t1", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}})
+OBJECTS = (TEAM, binding("a", "team-a", "User:alice", namespace="t1"), namespace("t1"),
+           namespace("t2"))  # fmt: skip
+
+
+def writer(client: Client, clock: list[float]) -> ParamsWriter:
+    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    return ParamsWriter(
+        client,  # type: ignore[arg-type]
+        lease,
+        Options(),
+        discover=lambda _: [Resource("", "configmaps")],
+    )
+
+
+def test_the_leader_writes_every_namespace_then_only_what_a_change_touches() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    assert params.step(state.snapshot) == 2
+    assert sorted(client.params_written()) == ["t1", "t2"]
+    queries = {tuple(q) for _, p, _, q in client.writes if "labelrbacparams" in p}
+    assert queries == {(("fieldManager", FIELD_MANAGER), ("force", "true"))}
+    # Nothing changed: nothing written.
+    client.writes.clear()
+    assert params.step(state.snapshot) == 0
+    # A binding in t1: t1 alone is rendered and written again.
+    change = ("RoleBinding", None, BY_KIND["RoleBinding"].compile(
+        COMPILER, binding("b", "team-a", "User:bob", namespace="t1")[1]))  # fmt: skip
+    state = state.apply([change])
+    params.applied(state, [change], "42")
+    assert params.step(state.snapshot) == 1
+    assert client.params_written() == ["t1"]
+    status = next(b for _, p, b, _ in client.writes if p.endswith("/status"))
+    assert status["status"]["observedResourceVersion"] == "42"
+
+
+def test_a_replica_that_does_not_hold_the_lease_writes_nothing() -> None:
+    client, clock = Client(), [0.0]
+    client.lease = {
+        "metadata": {"name": "lead", "resourceVersion": "7"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 15, "renewTime": "t"},
+    }
+    params = writer(client, clock)
+    assert params.step(live(*OBJECTS).snapshot) == 0
+    assert client.writes == []
+    # The holder stops renewing: once the lease has run out on our clock, we take it.
+    clock[0] = 16.0
+    assert params.step(live(*OBJECTS).snapshot) == 2
+    lease = next(b for m, p, b, _ in client.writes if p == LEASE)
+    assert lease["spec"]["holderIdentity"] == "me"
+    assert lease["metadata"]["resourceVersion"] == "7"  # an update of the version read
