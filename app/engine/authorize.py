@@ -16,20 +16,21 @@ from collections.abc import Callable
 
 from app.engine.context import Context, ObjectRef, ParentUnavailable
 from app.engine.labels import Grants, find_grants
-from app.engine.model import Access, AccessDecision, Resource, labels_of
-from app.engine.policy import Entry
+from app.engine.model import (
+    AUTHORIZED_VERBS,
+    COLLECTION_VERBS,
+    IDENTITY_VERBS,
+    READ_VERBS,
+    Access,
+    AccessDecision,
+    labels_of,
+)
 from app.engine.selectors import Selector
 
-# Verbs whose result the label rule can scope: a named object, or a collection by selector.
-READ_VERBS = frozenset({"get", "list", "watch", "deletecollection"})
-COLLECTION_VERBS = frozenset({"list", "watch", "deletecollection"})
+# The one identity that carries labels: a ServiceAccount is impersonated by its namespace and name.
+SERVICE_ACCOUNTS = "serviceaccounts"
 
 ReadCheck = Callable[[Access, Context], "AccessDecision | None"]
-
-
-def read_exempt(resource: Resource, exempt: tuple[Entry, ...]) -> bool:
-    """Whether an ``--unrestricted-reads`` pattern switches label-scoped reads off here."""
-    return any(entry.rank(resource) for entry in exempt)
 
 
 def describe(access: Access) -> str:
@@ -45,10 +46,10 @@ def describe(access: Access) -> str:
 
 
 def check_label_read(access: Access, ctx: Context) -> AccessDecision | None:
-    """Deny reads outside the user's label buckets; None (no opinion) for everything else."""
-    if access.verb not in READ_VERBS:
+    """Deny reads and identity loans outside the user's label buckets; no opinion otherwise."""
+    if access.verb not in AUTHORIZED_VERBS:
         return AccessDecision.no_opinion("NotARead", "writes are judged by admission")
-    if read_exempt(access.resource, ctx.options.unrestricted_reads):
+    if access.verb in READ_VERBS and ctx.options.reads_unrestricted(access.resource):
         return AccessDecision.no_opinion(
             "ReadsUnrestricted", f"reads of {access.resource} are not label-scoped"
         )
@@ -71,6 +72,8 @@ def check_label_read(access: Access, ctx: Context) -> AccessDecision | None:
         )
     if not grants.restricted:
         return AccessDecision.deny("InvalidAnnotation", f"{_who(access)}: {grants.broken()}")
+    if access.verb in IDENTITY_VERBS:
+        return _judge_identity(access, ctx, grants)
     allow_unlabeled = ctx.options.allow_unlabeled
     if access.verb in COLLECTION_VERBS:
         within = grants.within(_selector(access), allow_unlabeled)
@@ -93,10 +96,39 @@ def _selector(access: Access) -> Selector | None:
     return access.labels
 
 
-def _judge_object(access: Access, ctx: Context, grants: Grants) -> AccessDecision:
+def _judge_identity(access: Access, ctx: Context, grants: Grants) -> AccessDecision:
+    """Impersonating (or certifying) a subject lends its grants, through label-restricted roles.
+
+    A ServiceAccount is an object: its stored labels must be permitted, as for a get. Users,
+    groups, UIDs, extras, nodes and signers carry no labels a role could permit, so a
+    label-restricted grant lends none of them.
+    """
+    res = access.resource
+    if res.resource == SERVICE_ACCOUNTS and not res.subresource:
+        if not access.name:
+            return AccessDecision.deny(
+                "NoObjectName",
+                f"{_who(access)}: it names no ServiceAccount whose labels could be checked; "
+                f"{_only(grants)}",
+                *_entries(grants),
+            )
+        account = ObjectRef("", "v1", SERVICE_ACCOUNTS, access.namespace, access.name)
+        return _judge_object(access, ctx, grants, account)
+    return AccessDecision.deny(
+        "IdentityNotLabeled",
+        f"{_who(access)}: {res} carry no labels, so only a role granting {access.verb} on them "
+        f"without a label restriction permits it ({grants.allowances()}); "
+        f"a label-restricted role lends only ServiceAccounts whose labels it permits",
+        *_entries(grants),
+    )
+
+
+def _judge_object(
+    access: Access, ctx: Context, grants: Grants, ref: ObjectRef | None = None
+) -> AccessDecision:
     """A named object (or a subresource of it): its stored labels must be permitted."""
     try:
-        labels = labels_of(ctx.metadata(object_ref(access)))
+        labels = labels_of(ctx.metadata(ref or object_ref(access)))
     except ParentUnavailable as exc:
         return AccessDecision.deny(
             "LabelsUnavailable",

@@ -8,11 +8,15 @@ bind herself to an existing unrestricted Role. This check applies RBAC's rule to
 
 * the new object's grants are broken down, as RBAC does, into single grants: one verb on one
   ``group``/``resource[/sub]`` spelling (``*`` kept as written), for one name if the rule has
-  ``resourceNames``;
+  ``resourceNames``; every verb the label rule restricts is judged (``model.RESTRICTED_VERBS``:
+  admission's verbs, the reads and identity loans ``/authorize`` judges, and ``*``), except
+  reads that ``--unrestricted-reads`` leaves unscoped for everyone;
 * for each grant the author holds in RBAC, at least one of the author's roles granting it must be
   unrestricted for it, or restrict every label key that role restricts, to value globs its own
   globs cover (``Glob.covers``);
-* a grant the author does not hold at all is left to RBAC, whose escalation check refuses it.
+* a grant the author does not hold at all is left to RBAC, whose escalation check refuses it;
+* only an unrestricted grant of the bypass verb (``escalate``, ``bind``) bypasses the check: the
+  labels of a Role bound who may write it, never what it hands out.
 
 Wildcard grants (``*`` groups or resources) span resources no single annotation entry decides
 for, so they are compared through over-approximations of both sides: when coverage cannot be
@@ -30,24 +34,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.context import Context
+from app.engine.context import Context, Options
 from app.engine.glob import Glob
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
-from app.engine.model import MODES, VERBS_FOR_OPERATION, Decision, Request, Resource
+from app.engine.model import MODES, RESTRICTED_VERBS, Decision, Request, Resource
 from app.engine.policy import Entry, Permissions, Requirement
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
 
-# The label rule only ever judges admission requests, so only verbs an admission operation maps
-# to can be restricted by labels: a role granting get/list/watch (or escalate, bind, impersonate)
-# hands out nothing the webhook would have limited, and RBAC alone guards those. "get" is the
-# exception for CONNECT, which only ever targets subresources (pods/exec, services/proxy...).
-_CONNECT_VERBS = frozenset(VERBS_FOR_OPERATION["CONNECT"])
-_WRITE_VERBS = frozenset(
-    verb
-    for operation, verbs in VERBS_FOR_OPERATION.items()
-    if operation != "CONNECT"
-    for verb in verbs
-)
+# A handed-out read that admission never sees (a get of a subresource may be a CONNECT, a
+# deletecollection deletes): the only ones ``--unrestricted-reads`` can leave unjudged.
+_PURE_READS = frozenset({"get", "list", "watch"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +81,18 @@ class Grant:
 
     @property
     def labelled(self) -> bool:
-        """Whether the label rule could ever restrict what this grant authorizes."""
-        if self.verb == "*" or self.verb in _WRITE_VERBS:
-            return True
-        return self.verb in _CONNECT_VERBS and (self.any_subresource or bool(self.subresource))
+        """Whether the label rule could ever restrict what this grant authorizes: admission's
+        verbs, the reads and identity loans ``/authorize`` judges, and ``*``."""
+        return self.verb in RESTRICTED_VERBS
+
+    def unscoped_read(self, options: Options) -> bool:
+        """A read that ``--unrestricted-reads`` leaves unscoped for everyone, author included, so
+        handing it out hands out nothing the label rule would have limited."""
+        return (
+            self.verb in _PURE_READS
+            and not (self.subresource or self.any_subresource)
+            and options.reads_unrestricted(self.target)
+        )
 
     def __str__(self) -> str:
         text = str(self.target)
@@ -383,6 +387,21 @@ def _deny(
     return Decision.deny("Escalation", f"{message} ({target.hint()})", *explanation)
 
 
+def _bypasses(request: Request, ctx: Context, target: Target) -> bool:
+    """Whether the author holds the bypass verb (``escalate``/``bind``) without label limits.
+
+    A label-restricted grant of it bypasses nothing: the labels of a Role or binding bound who
+    may write that object, never what it hands out, so the author's label limits still apply.
+    """
+    bypass = Resource(RBAC_GROUP, target.bypass_resource)
+    return any(
+        role.error is None and not (role.permissions and role.permissions.entries_for(bypass))
+        for role in ctx.snapshot.granting_roles(
+            request.user, target.scope, (target.bypass_verb,), bypass, target.bypass_name
+        )
+    )
+
+
 def check_escalation(request: Request, ctx: Context) -> Decision | None:
     """Refuse a Role/ClusterRole or binding that grants more label access than its author has."""
     res = request.resource
@@ -403,13 +422,12 @@ def check_escalation(request: Request, ctx: Context) -> Decision | None:
         target = _binding_target(request, obj, ctx)
     if target is None:
         return None
-    bypass = Resource(RBAC_GROUP, target.bypass_resource)
-    if ctx.snapshot.granting_roles(
-        request.user, target.scope, (target.bypass_verb,), bypass, target.bypass_name
-    ):
+    if _bypasses(request, ctx, target):
         return None
 
     for grant in grants_of(target.rules):
+        if grant.unscoped_read(ctx.options):
+            continue
         own = _own_roles(request, ctx, target.scope, grant)
         if not own:
             # The author does not hold this grant at all: RBAC's own escalation check refuses

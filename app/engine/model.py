@@ -23,6 +23,33 @@ VERBS_FOR_OPERATION: Mapping[str, tuple[str, ...]] = {
     "CONNECT": ("create", "get", "update", "patch", "delete"),
 }
 
+# -- Which verbs the label rule restricts: the one definition both front doors read ------------
+# Admission (``/validate``) sees the verbs above; the authorization webhook (``/authorize``) judges
+# the verbs admission never sees. The escalation check judges a role handing out any of them, so a
+# verb added here is restricted by ``/authorize`` and guarded against escalation at once.
+ADMISSION_VERBS = frozenset(verb for verbs in VERBS_FOR_OPERATION.values() for verb in verbs)
+# Reads: a named object by its labels, a collection by its label selector.
+READ_VERBS = frozenset({"get", "list", "watch", "deletecollection"})
+COLLECTION_VERBS = frozenset({"list", "watch", "deletecollection"})
+# Verbs that lend the holder another subject's authority: impersonation (legacy and constrained,
+# KEP-5284), and approving or signing a certificate request (a client certificate names any
+# user). ``serviceaccounts`` are judged by the target's labels; the other identities carry none.
+IDENTITY_VERBS = frozenset(
+    {
+        "impersonate",
+        "impersonate:serviceaccount",
+        "impersonate:user-info",
+        "impersonate:arbitrary-node",
+        "impersonate:associated-node",
+        "approve",
+        "sign",
+    }
+)
+# What ``/authorize`` judges (everything else there is admission's or RBAC's).
+AUTHORIZED_VERBS = READ_VERBS | IDENTITY_VERBS
+# Every verb whose grant the label rule can restrict somewhere; ``*`` includes them all.
+RESTRICTED_VERBS = ADMISSION_VERBS | AUTHORIZED_VERBS | {"*"}
+
 # Subresources whose CONNECT is an interactive session on a pod. The API server serves them for
 # GET (the WebSocket upgrade, verb ``get``) and POST (SPDY, verb ``create``); since 1.35 it also
 # authorizes ``create`` for the WebSocket upgrade (AuthorizePodWebsocketUpgradeCreatePermission).

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from app.engine.context import Context, Options
+from app.engine.authorize import check_label_read
+from app.engine.context import Context, ObjectRef, Options
 from app.engine.decide import PRE_CHECKS, check_role_annotation, evaluate
 from app.engine.escalation import Grant, check_escalation, grants_of
-from app.engine.model import Request, Resource, UserInfo
-from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.model import (
+    AUTHORIZED_VERBS,
+    IDENTITY_VERBS,
+    RESTRICTED_VERBS,
+    Access,
+    Request,
+    Resource,
+    UserInfo,
+)
+from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import RBAC_GROUP, Compiler, Rule
 from tests.support import binding, role, rule, snapshot
 
@@ -233,8 +243,9 @@ ROLE_CASES = [
     ),
     pytest.param(
         write("alice", new_role("r", "t1", [rule("get list watch", "configmaps")])),
-        None,
-        id="read-only-grant-not-label-restricted",
+        f'user "alice" may not grant configmaps without a label restriction: {ALICE_LIMIT} '
+        + escalate_hint(),
+        id="read-only-grant-refused-like-a-write",
     ),
     pytest.param(
         write("alice", new_role("r", "t1", [rule("create", "secrets")])),
@@ -452,8 +463,9 @@ WILDCARD_CASES = [
     ),
     pytest.param(
         write("wanda", new_role("r", "t2", [rule("get list watch", "configmaps")])),
-        None,
-        id="read-only-configmaps-allowed",
+        'user "wanda" may not grant configmaps without a label restriction: their own access '
+        f"is limited to team in [a] {escalate_hint()}",
+        id="read-only-configmaps-refused",
     ),
     pytest.param(
         write("wanda", new_role("r", "t2", [rule("create", "configmaps", "*")])),
@@ -686,7 +698,7 @@ def test_grants_are_broken_down_once_and_in_a_stable_order() -> None:
     rules = (
         Rule.compile(rule("update create", "secrets configmaps", names="b a")),
         Rule.compile(rule("create", "configmaps", names="a")),
-        Rule.compile(rule("get list", "configmaps pods/exec")),
+        Rule.compile(rule("get list bind use", "configmaps pods/exec")),
     )
     assert list(grants_of(rules)) == [
         Grant("create", "", "configmaps", "", "a"),
@@ -697,6 +709,182 @@ def test_grants_are_broken_down_once_and_in_a_stable_order() -> None:
         Grant("update", "", "configmaps", "", "b"),
         Grant("update", "", "secrets", "", "a"),
         Grant("update", "", "secrets", "", "b"),
-        # get only matters for CONNECT, which targets subresources; list never reaches admission
+        # Reads are restricted by /authorize, so they are judged too; bind and use are RBAC's.
+        Grant("get", "", "configmaps"),
         Grant("get", "", "pods", "exec"),
+        Grant("list", "", "configmaps"),
+        Grant("list", "", "pods", "exec"),
     ]
+
+
+# -- Every verb the label rule restricts, reads and identity loans included ------------------------
+# A tenant of the shared namespace t4 holds everything (verbs "*" on "*" and on RBAC objects),
+# every resource limited to team a by a catch-all entry, as the multi-tenant setup allows.
+TENANT = snapshot(
+    role(
+        "tenant",
+        "t4",
+        rules=[rule("*", "*"), rule("*", "*", RBAC_GROUP)],
+        permissions={"*": {"team": ["a"]}},
+    ),
+    binding("tenant", "tenant", "User:tina", namespace="t4"),
+    # Written by an admin: read-only, without and with a label restriction.
+    role("reader", "t4", rules=[rule("get list watch", "configmaps secrets")]),
+    role(
+        "reader-a",
+        "t4",
+        rules=[rule("get list watch", "configmaps secrets")],
+        permissions={"*": {"team": ["a"]}},
+    ),
+    role(
+        "reader-b",
+        "t4",
+        rules=[rule("get list watch", "configmaps secrets")],
+        permissions={"*": {"team": ["b"]}},
+    ),
+    default_label_key="team",
+)
+TENANT_CTX = Context(TENANT, Options(compiler=Compiler((DEFAULT_ANNOTATION_KEY,), "team")))
+TINA_LIMIT = "their own access is limited to team in [a]"
+# Where each verb is used: identity loans on the identities, everything else on configmaps.
+IDENTITY_TARGETS = "serviceaccounts users groups"
+
+
+def _target(verb: str) -> str:
+    return IDENTITY_TARGETS if verb in IDENTITY_VERBS else "configmaps"
+
+
+VERB_CASES = [pytest.param(verb, id=verb) for verb in sorted(RESTRICTED_VERBS)]
+
+
+@pytest.mark.parametrize("verb", VERB_CASES)
+@pytest.mark.parametrize(
+    ("permissions", "excess"),
+    [
+        pytest.param(None, "without a label restriction", id="unannotated"),
+        pytest.param({"*": {"team": ["b"]}}, 'with team="b"', id="another-bucket"),
+        pytest.param(
+            {"*": {"env": ["dev"]}}, "without a restriction on label team", id="other-key"
+        ),
+    ],
+)
+def test_every_restricted_verb_is_judged_as_writes_are(
+    verb: str, permissions: Any, excess: str
+) -> None:
+    resources = _target(verb)
+    request = write("tina", new_role("r", "t4", [rule(verb, resources)], permissions))
+    decision = check_escalation(request, TENANT_CTX)
+    assert decision is not None and decision.reason == "Escalation", verb
+    first = sorted(resources.split())[0] if verb != "*" else "configmaps"
+    assert decision.message == (
+        f'user "tina" may not grant {first} {excess}: {TINA_LIMIT} {escalate_hint()}'
+    )
+
+
+@pytest.mark.parametrize("verb", VERB_CASES)
+def test_every_restricted_verb_may_be_handed_out_within_her_bucket(verb: str) -> None:
+    own = new_role("r", "t4", [rule(verb, _target(verb))], {"*": {"team": ["a"]}})
+    assert check_escalation(write("tina", own), TENANT_CTX) is None
+    narrower = new_role("r", "t4", [rule(verb, _target(verb))], {"*": {"team": ["a"], "x": ["y"]}})
+    assert check_escalation(write("tina", narrower), TENANT_CTX) is None
+
+
+@pytest.mark.parametrize(
+    ("obj", "excess"),
+    [
+        pytest.param(
+            new_binding("b", "reader", "User:tina", namespace="t4"),
+            "without a label restriction",
+            id="herself-to-unannotated-read-only-role",
+        ),
+        pytest.param(
+            new_binding("b", "reader", "User:tom", namespace="t4"),
+            "without a label restriction",
+            id="teammate-to-unannotated-read-only-role",
+        ),
+        pytest.param(
+            new_binding("b", "reader-b", "User:tina", namespace="t4"),
+            'with team="b"',
+            id="herself-to-another-buckets-read-only-role",
+        ),
+    ],
+)
+def test_binding_to_a_read_only_role_is_judged(obj: dict[str, Any], excess: str) -> None:
+    decision = check_escalation(write("tina", obj), TENANT_CTX)
+    assert decision is not None
+    role_name = obj["roleRef"]["name"]
+    assert decision.message == (
+        f'user "tina" may not grant configmaps {excess} through role t4/{role_name}: '
+        f"{TINA_LIMIT} {bind_hint('roles', role_name)}"
+    )
+
+
+def test_binding_a_teammate_to_her_own_buckets_reader_is_allowed() -> None:
+    teammate = new_binding("b", "reader-a", "User:tom", namespace="t4")
+    assert check_escalation(write("tina", teammate), TENANT_CTX) is None
+
+
+def test_a_label_restricted_escalate_or_bind_bypasses_nothing() -> None:
+    # Her verbs "*" on roles include escalate and bind, but through a label-restricted role: the
+    # labels of a Role bound who may write it, not what it grants.
+    for obj in (
+        new_role("r", "t4", [rule("get", "secrets")]),
+        new_binding("b", "reader", "User:tina", namespace="t4"),
+    ):
+        decision = check_escalation(write("tina", obj), TENANT_CTX)
+        assert decision is not None and decision.reason == "Escalation"
+    # The same verbs through an unrestricted role (erin's) still bypass, as in RBAC.
+    assert (
+        check_escalation(write("erin", new_role("r", "t1", [rule("get", "secrets")])), CTX) is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("rules", "judged"),
+    [
+        pytest.param([rule("get list watch", "configmaps")], False, id="reads-left-unscoped"),
+        pytest.param([rule("list", "configmaps", names="c1")], False, id="reads-by-name"),
+        pytest.param([rule("get", "secrets")], True, id="reads-of-another-resource"),
+        pytest.param([rule("deletecollection", "configmaps")], True, id="deletecollection-deletes"),
+        pytest.param(
+            [rule("get", "configmaps/proxy")], True, id="get-of-a-subresource-may-connect"
+        ),
+        pytest.param([rule("*", "configmaps")], True, id="star-includes-writes"),
+        pytest.param([rule("create", "configmaps")], True, id="writes"),
+    ],
+)
+def test_unrestricted_reads_are_not_escalations(rules: list[dict[str, Any]], judged: bool) -> None:
+    """--unrestricted-reads leaves those reads unscoped for everyone, the author included."""
+    options = Options(
+        compiler=TENANT_CTX.options.compiler,
+        unrestricted_reads=(resource_pattern("configmaps"),),
+    )
+    decision = check_escalation(write("tina", new_role("r", "t4", rules)), Context(TENANT, options))
+    assert (decision is not None) is judged
+
+
+# -- One verb set for both front doors ------------------------------------------------------------
+# Verbs the API server authorizes, the restricted ones and some it uses that no rule restricts.
+KNOWN_VERBS = sorted(
+    RESTRICTED_VERBS
+    | {"bind", "escalate", "use", "proxy", "impersonate-on:user-info:list", "nonsense", ""}
+)
+
+
+@pytest.mark.parametrize("verb", KNOWN_VERBS)
+@pytest.mark.parametrize("resource", ["configmaps", "serviceaccounts", "users", "pods/log"])
+def test_what_authorize_judges_escalation_judges(verb: str, resource: str) -> None:
+    """Every request /authorize would judge for a restricted role, a role granting it is judged."""
+    access = Access(UserInfo("tina"), verb, Resource.parse(resource), "v1", "t4", "x-b")
+
+    def metadata(ref: ObjectRef) -> Mapping[str, Any]:
+        return {"metadata": {"name": ref.name, "labels": {"team": "b"}}}
+
+    ctx = Context(TENANT, TENANT_CTX.options, metadata=metadata)
+    judged_by_authorize = check_label_read(access, ctx).reason != "NotARead"
+    grant = Grant.of(verb, "", resource)
+    assert judged_by_authorize == (verb in AUTHORIZED_VERBS)
+    if judged_by_authorize:
+        assert grant.labelled
+        handed_out = write("tina", new_role("r", "t4", [rule(verb, resource)]))
+        assert check_escalation(handed_out, TENANT_CTX) is not None
