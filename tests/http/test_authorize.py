@@ -40,6 +40,31 @@ RBAC = [
     # gina: pods restricted; the pods entry covers pods/log.
     role("pods-a", "t1", [rule("get list", "pods pods/log")], {"pods": {"team": ["a"]}}),
     binding("gina", "pods-a", "User:gina", namespace="t1"),
+    # tina: a tenant of t2 holding everything there, every resource limited to team a; and a
+    # ClusterRole letting her act as anyone, limited the same way.
+    role("tenant", "t2", [rule("*", "*")], {"*": {"team": ["a"]}}),
+    binding("tina", "tenant", "User:tina", namespace="t2"),
+    role(
+        "act-as",
+        "",
+        [
+            rule("impersonate impersonate:user-info", "users groups"),
+            rule(
+                "impersonate impersonate:user-info",
+                "uids userextras/scopes",
+                "authentication.k8s.io",
+            ),
+            rule("approve sign", "signers", "certificates.k8s.io"),
+        ],
+        {"*": {"team": ["a"]}},
+    ),
+    binding("tina-act-as", "act-as", "User:tina"),
+    # ian: the same verbs without a label restriction (an admin's delegate).
+    role("act-as-anyone", "", [rule("impersonate", "users groups serviceaccounts")]),
+    binding("ian", "act-as-anyone", "User:ian"),
+    # sara: serviceaccounts are not in her annotation, so she is unrestricted on them.
+    role("cm-only", "t2", [rule("*", "*")], {"configmaps": {"team": ["a"]}}),
+    binding("sara", "cm-only", "User:sara", namespace="t2"),
 ]
 
 OBJECTS = {
@@ -48,6 +73,9 @@ OBJECTS = {
     ("configmaps", "t1", "cm-none"): {},
     ("pods", "t1", "web-a"): {"team": "a"},
     ("pods", "t1", "web-b"): {"team": "b"},
+    ("serviceaccounts", "t2", "deployer-a"): {"team": "a"},
+    ("serviceaccounts", "t2", "deployer-b"): {"team": "b"},
+    ("serviceaccounts", "t2", "default"): {},
 }
 
 
@@ -387,3 +415,108 @@ def test_each_answer_is_logged_as_one_line(
         "message": record["message"],
     }
     assert record["message"].startswith('user "alice" may list configmaps')
+
+
+# -- Acting as another subject --------------------------------------------------------------------
+# As kube-apiserver asks: one review per impersonated attribute, ServiceAccounts by namespace and
+# name (group "", version v1), the other identities by name.
+
+
+def act_as(user: str, verb: str, resource: str, name: str, namespace: str = "") -> Any:
+    return make_access_review(user, verb, resource, namespace=namespace, name=name)
+
+
+IMPERSONATE = ("impersonate", "impersonate:serviceaccount")
+
+
+@pytest.mark.parametrize("verb", IMPERSONATE)
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        pytest.param("deployer-a", None, id="own-bucket"),
+        pytest.param(
+            "deployer-b",
+            'user "tina" may not {verb} serviceaccounts "deployer-b" in namespace "t2": the '
+            'existing object\'s label team="b" is not permitted '
+            "(role t2/tenant allows team in [a])",
+            id="other-bucket",
+        ),
+        pytest.param(
+            "default",
+            'user "tina" may not {verb} serviceaccounts "default" in namespace "t2": the existing '
+            "object has no label team (role t2/tenant allows team in [a])",
+            id="unlabeled",
+        ),
+        pytest.param(
+            "ghost",
+            'user "tina" may not {verb} serviceaccounts "ghost" in namespace "t2": its labels '
+            'cannot be checked (could not read serviceaccounts "ghost" in namespace "t2": HTTP 404 '
+            "NotFound); only objects labeled team in [a] are permitted",
+            id="unknown-fails-closed",
+        ),
+    ],
+)
+def test_impersonating_a_service_account_is_judged_by_its_labels(
+    client: FlaskClient, verb: str, name: str, reason: str | None
+) -> None:
+    status = status_of(client, act_as("tina", verb, "serviceaccounts", name, "t2"))
+    if reason is None:
+        assert status == {"allowed": False}
+    else:
+        assert status == {"allowed": False, "denied": True, "reason": reason.format(verb=verb)}
+
+
+LABELLESS = [
+    pytest.param("impersonate", "users", "admin", id="user"),
+    pytest.param("impersonate:user-info", "users", "admin", id="user-constrained"),
+    pytest.param("impersonate", "groups", "system:masters", id="group"),
+    pytest.param("impersonate", "uids.authentication.k8s.io", "1234", id="uid"),
+    pytest.param("impersonate", "userextras.authentication.k8s.io/scopes", "view", id="extra"),
+    pytest.param(
+        "approve",
+        "signers.certificates.k8s.io",
+        "kubernetes.io/kube-apiserver-client",
+        id="approve",
+    ),
+    pytest.param(
+        "sign", "signers.certificates.k8s.io", "kubernetes.io/kube-apiserver-client", id="sign"
+    ),
+]
+
+
+@pytest.mark.parametrize(("verb", "resource", "name"), LABELLESS)
+def test_identities_without_labels_need_an_unrestricted_grant(
+    client: FlaskClient, verb: str, resource: str, name: str
+) -> None:
+    status = status_of(client, act_as("tina", verb, resource, name))
+    assert status["denied"] is True
+    assert status["reason"].startswith(f'user "tina" may not {verb} ')
+    assert (
+        "carry no labels, so only a role granting "
+        f"{verb} on them without a label restriction permits it "
+        "(clusterrole act-as allows team in [a]); a label-restricted role lends only "
+        "ServiceAccounts whose labels it permits"
+    ) in status["reason"]
+
+
+@pytest.mark.parametrize(
+    ("user", "resource", "name", "namespace"),
+    [
+        pytest.param("ian", "users", "admin", "", id="unrestricted-user"),
+        pytest.param("ian", "serviceaccounts", "ghost", "t2", id="unrestricted-needs-no-lookup"),
+        pytest.param("sara", "serviceaccounts", "deployer-b", "t2", id="entry-for-others-only"),
+        pytest.param("zed", "users", "admin", "", id="no-grant-left-to-rbac"),
+    ],
+)
+def test_unrestricted_or_absent_grants_are_rbacs(
+    client: FlaskClient, user: str, resource: str, name: str, namespace: str
+) -> None:
+    review = act_as(user, "impersonate", resource, name, namespace)
+    assert status_of(client, review) == {"allowed": False}
+
+
+def test_lending_verbs_ignore_unrestricted_reads(make_client: MakeClient) -> None:
+    # --unrestricted-reads switches off label-scoped reads, not impersonation.
+    client = make_client(unrestricted_reads=("*",))
+    review = act_as("tina", "impersonate", "serviceaccounts", "deployer-b", "t2")
+    assert denied(status_of(client, review))
