@@ -1,8 +1,10 @@
-"""The authorization pipeline: label-scoped reads for SubjectAccessReviews.
+"""The authorization pipeline: label-scoped reads and identity loans for SubjectAccessReviews.
 
 The webhook sits before RBAC in the API server's chain, so it only narrows: it denies reads that
-RBAC would grant but the user's label permissions do not cover, and otherwise has no opinion
-(RBAC decides). ``authorize`` runs ``READ_CHECKS`` in order; the first check with an answer
+RBAC would grant but the user's label permissions do not cover, and requests to act as another
+subject (impersonation, approving or signing certificates: ``model.IDENTITY_VERBS``) that a
+label-restricted role would lend beyond its labels; otherwise it has no opinion (RBAC decides).
+Which verbs it judges is ``model.AUTHORIZED_VERBS``, the set the escalation check reads too. ``authorize`` runs ``READ_CHECKS`` in order; the first check with an answer
 decides. Each check is ``(Access, Context) -> AccessDecision | None``, so another rule set (a
 node authorizer) plugs in in front of the label rule without either knowing the other.
 

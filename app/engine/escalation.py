@@ -37,13 +37,21 @@ from typing import Any
 from app.engine.context import Context, Options
 from app.engine.glob import Glob
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
-from app.engine.model import MODES, RESTRICTED_VERBS, Decision, Request, Resource
+from app.engine.model import (
+    MODES,
+    READ_VERBS,
+    RESTRICTED_VERBS,
+    VERBS_FOR_OPERATION,
+    Decision,
+    Request,
+    Resource,
+)
 from app.engine.policy import Entry, Permissions, Requirement
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
 
-# A handed-out read that admission never sees (a get of a subresource may be a CONNECT, a
-# deletecollection deletes): the only ones ``--unrestricted-reads`` can leave unjudged.
-_PURE_READS = frozenset({"get", "list", "watch"})
+# Reads that delete nothing: with a get of a subresource excepted (it may be a CONNECT, which
+# admission judges), the only handed-out grants ``--unrestricted-reads`` can leave unjudged.
+_PURE_READS = READ_VERBS - frozenset(VERBS_FOR_OPERATION["DELETE"])
 
 
 @dataclass(frozen=True, slots=True)
