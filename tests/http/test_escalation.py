@@ -1,18 +1,21 @@
 """The escalation check through POST /validate: a tenant who may write Roles and RoleBindings
 cannot hand herself (or anyone) reads or identities outside her bucket, while sharing her own
 bucket with a teammate stays possible. Every review is an AdmissionReview as the API server sends
-it for a Role or RoleBinding write."""
+it for a Role or RoleBinding write; a token request for a ServiceAccount, the other way to act as
+it, is judged by that ServiceAccount's labels."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
+from app.engine.context import ParentUnavailable
+from app.engine.model import Request
 from app.engine.rbac import RBAC_GROUP
 from app.server import create_app
 from app.settings import Settings
@@ -34,13 +37,26 @@ RBAC = [
 ]
 
 
+SERVICE_ACCOUNTS = {"deployer-a": {"team": "a"}, "deployer-b": {"team": "b"}}
+
+
+class Accounts(StaticSource):
+    """RBAC from files; the ServiceAccounts a token request names, as a parent lookup reads them."""
+
+    def fetch_parent(self, request: Request) -> Mapping[str, Any]:
+        labels = SERVICE_ACCOUNTS.get(request.name)
+        if request.resource.resource != "serviceaccounts" or labels is None:
+            raise ParentUnavailable(f'could not read {request.resource} "{request.name}"')
+        return {"metadata": {"name": request.name, "namespace": "t1", "labels": labels}}
+
+
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[FlaskClient]:
     (tmp_path / "rbac.json").write_text(
         json.dumps({"kind": "List", "items": [obj for _, obj in RBAC]})
     )
     settings = Settings(rbac_dir=tmp_path)
-    source = StaticSource(tmp_path, settings.compiler)
+    source = Accounts(tmp_path, settings.compiler)
     source.start()
     app = create_app(settings, source)
     app.config["TESTING"] = True
@@ -166,3 +182,32 @@ def test_handing_out_reads_or_identities_beyond_her_bucket_is_refused(
 def test_sharing_her_own_bucket_is_allowed(client: FlaskClient, review: dict[str, Any]) -> None:
     assert decide(client, review)["allowed"] is True
 
+
+@pytest.mark.parametrize(
+    ("account", "allowed"),
+    [
+        pytest.param("deployer-a", True, id="her-bucket"),
+        pytest.param("deployer-b", False, id="other"),
+    ],
+)
+def test_a_token_for_a_service_account_is_judged_by_its_labels(
+    client: FlaskClient, account: str, allowed: bool
+) -> None:
+    review = make_review(
+        "tina",
+        "CREATE",
+        "serviceaccounts/token",
+        namespace="t1",
+        name=account,
+        kind="TokenRequest",
+        labels={},
+        extra_object={"apiVersion": "authentication.k8s.io/v1", "spec": {"audiences": ["api"]}},
+    )
+    response = decide(client, review)
+    assert response["allowed"] is allowed
+    if not allowed:
+        assert response["status"]["message"] == (
+            f'user "tina" may not create serviceaccounts/token "{account}" in namespace "t1": '
+            'the existing object\'s label team="b" is not permitted (role t1/tenant allows team '
+            "in [a])"
+        )
