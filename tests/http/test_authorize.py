@@ -54,6 +54,11 @@ RBAC = [
                 "uids userextras/scopes",
                 "authentication.k8s.io",
             ),
+            rule(
+                "impersonate:arbitrary-node impersonate:associated-node",
+                "nodes",
+                "authentication.k8s.io",
+            ),
             rule("approve sign", "signers", "certificates.k8s.io"),
         ],
         {"*": {"team": ["a"]}},
@@ -472,6 +477,10 @@ LABELLESS = [
     pytest.param("impersonate", "groups", "system:masters", id="group"),
     pytest.param("impersonate", "uids.authentication.k8s.io", "1234", id="uid"),
     pytest.param("impersonate", "userextras.authentication.k8s.io/scopes", "view", id="extra"),
+    pytest.param("impersonate:arbitrary-node", "nodes.authentication.k8s.io", "node1", id="node"),
+    pytest.param(
+        "impersonate:associated-node", "nodes.authentication.k8s.io", "*", id="associated-node"
+    ),
     pytest.param(
         "approve",
         "signers.certificates.k8s.io",
