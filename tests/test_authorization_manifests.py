@@ -124,11 +124,16 @@ def test_the_webhook_itself_is_kept_out() -> None:
     assert f"'{user}'" in expressions
 
 
-# Impersonation as kube-apiserver authorizes it (one review per impersonated attribute), and the
-# certificate verbs its CSR admission plugins check: (resource, namespace, name).
+# Impersonation as kube-apiserver authorizes it (one review per impersonated attribute; legacy in
+# the group "", constrained modes in authentication.k8s.io), and the certificate verbs its CSR
+# admission plugins check: (resource, namespace, name).
 IDENTITIES = [
     pytest.param("serviceaccounts", "t1", "deployer-b", id="serviceaccount"),
+    pytest.param(
+        "serviceaccounts.authentication.k8s.io", "t1", "deployer-b", id="serviceaccount-mode"
+    ),
     pytest.param("users", "", "admin", id="user"),
+    pytest.param("users.authentication.k8s.io", "", "admin", id="user-mode"),
     pytest.param("groups", "", "system:masters", id="group"),
     pytest.param("uids.authentication.k8s.io", "", "1234", id="uid"),
     pytest.param("userextras.authentication.k8s.io/scopes", "", "view", id="userextra"),

@@ -4,9 +4,10 @@ The webhook sits before RBAC in the API server's chain, so it only narrows: it d
 RBAC would grant but the user's label permissions do not cover, and requests to act as another
 subject (impersonation, approving or signing certificates: ``model.IDENTITY_VERBS``) that a
 label-restricted role would lend beyond its labels; otherwise it has no opinion (RBAC decides).
-Which verbs it judges is ``model.AUTHORIZED_VERBS``, the set the escalation check reads too. ``authorize`` runs ``READ_CHECKS`` in order; the first check with an answer
-decides. Each check is ``(Access, Context) -> AccessDecision | None``, so another rule set (a
-node authorizer) plugs in in front of the label rule without either knowing the other.
+Which verbs it judges is ``model.AUTHORIZED_VERBS``, the set the escalation check reads too.
+``authorize`` runs ``READ_CHECKS`` in order; the first check with an answer decides. Each check
+is ``(Access, Context) -> AccessDecision | None``, so another rule set (a node authorizer) plugs
+in in front of the label rule without either knowing the other.
 
 Which roles grant a read, and what their entries permit, comes from ``labels.find_grants``:
 the same bindings, rule matching and entry specificity as the admission rule.
@@ -118,9 +119,10 @@ def _judge_identity(access: Access, ctx: Context, grants: Grants) -> AccessDecis
         return _judge_object(access, ctx, grants, account)
     return AccessDecision.deny(
         "IdentityNotLabeled",
-        f"{_who(access)}: {res} carry no labels, so only a role granting {access.verb} on them "
-        f"without a label restriction permits it ({grants.allowances()}); "
-        f"a label-restricted role lends only ServiceAccounts whose labels it permits",
+        f"{_who(access)}: {res.resource} carry no labels, so only a role granting "
+        f"{access.verb} on them without a label restriction permits it "
+        f"({grants.allowances()}); a label-restricted role lends only ServiceAccounts whose "
+        "labels it permits",
         *_entries(grants),
     )
 

@@ -42,16 +42,22 @@ RBAC = [
     binding("gina", "pods-a", "User:gina", namespace="t1"),
     # tina: a tenant of t2 holding everything there, every resource limited to team a; and a
     # ClusterRole letting her act as anyone, limited the same way.
-    role("tenant", "t2", [rule("*", "*")], {"*": {"team": ["a"]}}),
+    # (Constrained impersonation asks for identities in the group authentication.k8s.io.)
+    role(
+        "tenant",
+        "t2",
+        [rule("*", "*"), rule("*", "serviceaccounts", "authentication.k8s.io")],
+        {"*": {"team": ["a"]}},
+    ),
     binding("tina", "tenant", "User:tina", namespace="t2"),
     role(
         "act-as",
         "",
         [
-            rule("impersonate impersonate:user-info", "users groups"),
+            rule("impersonate", "users groups"),
             rule(
                 "impersonate impersonate:user-info",
-                "uids userextras/scopes",
+                "users groups uids userextras/scopes",
                 "authentication.k8s.io",
             ),
             rule(
@@ -423,38 +429,42 @@ def test_each_answer_is_logged_as_one_line(
 
 
 # -- Acting as another subject --------------------------------------------------------------------
-# As kube-apiserver asks: one review per impersonated attribute, ServiceAccounts by namespace and
-# name (group "", version v1), the other identities by name.
+# As kube-apiserver v1.36 asks (recorded): one review per impersonated attribute, ServiceAccounts
+# by namespace and name, the other identities by name; legacy impersonation in the group "",
+# constrained impersonation (impersonate:<mode>) in authentication.k8s.io.
 
 
 def act_as(user: str, verb: str, resource: str, name: str, namespace: str = "") -> Any:
     return make_access_review(user, verb, resource, namespace=namespace, name=name)
 
 
-IMPERSONATE = ("impersonate", "impersonate:serviceaccount")
+IMPERSONATE = [
+    pytest.param("impersonate", "serviceaccounts", id="legacy"),
+    pytest.param("impersonate:serviceaccount", "serviceaccounts.authentication.k8s.io", id="mode"),
+]
 
 
-@pytest.mark.parametrize("verb", IMPERSONATE)
+@pytest.mark.parametrize(("verb", "resource"), IMPERSONATE)
 @pytest.mark.parametrize(
     ("name", "reason"),
     [
         pytest.param("deployer-a", None, id="own-bucket"),
         pytest.param(
             "deployer-b",
-            'user "tina" may not {verb} serviceaccounts "deployer-b" in namespace "t2": the '
+            'user "tina" may not {verb} {resource} "deployer-b" in namespace "t2": the '
             'existing object\'s label team="b" is not permitted '
             "(role t2/tenant allows team in [a])",
             id="other-bucket",
         ),
         pytest.param(
             "default",
-            'user "tina" may not {verb} serviceaccounts "default" in namespace "t2": the existing '
+            'user "tina" may not {verb} {resource} "default" in namespace "t2": the existing '
             "object has no label team (role t2/tenant allows team in [a])",
             id="unlabeled",
         ),
         pytest.param(
             "ghost",
-            'user "tina" may not {verb} serviceaccounts "ghost" in namespace "t2": its labels '
+            'user "tina" may not {verb} {resource} "ghost" in namespace "t2": its labels '
             'cannot be checked (could not read serviceaccounts "ghost" in namespace "t2": HTTP 404 '
             "NotFound); only objects labeled team in [a] are permitted",
             id="unknown-fails-closed",
@@ -462,18 +472,24 @@ IMPERSONATE = ("impersonate", "impersonate:serviceaccount")
     ],
 )
 def test_impersonating_a_service_account_is_judged_by_its_labels(
-    client: FlaskClient, verb: str, name: str, reason: str | None
+    client: FlaskClient, verb: str, resource: str, name: str, reason: str | None
 ) -> None:
-    status = status_of(client, act_as("tina", verb, "serviceaccounts", name, "t2"))
+    status = status_of(client, act_as("tina", verb, resource, name, "t2"))
     if reason is None:
         assert status == {"allowed": False}
     else:
-        assert status == {"allowed": False, "denied": True, "reason": reason.format(verb=verb)}
+        expected = reason.format(verb=verb, resource=resource)
+        assert status == {"allowed": False, "denied": True, "reason": expected}
 
 
 LABELLESS = [
     pytest.param("impersonate", "users", "admin", id="user"),
-    pytest.param("impersonate:user-info", "users", "admin", id="user-constrained"),
+    pytest.param(
+        "impersonate:user-info", "users.authentication.k8s.io", "admin", id="user-constrained"
+    ),
+    pytest.param(
+        "impersonate:user-info", "groups.authentication.k8s.io", "g1", id="group-constrained"
+    ),
     pytest.param("impersonate", "groups", "system:masters", id="group"),
     pytest.param("impersonate", "uids.authentication.k8s.io", "1234", id="uid"),
     pytest.param("impersonate", "userextras.authentication.k8s.io/scopes", "view", id="extra"),
