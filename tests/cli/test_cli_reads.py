@@ -184,3 +184,49 @@ def test_python_dash_m_app_check_refuses_impersonating_another_bucket(act_as_rba
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert result.stdout.startswith("denied (LabelNotPermitted)")
+
+
+# -- Handing reads out: check -f judges a Role as the escalation check does -----------------------
+
+
+@pytest.mark.parametrize(
+    ("permissions", "code", "expected"),
+    [
+        pytest.param(
+            None, 1,
+            'denied (403 Escalation): user "alice" may not grant configmaps without a label '
+            "restriction: their own access is limited to team in [a]",
+            id="unannotated-read-only-role",
+        ),
+        pytest.param(
+            '{"configmaps": {"team": ["b"]}, "secrets": {"team": ["b"]}}', 1,
+            'user "alice" may not grant configmaps with team="b"', id="another-buckets-reads",
+        ),
+        pytest.param(
+            '{"configmaps": {"team": ["a"]}, "secrets": {"team": ["a"]}}', 0, "allowed",
+            id="her-own-buckets-reads",
+        ),
+    ],
+)  # fmt: skip
+def test_check_judges_a_role_handing_out_reads(
+    tmp_path: Path,
+    permissions: str | None,
+    code: int,
+    expected: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    metadata: dict[str, object] = {"name": "peek", "namespace": "t1", "labels": {"team": "a"}}
+    if permissions is not None:
+        metadata["annotations"] = {"labelrbac.io/permissions": permissions}
+    manifest = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata,
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "list"]}
+        ],
+    }
+    path = tmp_path / "peek.json"
+    path.write_text(json.dumps(manifest))
+    assert main([*CHECK, "--as", "alice", "-f", str(path)]) == code
+    assert expected in capsys.readouterr().out
