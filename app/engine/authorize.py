@@ -100,11 +100,12 @@ def _selector(access: Access) -> Selector | None:
 
 
 def _judge_identity(access: Access, ctx: Context, grants: Grants) -> AccessDecision:
-    """Impersonating (or certifying) a subject lends its grants, through label-restricted roles.
+    """Impersonating (or certifying) a subject lends its grants on every resource.
 
-    A ServiceAccount is an object: its stored labels must be permitted, as for a get. Users,
-    groups, UIDs, extras, nodes and signers carry no labels a role could permit, so a
-    label-restricted grant lends none of them.
+    ``grants`` carry each role's identity loan limits (``Permissions.loan_entries``): a
+    label-restricted role lends only ServiceAccounts whose stored labels meet all of its buckets
+    (its own ``serviceaccounts`` entry, when it has one). Users, groups, UIDs, extras, nodes and
+    signers carry no labels, so only a role without a permission annotation lends them.
     """
     res = access.resource
     if res.resource == SERVICE_ACCOUNTS and not res.subresource:
@@ -112,19 +113,26 @@ def _judge_identity(access: Access, ctx: Context, grants: Grants) -> AccessDecis
             return AccessDecision.deny(
                 "NoObjectName",
                 f"{_who(access)}: it names no ServiceAccount whose labels could be checked; "
-                f"{_only(grants)}",
+                f"it may {access.verb} only {_loan_limits(grants)}",
                 *_entries(grants),
             )
         account = ObjectRef("", "v1", SERVICE_ACCOUNTS, access.namespace, access.name)
         return _judge_object(access, ctx, grants, account)
     return AccessDecision.deny(
         "IdentityNotLabeled",
-        f"{_who(access)}: {res.resource} carry no labels, so only a role granting "
-        f"{access.verb} on them without a label restriction permits it "
-        f"({grants.allowances()}); a label-restricted role lends only ServiceAccounts whose "
-        "labels it permits",
+        f"{_who(access)}: {res.resource} carry no labels, so only a role without a permission "
+        f"annotation lends them; a label-restricted role lends only {_loan_limits(grants)}",
         *_entries(grants),
     )
+
+
+def _loan_limits(grants: Grants) -> str:
+    """``ServiceAccounts labeled team in [a] (role t1/team-a)``: whom the roles lend."""
+    limits = " or ".join(
+        f"{' and '.join(e.describe() for e in entries)} ({role.ref})"
+        for role, entries in grants.restricted
+    )
+    return f"ServiceAccounts labeled {limits}"
 
 
 def _judge_object(
@@ -147,9 +155,13 @@ def _judge_object(
         )
     _, entries = grants.restricted[0]
     violation = next(v for e in entries if (v := e.violation(labels, allow_unlabeled)) is not None)
+    if ref is None:
+        limits = f" ({grants.allowances()})"
+    else:
+        limits = f"; it may {access.verb} only {_loan_limits(grants)}"
     return AccessDecision.deny(
         "LabelNotPermitted",
-        f"{_who(access)}: {violation.describe(existing=True)} ({grants.allowances()})",
+        f"{_who(access)}: {violation.describe(existing=True)}{limits}",
         *_entries(grants),
     )
 

@@ -38,6 +38,7 @@ from app.engine.context import Context, Options
 from app.engine.glob import Glob
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
 from app.engine.model import (
+    LOAN_TARGETS,
     MODES,
     READ_VERBS,
     RESTRICTED_VERBS,
@@ -45,6 +46,7 @@ from app.engine.model import (
     Decision,
     Request,
     Resource,
+    lends_identity,
 )
 from app.engine.policy import Entry, Permissions, Requirement
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
@@ -233,28 +235,65 @@ class Shortfall:
     limit: str  # what the author's role allows, e.g. 'team in [a]'
 
 
+def _spans(grant: Grant, res: Resource) -> bool:
+    """Whether the grant's group/resource spelling covers ``res``, as an RBAC rule would."""
+    return (
+        grant.group in ("*", res.group)
+        and grant.resource in ("*", res.resource)
+        and (grant.any_subresource or grant.subresource == res.subresource)
+    )
+
+
+def _loans(grant: Grant) -> tuple[Resource, ...]:
+    """The identities the grant lets its holder act as (``model.lends_identity``)."""
+    if grant.concrete and lends_identity(grant.verb, grant.target):
+        return (grant.target,)
+    return tuple(r for r in LOAN_TARGETS if _spans(grant, r) and lends_identity(grant.verb, r))
+
+
 def compare(grant: Grant, new: Permissions | None, own: CompiledRole) -> Shortfall | None:
-    """None when the author's role ``own`` (which grants ``grant`` in RBAC) covers it in labels."""
+    """None when the author's role ``own`` (which grants ``grant`` in RBAC) covers it in labels.
+
+    An identity loan the grant includes is covered only by the author's own loan limits
+    (``Permissions.loan_entries``), whichever resources their annotation names.
+    """
     if own.permissions is None:
         return None
+    loans: list[Region] = [
+        (new.loan_entries(res) if new else (), own.permissions.loan_entries(res))
+        for res in _loans(grant)
+    ]
+    return _shortfall(own, _regions(grant, new, own.permissions) + loans)
+
+
+Region = tuple[Sequence[Entry], Sequence[Entry]]
+
+
+def _regions(grant: Grant, new: Permissions | None, own: Permissions) -> list[Region]:
+    """Pairs of (new entries, the author's entries) to compare for the resources of ``grant``."""
+    regions: list[Region]
     if grant.concrete:
         target = grant.target
-        theirs = own.permissions.entries_for(target)
+        theirs = own.entries_for(target)
         if not theirs:
-            return None
+            return []
         regions = [(new.entries_for(target) if new else (), theirs)]
     else:
         # Split the spanned resources by which new entry may decide for them (plus those no new
         # entry decides for) and compare each against every entry of the author's that may
         # apply there: a per-region upper bound of the new access against a lower bound of theirs.
-        theirs = tuple(e for e in own.permissions.entries if _may_apply(e, grant))
+        theirs = tuple(e for e in own.entries if _may_apply(e, grant))
         if not theirs:
-            return None
+            return []
         mine = [e for e in new.entries if _may_apply(e, grant)] if new else []
         regions = [((e,), tuple(t for t in theirs if _may_overlap(e, t))) for e in mine]
         if not any(_always_applies(e, grant) for e in mine):
             uncovered = tuple(t for t in theirs if not any(_pattern_covers(e, t) for e in mine))
             regions.append(((), uncovered))
+    return regions
+
+
+def _shortfall(own: CompiledRole, regions: Sequence[Region]) -> Shortfall | None:
     for new_entries, limit_entries in regions:
         limit = [r for e in limit_entries for r in e.requirements]
         excess = _excess(new_entries, limit)

@@ -107,6 +107,33 @@ class Resource:
         return cls(group=group, resource=resource, subresource=sub)
 
 
+# -- Identity loans: acting as another subject lends that subject's grants on every resource -----
+# A token request yields a ServiceAccount's credentials, as impersonating it does.
+TOKEN_REQUEST = Resource("", "serviceaccounts", "token")
+# The subjects an identity verb names, as RBAC spells them (legacy impersonation in the core
+# group, constrained impersonation in authentication.k8s.io, certificate signers).
+IDENTITY_RESOURCES: tuple[Resource, ...] = (
+    *(Resource("", r) for r in ("users", "groups", "serviceaccounts")),
+    *(
+        Resource("authentication.k8s.io", r)
+        for r in ("users", "groups", "serviceaccounts", "uids", "userextras", "nodes")
+    ),
+    Resource("certificates.k8s.io", "signers"),
+)
+LOAN_TARGETS: tuple[Resource, ...] = (*IDENTITY_RESOURCES, TOKEN_REQUEST)
+
+
+def lends_identity(verb: str, resource: Resource) -> bool:
+    """Whether ``verb`` on ``resource`` lets the holder act as another subject (an identity
+    loan), which a label-restricted role permits only within all of its buckets
+    (``policy.Permissions.loan_entries``). ``*`` includes the identity verbs."""
+    if verb in IDENTITY_VERBS:
+        return True
+    if resource == TOKEN_REQUEST:
+        return verb in ("create", "*")
+    return verb == "*" and Resource(resource.group, resource.resource) in IDENTITY_RESOURCES
+
+
 @dataclass(frozen=True, slots=True)
 class Authorization:
     """One authorization the API server made before admission, as the RBAC authorizer saw it.

@@ -154,7 +154,8 @@ IMPERSONATE_SA = [
             [*IMPERSONATE_SA, "-l", "team=b"], 1,
             'denied (LabelNotPermitted): user "tina" may not impersonate serviceaccounts '
             '"deployer-b" in namespace "t2": the existing object\'s label team="b" is not '
-            "permitted (role t2/tenant allows team in [a])",
+            "permitted; it may impersonate only ServiceAccounts labeled team in [a] "
+            "(role t2/tenant)",
             id="service-account-of-another-bucket",
         ),
         pytest.param(

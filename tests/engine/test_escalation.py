@@ -20,6 +20,7 @@ from app.engine.model import (
     Request,
     Resource,
     UserInfo,
+    Verdict,
 )
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import RBAC_GROUP, Compiler, Rule
@@ -888,3 +889,132 @@ def test_what_authorize_judges_escalation_judges(verb: str, resource: str) -> No
         assert grant.labelled
         handed_out = write("tina", new_role("r", "t4", [rule(verb, resource)]))
         assert check_escalation(handed_out, TENANT_CTX) is not None
+
+
+# -- Identity loans: an annotated role lends identities only within all of its buckets ------------
+# A tenant of t5 whose annotation names some resources only, as the shipped example tenants do; her
+# roles grant every verb ("*" includes impersonate) and, without escalate or bind, RBAC writes.
+# Another role names serviceaccounts itself: its own entry keeps deciding.
+BUCKETS = {"configmaps": {"team": ["a"]}, "secrets": {"team": ["a"]}}
+LENDER = snapshot(
+    role(
+        "lender",
+        "t5",
+        rules=[
+            rule("*", "*"),
+            rule("*", "*", "authentication.k8s.io certificates.k8s.io"),
+            rule("get create update patch delete", "roles rolebindings", RBAC_GROUP),
+        ],
+        permissions=BUCKETS,
+    ),
+    binding("lender", "lender", "User:lena", namespace="t5"),
+    role(
+        "accounts",
+        "t5",
+        rules=[rule("impersonate", "serviceaccounts")],
+        permissions={**BUCKETS, "serviceaccounts": {"team": ["a", "b"]}},
+    ),
+    binding("accounts", "accounts", "User:sam", namespace="t5"),
+    default_label_key="team",
+)
+LENDER_CTX = Context(LENDER, Options(compiler=Compiler((DEFAULT_ANNOTATION_KEY,), "team")))
+LENA_LIMIT = "their own access is limited to team in [a]"
+ACCOUNT_LABELS = {"sa-a": {"team": "a"}, "sa-b": {"team": "b"}, "sa-none": {}}
+
+
+def _account_metadata(ref: ObjectRef) -> Mapping[str, Any]:
+    return {"metadata": {"name": ref.name, "labels": ACCOUNT_LABELS[ref.name]}}
+
+
+@pytest.mark.parametrize(
+    ("user", "verb", "resource", "name", "reason"),
+    [
+        pytest.param("lena", "impersonate", "serviceaccounts", "sa-a", None, id="own-bucket"),
+        pytest.param(
+            "lena", "impersonate", "serviceaccounts", "sa-b", "LabelNotPermitted", id="other"
+        ),
+        pytest.param(
+            "lena", "impersonate", "serviceaccounts", "sa-none", "LabelNotPermitted", id="none"
+        ),
+        pytest.param(
+            "lena", "impersonate:serviceaccount", "serviceaccounts.authentication.k8s.io",
+            "sa-b", "LabelNotPermitted", id="constrained",
+        ),
+        pytest.param("lena", "impersonate", "users", "admin", "IdentityNotLabeled", id="user"),
+        pytest.param("lena", "impersonate", "groups", "g", "IdentityNotLabeled", id="group"),
+        pytest.param(
+            "lena", "sign", "signers.certificates.k8s.io", "kubernetes.io/kube-apiserver-client",
+            "IdentityNotLabeled", id="signer",
+        ),
+        pytest.param("sam", "impersonate", "serviceaccounts", "sa-b", None, id="own-entry-decides"),
+        pytest.param(
+            "sam", "impersonate", "serviceaccounts", "sa-none", "LabelNotPermitted",
+            id="own-entry-unlabeled",
+        ),
+    ],
+)  # fmt: skip
+def test_an_annotated_role_lends_only_within_all_its_buckets(
+    user: str, verb: str, resource: str, name: str, reason: str | None
+) -> None:
+    access = Access(UserInfo(user), verb, Resource.parse(resource), "v1", "t5", name)
+    ctx = Context(LENDER, LENDER_CTX.options, metadata=_account_metadata)
+    decision = check_label_read(access, ctx)
+    assert decision is not None
+    if reason is None:
+        assert decision.verdict is Verdict.NO_OPINION, decision
+    else:
+        assert (decision.verdict, decision.reason) == (Verdict.DENY, reason), decision
+        assert "ServiceAccounts labeled team in [a" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("rules", "permissions", "message"),
+    [
+        pytest.param(
+            [rule("impersonate", "serviceaccounts")], None,
+            "serviceaccounts without a label restriction", id="unannotated",
+        ),
+        pytest.param(
+            [rule("impersonate", "serviceaccounts")], {"serviceaccounts": {"team": ["b"]}},
+            'serviceaccounts with team="b"', id="another-buckets-entry",
+        ),
+        pytest.param(
+            [rule("*", "serviceaccounts")], None,
+            "serviceaccounts without a label restriction", id="star-verbs",
+        ),
+        pytest.param(
+            [rule("impersonate", "users groups")], None,
+            "groups without a label restriction", id="labelless-identities",
+        ),
+        pytest.param(
+            [rule("impersonate", "*")], None, "* without a label restriction",
+            id="wildcard-resources",
+        ),
+        pytest.param(
+            [rule("create", "serviceaccounts/token")], None,
+            "serviceaccounts/token without a label restriction", id="token-requests",
+        ),
+        pytest.param([rule("impersonate", "serviceaccounts")], BUCKETS, None, id="same-buckets"),
+        pytest.param(
+            [rule("impersonate", "serviceaccounts")], {"configmaps": {"team": ["a"]}}, None,
+            id="one-of-her-buckets",
+        ),
+        pytest.param(
+            [rule("create", "serviceaccounts/token")], {"serviceaccounts": {"team": ["a"]}}, None,
+            id="her-accounts-entry",
+        ),
+        pytest.param([rule("*", "*")], BUCKETS, None, id="all-within-the-same-buckets"),
+        pytest.param([rule("get list", "serviceaccounts")], None, None, id="reads-lend-nothing"),
+    ],
+)  # fmt: skip
+def test_handing_out_an_identity_loan_is_covered_by_her_loan_limits(
+    rules: list[dict[str, Any]], permissions: Any, message: str | None
+) -> None:
+    decision = check_escalation(write("lena", new_role("r", "t5", rules, permissions)), LENDER_CTX)
+    if message is None:
+        assert decision is None
+    else:
+        assert decision is not None
+        assert decision.message == (
+            f'user "lena" may not grant {message}: {LENA_LIMIT} {escalate_hint()}'
+        )
