@@ -7,8 +7,11 @@ Role granting configmaps without an annotation (or with ``team=b``) and bind her
 bind herself to an existing unrestricted Role. This check applies RBAC's rule to labels:
 
 * the new object's grants are broken down, as RBAC does, into single grants: one verb on one
-  ``group``/``resource[/sub]`` spelling (``*`` kept as written), for one name if the rule has
-  ``resourceNames``; every verb the label rule restricts is judged (``model.RESTRICTED_VERBS``:
+  ``group``/``resource[/sub]`` spelling (``*`` kept as written), with the rule's
+  ``resourceNames`` kept as a set: the author's roles granting it are looked up once, and a name
+  is judged on its own only when the author's rules name it (every other name is held through
+  the same roles, so the first stands for all), which keeps the work linear in the Role's size;
+  every verb the label rule restricts is judged (``model.RESTRICTED_VERBS``:
   admission's verbs, the reads and identity loans ``/authorize`` judges, and ``*``), except
   reads that ``--unrestricted-reads`` leaves unscoped for everyone;
 * for each grant the author holds in RBAC, at least one of the author's roles granting it must be
@@ -31,7 +34,7 @@ had none.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.context import Context, Options
@@ -109,24 +112,72 @@ class Grant:
         return f'{text} "{self.name}"' if self.name else text
 
 
-def grants_of(rules: Sequence[Rule]) -> Iterator[Grant]:
-    """The distinct label-relevant grants of ``rules``, in a stable order (messages are tested)."""
-    seen: set[Grant] = set()
+# A rule's resourceNames: as a set (membership) and sorted (messages name the first in order).
+Names = tuple[frozenset[str], tuple[str, ...]]
+
+
+def grants_of(rules: Sequence[Rule]) -> Iterator[tuple[Grant, Names]]:
+    """The distinct label-relevant grants of ``rules``, one per verb, group and resource spelling
+    of a rule, in a stable order (messages are tested), each with the rule's names (empty: any).
+
+    Names stay a set, never multiplied out: the work is linear in the names' count, and only the
+    names the author's own rules mention are judged one by one (``_names_to_judge``).
+    """
+    seen: set[tuple[Grant, frozenset[str]]] = set()
     for rule in rules:
-        for verb in sorted(rule.verbs):
+        names = (rule.names, tuple(sorted(rule.names)))
+        verbs = sorted(verb for verb in rule.verbs if verb in RESTRICTED_VERBS)
+        for verb in verbs:
             for group in sorted(rule.groups):
                 for spelling in sorted(rule.resources):
-                    for name in sorted(rule.names) or [""]:
-                        grant = Grant.of(verb, group, spelling, name)
-                        if grant.labelled and grant not in seen:
-                            seen.add(grant)
-                            yield grant
+                    grant = Grant.of(verb, group, spelling)
+                    if (grant, rule.names) not in seen:
+                        seen.add((grant, rule.names))
+                        yield grant, names
 
 
-def rule_covers(rule: Rule, grant: Grant) -> bool:
-    """RBAC's notion of one rule covering another: ``*`` is only covered by ``*``."""
-    names_ok = not rule.names or (bool(grant.name) and grant.name in rule.names)
-    return names_ok and rule.allows_verb(grant.verb) and rule.covers_resource(grant.target)
+# One of the author's roles granting a verb on a resource, with the names it is limited to there
+# (None: any name).
+Holder = tuple[CompiledRole, frozenset[str] | None]
+
+
+def _holders(request: Request, ctx: Context, scope: str, grant: Grant) -> list[Holder]:
+    """The author's distinct roles granting ``grant``'s verb and resource in RBAC, in binding
+    order, whatever the names: one lookup per grant, shared by all of its names."""
+    found: dict[RoleRef, Holder] = {}
+    for _, role in ctx.snapshot.roles_for(request.user, scope):
+        if role.ref in found:
+            continue
+        covering = [
+            rule
+            for rule in role.rules
+            if rule.allows_verb(grant.verb) and rule.covers_resource(grant.target)
+        ]
+        if covering:
+            named = all(rule.names for rule in covering)
+            found[role.ref] = (
+                role,
+                frozenset().union(*(r.names for r in covering)) if named else None,
+            )
+    return list(found.values())
+
+
+def _names_to_judge(names: Names, holders: Sequence[Holder]) -> list[str]:
+    """The names of a grant whose judgement can differ, in order ("" for a grant without names).
+
+    A name the author's rules never mention is held only through their rules without names, so
+    all such names are judged alike: the first of them stands for the rest. The cost is bounded
+    by the author's names, not by the grant's.
+    """
+    given, ordered = names
+    if not given:
+        return [""]
+    mentioned = set().union(*(held for _, held in holders if held is not None))
+    judged = {name for name in mentioned if name in given}
+    unmentioned = next((name for name in ordered if name not in mentioned), None)
+    if unmentioned is not None:
+        judged.add(unmentioned)
+    return sorted(judged)
 
 
 # -- Comparing annotation entries over the resources a wildcard grant spans -----------------------
@@ -398,15 +449,6 @@ def _binding_target(request: Request, obj: Mapping[str, Any], ctx: Context) -> T
     )
 
 
-def _own_roles(request: Request, ctx: Context, scope: str, grant: Grant) -> list[CompiledRole]:
-    """The author's distinct roles that grant ``grant`` in RBAC, in binding order."""
-    found: dict[RoleRef, CompiledRole] = {}
-    for _, role in ctx.snapshot.roles_for(request.user, scope):
-        if role.ref not in found and any(rule_covers(rule, grant) for rule in role.rules):
-            found[role.ref] = role
-    return list(found.values())
-
-
 def _deny(
     request: Request,
     target: Target,
@@ -472,23 +514,33 @@ def check_escalation(request: Request, ctx: Context) -> Decision | None:
     if _bypasses(request, ctx, target):
         return None
 
-    for grant in grants_of(target.rules):
+    for grant, names in grants_of(target.rules):
         if grant.unscoped_read(ctx.options):
             continue
-        own = _own_roles(request, ctx, target.scope, grant)
-        if not own:
-            # The author does not hold this grant at all: RBAC's own escalation check refuses
-            # the write, and the bypass verbs that would let it through were ruled out above.
-            continue
-        shortfalls: list[Shortfall] = []
-        for role in own:
-            if role.error is not None:
-                continue  # grants nothing through this webhook, so it covers nothing either
-            shortfall = _compare_modes(grant, target, role)
-            if shortfall is None:
-                break
-            shortfalls.append(shortfall)
-        else:
-            invalid = [role for role in own if role.error is not None]
-            return _deny(request, target, grant, shortfalls, invalid)
+        holders = _holders(request, ctx, target.scope, grant)
+        for name in _names_to_judge(names, holders):
+            denial = _judge(request, ctx, target, replace(grant, name=name), holders)
+            if denial is not None:
+                return denial
     return None
+
+
+def _judge(
+    request: Request, ctx: Context, target: Target, grant: Grant, holders: Sequence[Holder]
+) -> Decision | None:
+    """Some role of the author's that grants ``grant`` (a name, if any) must cover its labels."""
+    own = [role for role, held in holders if held is None or (grant.name and grant.name in held)]
+    if not own:
+        # The author does not hold this grant at all: RBAC's own escalation check refuses
+        # the write, and the bypass verbs that would let it through were ruled out above.
+        return None
+    shortfalls: list[Shortfall] = []
+    for role in own:
+        if role.error is not None:
+            continue  # grants nothing through this webhook, so it covers nothing either
+        shortfall = _compare_modes(grant, target, role)
+        if shortfall is None:
+            return None
+        shortfalls.append(shortfall)
+    invalid = [role for role in own if role.error is not None]
+    return _deny(request, target, grant, shortfalls, invalid)

@@ -699,22 +699,24 @@ def test_grants_are_broken_down_once_and_in_a_stable_order() -> None:
     rules = (
         Rule.compile(rule("update create", "secrets configmaps", names="b a")),
         Rule.compile(rule("create", "configmaps", names="a")),
+        Rule.compile(rule("update create", "configmaps", names="a b")),
         Rule.compile(rule("get list bind use", "configmaps pods/exec")),
     )
+    ab = (frozenset({"a", "b"}), ("a", "b"))
+    a = (frozenset({"a"}), ("a",))
+    anyname = (frozenset(), ())
+    # One grant per verb, group and resource of a rule; its names stay a set.
     assert list(grants_of(rules)) == [
-        Grant("create", "", "configmaps", "", "a"),
-        Grant("create", "", "configmaps", "", "b"),
-        Grant("create", "", "secrets", "", "a"),
-        Grant("create", "", "secrets", "", "b"),
-        Grant("update", "", "configmaps", "", "a"),
-        Grant("update", "", "configmaps", "", "b"),
-        Grant("update", "", "secrets", "", "a"),
-        Grant("update", "", "secrets", "", "b"),
+        (Grant("create", "", "configmaps"), ab),
+        (Grant("create", "", "secrets"), ab),
+        (Grant("update", "", "configmaps"), ab),
+        (Grant("update", "", "secrets"), ab),
+        (Grant("create", "", "configmaps"), a),
         # Reads are restricted by /authorize, so they are judged too; bind and use are RBAC's.
-        Grant("get", "", "configmaps"),
-        Grant("get", "", "pods", "exec"),
-        Grant("list", "", "configmaps"),
-        Grant("list", "", "pods", "exec"),
+        (Grant("get", "", "configmaps"), anyname),
+        (Grant("get", "", "pods", "exec"), anyname),
+        (Grant("list", "", "configmaps"), anyname),
+        (Grant("list", "", "pods", "exec"), anyname),
     ]
 
 
@@ -1018,3 +1020,73 @@ def test_handing_out_an_identity_loan_is_covered_by_her_loan_limits(
         assert decision.message == (
             f'user "lena" may not grant {message}: {LENA_LIMIT} {escalate_hint()}'
         )
+
+
+# -- resourceNames are a set: the work is linear in a Role's size ---------------------------------
+# nina holds every core resource limited to team a, and two names of each without limits.
+TEAM_A_ENTRY = {"*": {"team": ["a"]}}
+NAMED = snapshot(
+    role("limited", "t6", rules=[rule("*", "*")], permissions=TEAM_A_ENTRY),
+    role("named", "t6", rules=[rule("*", "*", names="open-1 open-2")]),
+    binding("limited", "limited", "User:nina", namespace="t6"),
+    binding("named", "named", "User:nina", namespace="t6"),
+)
+NAMED_CTX = Context(NAMED, TENANT_CTX.options)
+
+
+@pytest.mark.parametrize(
+    ("names", "permissions", "refused"),
+    [
+        pytest.param("open-1 open-2", None, None, id="only-names-she-holds-unlimited"),
+        pytest.param("open-1 x", None, "x", id="another-name-held-with-limits"),
+        pytest.param("z y open-2 w", None, "w", id="first-such-name-in-order"),
+        pytest.param("open-1 x y", TEAM_A_ENTRY, None, id="within-her-limits"),
+    ],
+)
+def test_names_are_judged_by_the_roles_holding_each(
+    names: str, permissions: Any, refused: str | None
+) -> None:
+    handed_out = new_role("r", "t6", [rule("get update", "configmaps", names=names)], permissions)
+    decision = check_escalation(write("nina", handed_out), NAMED_CTX)
+    if refused is None:
+        assert decision is None
+    else:
+        assert decision is not None
+        assert decision.message.startswith(
+            f'user "nina" may not grant configmaps "{refused}" without a label restriction'
+        )
+
+
+def test_the_work_is_linear_in_the_roles_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Author-side lookups once per verb and resource, judgements once per name that can differ:
+    doubling the names costs nothing more, doubling the resources twice as much."""
+    import app.engine.escalation as escalation
+
+    calls = {"_holders": 0, "_judge": 0}
+    for name in calls:
+        real = getattr(escalation, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(escalation, name, spy)
+
+    def work(resources: int, names: int) -> tuple[int, int]:
+        calls.update(dict.fromkeys(calls, 0))
+        rules = [
+            rule(
+                "get list update patch",
+                " ".join(f"r{i}" for i in range(resources)),
+                names=" ".join(["open-1", *(f"n{i}" for i in range(names - 1))]),
+            )
+        ]
+        handed_out = new_role("r", "t6", rules, TEAM_A_ENTRY)
+        assert check_escalation(write("nina", handed_out), NAMED_CTX) is None
+        return calls["_holders"], calls["_judge"]
+
+    holders, judged = work(100, 100)
+    assert holders == 4 * 100  # verbs x resources, whatever the names
+    assert judged == 4 * 100 * 2  # open-1 (named by her rules) and one for all the other names
+    assert work(100, 200) == (holders, judged)
+    assert work(200, 100) == (2 * holders, 2 * judged)
