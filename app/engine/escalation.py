@@ -92,12 +92,6 @@ class Grant:
     def any_subresource(self) -> bool:
         return self.resource == "*" and not self.subresource
 
-    @property
-    def labelled(self) -> bool:
-        """Whether the label rule could ever restrict what this grant authorizes: admission's
-        verbs, the reads and identity loans ``/authorize`` judges, and ``*``."""
-        return self.verb in RESTRICTED_VERBS
-
     def unscoped_read(self, options: Options) -> bool:
         """A read that ``--unrestricted-reads`` leaves unscoped for everyone, author included, so
         handing it out hands out nothing the label rule would have limited."""
@@ -126,6 +120,8 @@ def grants_of(rules: Sequence[Rule]) -> Iterator[tuple[Grant, Names]]:
     seen: set[tuple[Grant, frozenset[str]]] = set()
     for rule in rules:
         names = (rule.names, tuple(sorted(rule.names)))
+        # Only verbs the label rule could ever restrict: admission's verbs, the reads and identity
+        # loans ``/authorize`` judges, and ``*``.
         verbs = sorted(verb for verb in rule.verbs if verb in RESTRICTED_VERBS)
         for verb in verbs:
             for group in sorted(rule.groups):
