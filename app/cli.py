@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import app
 from app import deepjson
-from app.engine.authorize import READ_CHECKS, READ_VERBS, authorize
+from app.engine.authorize import READ_CHECKS, authorize
 from app.engine.context import (
     Context,
     MetadataLookup,
@@ -33,6 +33,7 @@ from app.engine.context import (
 from app.engine.decide import POST_CHECKS, evaluate
 from app.engine.kinds import BINDING_KINDS, GRAPH_KINDS, ROLE_KINDS, snapshot_from_objects
 from app.engine.model import (
+    AUTHORIZED_VERBS,
     ENFORCE,
     MODES,
     SERVICE_ACCOUNT_PREFIX,
@@ -287,7 +288,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     check.add_argument(
         "--as-group", "--group", dest="group", action="append", default=[], metavar="GROUP"
     )
-    check.add_argument("--verb", choices=sorted({*OPERATION_FOR_VERB, *READ_VERBS}))
+    check.add_argument("--verb", choices=sorted({*OPERATION_FOR_VERB, *AUTHORIZED_VERBS}))
     check.add_argument(
         "--selector",
         type=_selector_arg,
@@ -597,13 +598,14 @@ def _selector_arg(text: str) -> Selector:
 
 
 def _is_read(args: argparse.Namespace) -> bool:
-    """A SubjectAccessReview file, or a read asked with flags: decided by the read pipeline."""
+    """A SubjectAccessReview file, or a read or identity loan asked with flags: decided by the
+    authorization pipeline."""
     if args.review:
         document = _review_document(args.review)
         return isinstance(document, Mapping) and document.get("kind") == "SubjectAccessReview"
     if args.verb == "deletecollection":
         return args.selector is not None
-    return args.verb in READ_VERBS
+    return args.verb in AUTHORIZED_VERBS
 
 
 def _access(args: argparse.Namespace) -> AccessReview:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.engine.model import AUTHORIZED_VERBS, IDENTITY_VERBS
 from app.source.metadata import WATCHED_RESOURCES
 from tests.cel import reaches_authorizer
 from tests.support import ACCESS_REVIEWS, ROOT, make_access_review
@@ -121,3 +122,53 @@ def test_the_webhook_itself_is_kept_out() -> None:
     user = f"system:serviceaccount:{account['namespace']}:{account['name']}"
     expressions = " ".join(c["expression"] for c in WEBHOOK["webhook"]["matchConditions"])
     assert f"'{user}'" in expressions
+
+
+# Impersonation as kube-apiserver authorizes it (one review per impersonated attribute; legacy in
+# the group "", constrained modes in authentication.k8s.io), and the certificate verbs its CSR
+# admission plugins check: (resource, namespace, name).
+IDENTITIES = [
+    pytest.param("serviceaccounts", "t1", "deployer-b", id="serviceaccount"),
+    pytest.param(
+        "serviceaccounts.authentication.k8s.io", "t1", "deployer-b", id="serviceaccount-mode"
+    ),
+    pytest.param("users", "", "admin", id="user"),
+    pytest.param("users.authentication.k8s.io", "", "admin", id="user-mode"),
+    pytest.param("groups", "", "system:masters", id="group"),
+    pytest.param("uids.authentication.k8s.io", "", "1234", id="uid"),
+    pytest.param("userextras.authentication.k8s.io/scopes", "", "view", id="userextra"),
+    pytest.param("nodes.authentication.k8s.io", "", "node1", id="node"),
+    pytest.param(
+        "signers.certificates.k8s.io", "", "kubernetes.io/kube-apiserver-client", id="signer"
+    ),
+]
+
+
+@pytest.mark.parametrize("verb", sorted(IDENTITY_VERBS))
+@pytest.mark.parametrize(("resource", "namespace", "name"), IDENTITIES)
+def test_acting_as_another_subject_reaches_the_webhook(
+    verb: str, resource: str, namespace: str, name: str
+) -> None:
+    tenant = make_access_review("alice", verb, resource, namespace=namespace, name=name)
+    assert reaches_webhook(tenant["spec"])
+    admin = make_access_review(
+        "root", verb, resource, groups=("system:masters",), namespace=namespace, name=name
+    )
+    assert not reaches_webhook(admin["spec"])
+
+
+@pytest.mark.parametrize(
+    "verb", ["create", "update", "bind", "escalate", "use", "impersonate-on:user-info:list"]
+)
+def test_verbs_judged_elsewhere_stay_out(verb: str) -> None:
+    review = make_access_review("alice", verb, "users", name="admin")
+    assert not reaches_webhook(review["spec"])
+
+
+def test_the_routed_verbs_are_those_authorize_judges() -> None:
+    """The conditions name exactly the verbs /authorize judges, so none is routed in vain or
+    forgotten."""
+    expressions = " ".join(c["expression"] for c in WEBHOOK["webhook"]["matchConditions"])
+    quoted = set(re.findall(r"'([a-z:-]+)'", expressions))
+    verbs = {word for word in quoted if word in AUTHORIZED_VERBS or word.startswith("impersonate")}
+    assert verbs == AUTHORIZED_VERBS

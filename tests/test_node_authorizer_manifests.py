@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
+from app.engine.model import IDENTITY_VERBS
 from app.source.static import read_manifests
 from tests.cel import reaches_authorizer
 from tests.support import ACCESS_REVIEWS, ROOT, make_access_review
+from tests.test_authorization_manifests import IDENTITIES
 from tests.test_authorization_manifests import REACHING as TENANT_REACHING
 
 NODE_AUTHZ = ROOT / "manifests" / "node-authorizer"
@@ -95,3 +97,12 @@ def test_rbac_binds_the_fixed_node_policy_to_the_nodes() -> None:
     assert binding["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
     ]
+
+
+@pytest.mark.parametrize("verb", sorted(IDENTITY_VERBS))
+@pytest.mark.parametrize(("resource", "namespace", "name"), IDENTITIES)
+def test_tenants_acting_as_another_subject_reach_the_webhook(
+    verb: str, resource: str, namespace: str, name: str
+) -> None:
+    review = make_access_review("alice", verb, resource, namespace=namespace, name=name)
+    assert reaches_webhook(review["spec"])

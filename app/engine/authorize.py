@@ -1,10 +1,13 @@
-"""The authorization pipeline: label-scoped reads for SubjectAccessReviews.
+"""The authorization pipeline: label-scoped reads and identity loans for SubjectAccessReviews.
 
 The webhook sits before RBAC in the API server's chain, so it only narrows: it denies reads that
-RBAC would grant but the user's label permissions do not cover, and otherwise has no opinion
-(RBAC decides). ``authorize`` runs ``READ_CHECKS`` in order; the first check with an answer
-decides. Each check is ``(Access, Context) -> AccessDecision | None``, so another rule set (a
-node authorizer) plugs in in front of the label rule without either knowing the other.
+RBAC would grant but the user's label permissions do not cover, and requests to act as another
+subject (impersonation, approving or signing certificates: ``model.IDENTITY_VERBS``) that a
+label-restricted role would lend beyond its labels; otherwise it has no opinion (RBAC decides).
+Which verbs it judges is ``model.AUTHORIZED_VERBS``, the set the escalation check reads too.
+``authorize`` runs ``READ_CHECKS`` in order; the first check with an answer decides. Each check
+is ``(Access, Context) -> AccessDecision | None``, so another rule set (a node authorizer) plugs
+in in front of the label rule without either knowing the other.
 
 Which roles grant a read, and what their entries permit, comes from ``labels.find_grants``:
 the same bindings, rule matching and entry specificity as the admission rule.
@@ -16,20 +19,21 @@ from collections.abc import Callable
 
 from app.engine.context import Context, ObjectRef, ParentUnavailable
 from app.engine.labels import Grants, find_grants
-from app.engine.model import Access, AccessDecision, Resource, labels_of
-from app.engine.policy import Entry
+from app.engine.model import (
+    AUTHORIZED_VERBS,
+    COLLECTION_VERBS,
+    IDENTITY_VERBS,
+    READ_VERBS,
+    Access,
+    AccessDecision,
+    labels_of,
+)
 from app.engine.selectors import Selector
 
-# Verbs whose result the label rule can scope: a named object, or a collection by selector.
-READ_VERBS = frozenset({"get", "list", "watch", "deletecollection"})
-COLLECTION_VERBS = frozenset({"list", "watch", "deletecollection"})
+# The one identity that carries labels: a ServiceAccount is impersonated by its namespace and name.
+SERVICE_ACCOUNTS = "serviceaccounts"
 
 ReadCheck = Callable[[Access, Context], "AccessDecision | None"]
-
-
-def read_exempt(resource: Resource, exempt: tuple[Entry, ...]) -> bool:
-    """Whether an ``--unrestricted-reads`` pattern switches label-scoped reads off here."""
-    return any(entry.rank(resource) for entry in exempt)
 
 
 def describe(access: Access) -> str:
@@ -45,10 +49,10 @@ def describe(access: Access) -> str:
 
 
 def check_label_read(access: Access, ctx: Context) -> AccessDecision | None:
-    """Deny reads outside the user's label buckets; None (no opinion) for everything else."""
-    if access.verb not in READ_VERBS:
+    """Deny reads and identity loans outside the user's label buckets; no opinion otherwise."""
+    if access.verb not in AUTHORIZED_VERBS:
         return AccessDecision.no_opinion("NotARead", "writes are judged by admission")
-    if read_exempt(access.resource, ctx.options.unrestricted_reads):
+    if access.verb in READ_VERBS and ctx.options.reads_unrestricted(access.resource):
         return AccessDecision.no_opinion(
             "ReadsUnrestricted", f"reads of {access.resource} are not label-scoped"
         )
@@ -71,6 +75,8 @@ def check_label_read(access: Access, ctx: Context) -> AccessDecision | None:
         )
     if not grants.restricted:
         return AccessDecision.deny("InvalidAnnotation", f"{_who(access)}: {grants.broken()}")
+    if access.verb in IDENTITY_VERBS:
+        return _judge_identity(access, ctx, grants)
     allow_unlabeled = ctx.options.allow_unlabeled
     if access.verb in COLLECTION_VERBS:
         within = grants.within(_selector(access), allow_unlabeled)
@@ -93,10 +99,48 @@ def _selector(access: Access) -> Selector | None:
     return access.labels
 
 
-def _judge_object(access: Access, ctx: Context, grants: Grants) -> AccessDecision:
+def _judge_identity(access: Access, ctx: Context, grants: Grants) -> AccessDecision:
+    """Impersonating (or certifying) a subject lends its grants on every resource.
+
+    ``grants`` carry each role's identity loan limits (``Permissions.loan_entries``): a
+    label-restricted role lends only ServiceAccounts whose stored labels meet all of its buckets
+    (its own ``serviceaccounts`` entry, when it has one). Users, groups, UIDs, extras, nodes and
+    signers carry no labels, so only a role without a permission annotation lends them.
+    """
+    res = access.resource
+    if res.resource == SERVICE_ACCOUNTS and not res.subresource:
+        if not access.name:
+            return AccessDecision.deny(
+                "NoObjectName",
+                f"{_who(access)}: it names no ServiceAccount whose labels could be checked; "
+                f"it may {access.verb} only {_loan_limits(grants)}",
+                *_entries(grants),
+            )
+        account = ObjectRef("", "v1", SERVICE_ACCOUNTS, access.namespace, access.name)
+        return _judge_object(access, ctx, grants, account)
+    return AccessDecision.deny(
+        "IdentityNotLabeled",
+        f"{_who(access)}: {res.resource} carry no labels, so only a role without a permission "
+        f"annotation lends them; a label-restricted role lends only {_loan_limits(grants)}",
+        *_entries(grants),
+    )
+
+
+def _loan_limits(grants: Grants) -> str:
+    """``ServiceAccounts labeled team in [a] (role t1/team-a)``: whom the roles lend."""
+    limits = " or ".join(
+        f"{' and '.join(e.describe() for e in entries)} ({role.ref})"
+        for role, entries in grants.restricted
+    )
+    return f"ServiceAccounts labeled {limits}"
+
+
+def _judge_object(
+    access: Access, ctx: Context, grants: Grants, ref: ObjectRef | None = None
+) -> AccessDecision:
     """A named object (or a subresource of it): its stored labels must be permitted."""
     try:
-        labels = labels_of(ctx.metadata(object_ref(access)))
+        labels = labels_of(ctx.metadata(ref or object_ref(access)))
     except ParentUnavailable as exc:
         return AccessDecision.deny(
             "LabelsUnavailable",
@@ -111,9 +155,13 @@ def _judge_object(access: Access, ctx: Context, grants: Grants) -> AccessDecisio
         )
     _, entries = grants.restricted[0]
     violation = next(v for e in entries if (v := e.violation(labels, allow_unlabeled)) is not None)
+    if ref is None:
+        limits = f" ({grants.allowances()})"
+    else:
+        limits = f"; it may {access.verb} only {_loan_limits(grants)}"
     return AccessDecision.deny(
         "LabelNotPermitted",
-        f"{_who(access)}: {violation.describe(existing=True)} ({grants.allowances()})",
+        f"{_who(access)}: {violation.describe(existing=True)}{limits}",
         *_entries(grants),
     )
 

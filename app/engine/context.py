@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.engine.model import ENFORCE, Decision, Request
+from app.engine.model import ENFORCE, Decision, Request, Resource
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, Entry
 from app.engine.rbac import Compiler, Snapshot
 
@@ -74,6 +74,14 @@ class Options:
     unrestricted_reads: tuple[Entry, ...] = ()
     # The global enforcement mode: the strictest any denial is enforced (see decide.evaluate).
     mode: str = ENFORCE
+
+    def reads_unrestricted(self, resource: Resource) -> bool:
+        """Whether an ``--unrestricted-reads`` pattern switches label-scoped reads off here.
+
+        Read by ``/authorize`` (no opinion on such reads) and by the escalation check (handing
+        out such a read hands out nothing the webhook would have scoped).
+        """
+        return any(entry.rank(resource) for entry in self.unrestricted_reads)
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,19 @@ Role granting configmaps without an annotation (or with ``team=b``) and bind her
 bind herself to an existing unrestricted Role. This check applies RBAC's rule to labels:
 
 * the new object's grants are broken down, as RBAC does, into single grants: one verb on one
-  ``group``/``resource[/sub]`` spelling (``*`` kept as written), for one name if the rule has
-  ``resourceNames``;
+  ``group``/``resource[/sub]`` spelling (``*`` kept as written), with the rule's
+  ``resourceNames`` kept as a set: the author's roles granting it are looked up once, and a name
+  is judged on its own only when the author's rules name it (every other name is held through
+  the same roles, so the first stands for all), which keeps the work linear in the Role's size;
+  every verb the label rule restricts is judged (``model.RESTRICTED_VERBS``:
+  admission's verbs, the reads and identity loans ``/authorize`` judges, and ``*``), except
+  reads that ``--unrestricted-reads`` leaves unscoped for everyone;
 * for each grant the author holds in RBAC, at least one of the author's roles granting it must be
   unrestricted for it, or restrict every label key that role restricts, to value globs its own
   globs cover (``Glob.covers``);
-* a grant the author does not hold at all is left to RBAC, whose escalation check refuses it.
+* a grant the author does not hold at all is left to RBAC, whose escalation check refuses it;
+* only an unrestricted grant of the bypass verb (``escalate``, ``bind``) bypasses the check: the
+  labels of a Role bound who may write it, never what it hands out.
 
 Wildcard grants (``*`` groups or resources) span resources no single annotation entry decides
 for, so they are compared through over-approximations of both sides: when coverage cannot be
@@ -27,27 +34,29 @@ had none.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from app.engine.context import Context
+from app.engine.context import Context, Options
 from app.engine.glob import Glob
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
-from app.engine.model import MODES, VERBS_FOR_OPERATION, Decision, Request, Resource
+from app.engine.model import (
+    LOAN_TARGETS,
+    MODES,
+    READ_VERBS,
+    RESTRICTED_VERBS,
+    VERBS_FOR_OPERATION,
+    Decision,
+    Request,
+    Resource,
+    lends_identity,
+)
 from app.engine.policy import Entry, Permissions, Requirement
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
 
-# The label rule only ever judges admission requests, so only verbs an admission operation maps
-# to can be restricted by labels: a role granting get/list/watch (or escalate, bind, impersonate)
-# hands out nothing the webhook would have limited, and RBAC alone guards those. "get" is the
-# exception for CONNECT, which only ever targets subresources (pods/exec, services/proxy...).
-_CONNECT_VERBS = frozenset(VERBS_FOR_OPERATION["CONNECT"])
-_WRITE_VERBS = frozenset(
-    verb
-    for operation, verbs in VERBS_FOR_OPERATION.items()
-    if operation != "CONNECT"
-    for verb in verbs
-)
+# Reads that delete nothing: with a get of a subresource excepted (it may be a CONNECT, which
+# admission judges), the only handed-out grants ``--unrestricted-reads`` can leave unjudged.
+_PURE_READS = READ_VERBS - frozenset(VERBS_FOR_OPERATION["DELETE"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,36 +92,88 @@ class Grant:
     def any_subresource(self) -> bool:
         return self.resource == "*" and not self.subresource
 
-    @property
-    def labelled(self) -> bool:
-        """Whether the label rule could ever restrict what this grant authorizes."""
-        if self.verb == "*" or self.verb in _WRITE_VERBS:
-            return True
-        return self.verb in _CONNECT_VERBS and (self.any_subresource or bool(self.subresource))
+    def unscoped_read(self, options: Options) -> bool:
+        """A read that ``--unrestricted-reads`` leaves unscoped for everyone, author included, so
+        handing it out hands out nothing the label rule would have limited."""
+        return (
+            self.verb in _PURE_READS
+            and not (self.subresource or self.any_subresource)
+            and options.reads_unrestricted(self.target)
+        )
 
     def __str__(self) -> str:
         text = str(self.target)
         return f'{text} "{self.name}"' if self.name else text
 
 
-def grants_of(rules: Sequence[Rule]) -> Iterator[Grant]:
-    """The distinct label-relevant grants of ``rules``, in a stable order (messages are tested)."""
-    seen: set[Grant] = set()
+# A rule's resourceNames: as a set (membership) and sorted (messages name the first in order).
+Names = tuple[frozenset[str], tuple[str, ...]]
+
+
+def grants_of(rules: Sequence[Rule]) -> Iterator[tuple[Grant, Names]]:
+    """The distinct label-relevant grants of ``rules``, one per verb, group and resource spelling
+    of a rule, in a stable order (messages are tested), each with the rule's names (empty: any).
+
+    Names stay a set, never multiplied out: the work is linear in the names' count, and only the
+    names the author's own rules mention are judged one by one (``_names_to_judge``).
+    """
+    seen: set[tuple[Grant, frozenset[str]]] = set()
     for rule in rules:
-        for verb in sorted(rule.verbs):
+        names = (rule.names, tuple(sorted(rule.names)))
+        # Only verbs the label rule could ever restrict: admission's verbs, the reads and identity
+        # loans ``/authorize`` judges, and ``*``.
+        verbs = sorted(verb for verb in rule.verbs if verb in RESTRICTED_VERBS)
+        for verb in verbs:
             for group in sorted(rule.groups):
                 for spelling in sorted(rule.resources):
-                    for name in sorted(rule.names) or [""]:
-                        grant = Grant.of(verb, group, spelling, name)
-                        if grant.labelled and grant not in seen:
-                            seen.add(grant)
-                            yield grant
+                    grant = Grant.of(verb, group, spelling)
+                    if (grant, rule.names) not in seen:
+                        seen.add((grant, rule.names))
+                        yield grant, names
 
 
-def rule_covers(rule: Rule, grant: Grant) -> bool:
-    """RBAC's notion of one rule covering another: ``*`` is only covered by ``*``."""
-    names_ok = not rule.names or (bool(grant.name) and grant.name in rule.names)
-    return names_ok and rule.allows_verb(grant.verb) and rule.covers_resource(grant.target)
+# One of the author's roles granting a verb on a resource, with the names it is limited to there
+# (None: any name).
+Holder = tuple[CompiledRole, frozenset[str] | None]
+
+
+def _holders(request: Request, ctx: Context, scope: str, grant: Grant) -> list[Holder]:
+    """The author's distinct roles granting ``grant``'s verb and resource in RBAC, in binding
+    order, whatever the names: one lookup per grant, shared by all of its names."""
+    found: dict[RoleRef, Holder] = {}
+    for _, role in ctx.snapshot.roles_for(request.user, scope):
+        if role.ref in found:
+            continue
+        covering = [
+            rule
+            for rule in role.rules
+            if rule.allows_verb(grant.verb) and rule.covers_resource(grant.target)
+        ]
+        if covering:
+            named = all(rule.names for rule in covering)
+            found[role.ref] = (
+                role,
+                frozenset().union(*(r.names for r in covering)) if named else None,
+            )
+    return list(found.values())
+
+
+def _names_to_judge(names: Names, holders: Sequence[Holder]) -> list[str]:
+    """The names of a grant whose judgement can differ, in order ("" for a grant without names).
+
+    A name the author's rules never mention is held only through their rules without names, so
+    all such names are judged alike: the first of them stands for the rest. The cost is bounded
+    by the author's names, not by the grant's.
+    """
+    given, ordered = names
+    if not given:
+        return [""]
+    mentioned = set().union(*(held for _, held in holders if held is not None))
+    judged = {name for name in mentioned if name in given}
+    unmentioned = next((name for name in ordered if name not in mentioned), None)
+    if unmentioned is not None:
+        judged.add(unmentioned)
+    return sorted(judged)
 
 
 # -- Comparing annotation entries over the resources a wildcard grant spans -----------------------
@@ -221,28 +282,65 @@ class Shortfall:
     limit: str  # what the author's role allows, e.g. 'team in [a]'
 
 
+def _spans(grant: Grant, res: Resource) -> bool:
+    """Whether the grant's group/resource spelling covers ``res``, as an RBAC rule would."""
+    return (
+        grant.group in ("*", res.group)
+        and grant.resource in ("*", res.resource)
+        and (grant.any_subresource or grant.subresource == res.subresource)
+    )
+
+
+def _loans(grant: Grant) -> tuple[Resource, ...]:
+    """The identities the grant lets its holder act as (``model.lends_identity``)."""
+    if grant.concrete and lends_identity(grant.verb, grant.target):
+        return (grant.target,)
+    return tuple(r for r in LOAN_TARGETS if _spans(grant, r) and lends_identity(grant.verb, r))
+
+
 def compare(grant: Grant, new: Permissions | None, own: CompiledRole) -> Shortfall | None:
-    """None when the author's role ``own`` (which grants ``grant`` in RBAC) covers it in labels."""
+    """None when the author's role ``own`` (which grants ``grant`` in RBAC) covers it in labels.
+
+    An identity loan the grant includes is covered only by the author's own loan limits
+    (``Permissions.loan_entries``), whichever resources their annotation names.
+    """
     if own.permissions is None:
         return None
+    loans: list[Region] = [
+        (new.loan_entries(res) if new else (), own.permissions.loan_entries(res))
+        for res in _loans(grant)
+    ]
+    return _shortfall(own, _regions(grant, new, own.permissions) + loans)
+
+
+Region = tuple[Sequence[Entry], Sequence[Entry]]
+
+
+def _regions(grant: Grant, new: Permissions | None, own: Permissions) -> list[Region]:
+    """Pairs of (new entries, the author's entries) to compare for the resources of ``grant``."""
+    regions: list[Region]
     if grant.concrete:
         target = grant.target
-        theirs = own.permissions.entries_for(target)
+        theirs = own.entries_for(target)
         if not theirs:
-            return None
+            return []
         regions = [(new.entries_for(target) if new else (), theirs)]
     else:
         # Split the spanned resources by which new entry may decide for them (plus those no new
         # entry decides for) and compare each against every entry of the author's that may
         # apply there: a per-region upper bound of the new access against a lower bound of theirs.
-        theirs = tuple(e for e in own.permissions.entries if _may_apply(e, grant))
+        theirs = tuple(e for e in own.entries if _may_apply(e, grant))
         if not theirs:
-            return None
+            return []
         mine = [e for e in new.entries if _may_apply(e, grant)] if new else []
         regions = [((e,), tuple(t for t in theirs if _may_overlap(e, t))) for e in mine]
         if not any(_always_applies(e, grant) for e in mine):
             uncovered = tuple(t for t in theirs if not any(_pattern_covers(e, t) for e in mine))
             regions.append(((), uncovered))
+    return regions
+
+
+def _shortfall(own: CompiledRole, regions: Sequence[Region]) -> Shortfall | None:
     for new_entries, limit_entries in regions:
         limit = [r for e in limit_entries for r in e.requirements]
         excess = _excess(new_entries, limit)
@@ -347,15 +445,6 @@ def _binding_target(request: Request, obj: Mapping[str, Any], ctx: Context) -> T
     )
 
 
-def _own_roles(request: Request, ctx: Context, scope: str, grant: Grant) -> list[CompiledRole]:
-    """The author's distinct roles that grant ``grant`` in RBAC, in binding order."""
-    found: dict[RoleRef, CompiledRole] = {}
-    for _, role in ctx.snapshot.roles_for(request.user, scope):
-        if role.ref not in found and any(rule_covers(rule, grant) for rule in role.rules):
-            found[role.ref] = role
-    return list(found.values())
-
-
 def _deny(
     request: Request,
     target: Target,
@@ -383,6 +472,21 @@ def _deny(
     return Decision.deny("Escalation", f"{message} ({target.hint()})", *explanation)
 
 
+def _bypasses(request: Request, ctx: Context, target: Target) -> bool:
+    """Whether the author holds the bypass verb (``escalate``/``bind``) without label limits.
+
+    A label-restricted grant of it bypasses nothing: the labels of a Role or binding bound who
+    may write that object, never what it hands out, so the author's label limits still apply.
+    """
+    bypass = Resource(RBAC_GROUP, target.bypass_resource)
+    return any(
+        role.error is None and not (role.permissions and role.permissions.entries_for(bypass))
+        for role in ctx.snapshot.granting_roles(
+            request.user, target.scope, (target.bypass_verb,), bypass, target.bypass_name
+        )
+    )
+
+
 def check_escalation(request: Request, ctx: Context) -> Decision | None:
     """Refuse a Role/ClusterRole or binding that grants more label access than its author has."""
     res = request.resource
@@ -403,27 +507,36 @@ def check_escalation(request: Request, ctx: Context) -> Decision | None:
         target = _binding_target(request, obj, ctx)
     if target is None:
         return None
-    bypass = Resource(RBAC_GROUP, target.bypass_resource)
-    if ctx.snapshot.granting_roles(
-        request.user, target.scope, (target.bypass_verb,), bypass, target.bypass_name
-    ):
+    if _bypasses(request, ctx, target):
         return None
 
-    for grant in grants_of(target.rules):
-        own = _own_roles(request, ctx, target.scope, grant)
-        if not own:
-            # The author does not hold this grant at all: RBAC's own escalation check refuses
-            # the write, and the bypass verbs that would let it through were ruled out above.
+    for grant, names in grants_of(target.rules):
+        if grant.unscoped_read(ctx.options):
             continue
-        shortfalls: list[Shortfall] = []
-        for role in own:
-            if role.error is not None:
-                continue  # grants nothing through this webhook, so it covers nothing either
-            shortfall = _compare_modes(grant, target, role)
-            if shortfall is None:
-                break
-            shortfalls.append(shortfall)
-        else:
-            invalid = [role for role in own if role.error is not None]
-            return _deny(request, target, grant, shortfalls, invalid)
+        holders = _holders(request, ctx, target.scope, grant)
+        for name in _names_to_judge(names, holders):
+            denial = _judge(request, ctx, target, replace(grant, name=name), holders)
+            if denial is not None:
+                return denial
     return None
+
+
+def _judge(
+    request: Request, ctx: Context, target: Target, grant: Grant, holders: Sequence[Holder]
+) -> Decision | None:
+    """Some role of the author's that grants ``grant`` (a name, if any) must cover its labels."""
+    own = [role for role, held in holders if held is None or (grant.name and grant.name in held)]
+    if not own:
+        # The author does not hold this grant at all: RBAC's own escalation check refuses
+        # the write, and the bypass verbs that would let it through were ruled out above.
+        return None
+    shortfalls: list[Shortfall] = []
+    for role in own:
+        if role.error is not None:
+            continue  # grants nothing through this webhook, so it covers nothing either
+        shortfall = _compare_modes(grant, target, role)
+        if shortfall is None:
+            return None
+        shortfalls.append(shortfall)
+    invalid = [role for role in own if role.error is not None]
+    return _deny(request, target, grant, shortfalls, invalid)

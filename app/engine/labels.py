@@ -19,6 +19,7 @@ from app.engine.model import (
     Resource,
     UserInfo,
     labels_of,
+    lends_identity,
     strictest,
 )
 from app.engine.policy import Entry, Requirement
@@ -97,9 +98,16 @@ def find_grants(
     verbs: Sequence[str],
     resource: Resource,
     name: str,
+    loan: bool = False,
 ) -> Grants:
-    """Classify the roles that authorize ``verbs`` on ``resource`` for ``user`` in RBAC."""
-    return classify(snapshot.granting_roles(user, namespace, verbs, resource, name), resource)
+    """Classify the roles that authorize ``verbs`` on ``resource`` for ``user`` in RBAC.
+
+    ``loan``: the access lets the user act as the object (a ServiceAccount), so the roles' identity
+    loan limits decide (``Permissions.loan_entries``); it is implied by an identity verb.
+    """
+    loan = loan or any(lends_identity(verb, resource) for verb in verbs)
+    granting = snapshot.granting_roles(user, namespace, verbs, resource, name)
+    return classify(granting, resource, loan=loan)
 
 
 def request_grants(request: Request, snapshot: Snapshot) -> list[Grants]:
@@ -108,22 +116,40 @@ def request_grants(request: Request, snapshot: Snapshot) -> list[Grants]:
     resource = request.authorized_resource
     bound = snapshot.bound_roles(request.user, request.namespace)
     return [
-        classify(authorizing_roles(bound, resource, alternatives), resource, alternatives[0].verb)
+        classify(
+            authorizing_roles(bound, resource, alternatives),
+            resource,
+            alternatives[0].verb,
+            loan=any(lends_identity(a.verb, resource) for a in alternatives),
+        )
         for alternatives in request.authorizations
     ]
 
 
 def classify(
-    granting: Sequence[CompiledRole], resource: Resource, verb: str | None = None
+    granting: Sequence[CompiledRole],
+    resource: Resource,
+    verb: str | None = None,
+    *,
+    loan: bool = False,
 ) -> Grants:
-    """Sort granting roles into unrestricted, restricted (with their entries) and invalid."""
+    """Sort granting roles into unrestricted, restricted (with their entries) and invalid.
+
+    For an identity loan (``loan``), a role's entries are those its loans must meet: an annotated
+    role is then never unrestricted, whichever resources its annotation names.
+    """
     restricted: list[Restriction] = []
     invalid: list[CompiledRole] = []
     for role in granting:
         if role.error is not None:
             invalid.append(role)
             continue
-        entries = role.permissions.entries_for(resource) if role.permissions else ()
+        if role.permissions is None:
+            entries: tuple[Entry, ...] = ()
+        elif loan:
+            entries = role.permissions.loan_entries(resource)
+        else:
+            entries = role.permissions.entries_for(resource)
         if not entries:
             return Grants(True, role, (), (), verb)
         restricted.append((role, entries))

@@ -23,6 +23,33 @@ VERBS_FOR_OPERATION: Mapping[str, tuple[str, ...]] = {
     "CONNECT": ("create", "get", "update", "patch", "delete"),
 }
 
+# -- Which verbs the label rule restricts: the one definition both front doors read ------------
+# Admission (``/validate``) sees the verbs above; the authorization webhook (``/authorize``) judges
+# the verbs admission never sees. The escalation check judges a role handing out any of them, so a
+# verb added here is restricted by ``/authorize`` and guarded against escalation at once.
+ADMISSION_VERBS = frozenset(verb for verbs in VERBS_FOR_OPERATION.values() for verb in verbs)
+# Reads: a named object by its labels, a collection by its label selector.
+READ_VERBS = frozenset({"get", "list", "watch", "deletecollection"})
+COLLECTION_VERBS = frozenset({"list", "watch", "deletecollection"})
+# Verbs that lend the holder another subject's authority: impersonation (legacy and constrained,
+# KEP-5284), and approving or signing a certificate request (a client certificate names any
+# user). ``serviceaccounts`` are judged by the target's labels; the other identities carry none.
+IDENTITY_VERBS = frozenset(
+    {
+        "impersonate",
+        "impersonate:serviceaccount",
+        "impersonate:user-info",
+        "impersonate:arbitrary-node",
+        "impersonate:associated-node",
+        "approve",
+        "sign",
+    }
+)
+# What ``/authorize`` judges (everything else there is admission's or RBAC's).
+AUTHORIZED_VERBS = READ_VERBS | IDENTITY_VERBS
+# Every verb whose grant the label rule can restrict somewhere; ``*`` includes them all.
+RESTRICTED_VERBS = ADMISSION_VERBS | AUTHORIZED_VERBS | {"*"}
+
 # Subresources whose CONNECT is an interactive session on a pod. The API server serves them for
 # GET (the WebSocket upgrade, verb ``get``) and POST (SPDY, verb ``create``); since 1.35 it also
 # authorizes ``create`` for the WebSocket upgrade (AuthorizePodWebsocketUpgradeCreatePermission).
@@ -78,6 +105,33 @@ class Resource:
         if not resource:
             raise ValueError(f"invalid resource {text!r}: expected res[.group][/subresource]")
         return cls(group=group, resource=resource, subresource=sub)
+
+
+# -- Identity loans: acting as another subject lends that subject's grants on every resource -----
+# A token request yields a ServiceAccount's credentials, as impersonating it does.
+TOKEN_REQUEST = Resource("", "serviceaccounts", "token")
+# The subjects an identity verb names, as RBAC spells them (legacy impersonation in the core
+# group, constrained impersonation in authentication.k8s.io, certificate signers).
+IDENTITY_RESOURCES: tuple[Resource, ...] = (
+    *(Resource("", r) for r in ("users", "groups", "serviceaccounts")),
+    *(
+        Resource("authentication.k8s.io", r)
+        for r in ("users", "groups", "serviceaccounts", "uids", "userextras", "nodes")
+    ),
+    Resource("certificates.k8s.io", "signers"),
+)
+LOAN_TARGETS: tuple[Resource, ...] = (*IDENTITY_RESOURCES, TOKEN_REQUEST)
+
+
+def lends_identity(verb: str, resource: Resource) -> bool:
+    """Whether ``verb`` on ``resource`` lets the holder act as another subject (an identity
+    loan), which a label-restricted role permits only within all of its buckets
+    (``policy.Permissions.loan_entries``). ``*`` includes the identity verbs."""
+    if verb in IDENTITY_VERBS:
+        return True
+    if resource == TOKEN_REQUEST:
+        return verb in ("create", "*")
+    return verb == "*" and Resource(resource.group, resource.resource) in IDENTITY_RESOURCES
 
 
 @dataclass(frozen=True, slots=True)

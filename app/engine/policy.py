@@ -11,6 +11,7 @@ default label key. Everything is compiled once, when the role is loaded.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -329,6 +330,20 @@ class Permissions:
                     del self._memo[next(iter(self._memo))]  # the oldest class
                 self._memo[key] = found
         return found
+
+    def loan_entries(self, res: Resource) -> tuple[Entry, ...]:
+        """The requirements an identity loan must meet (``model.lends_identity``).
+
+        Acting as another subject lends that subject's grants on every resource, so a role
+        confined to label buckets lends only identities within all of them: the entries deciding
+        for ``res`` (a role's own ``serviceaccounts`` entry), or else every entry (they AND).
+        """
+        return self.entries_for(res) or self._every_entry
+
+    @functools.cached_property
+    def _every_entry(self) -> tuple[Entry, ...]:
+        """Every entry, one per distinct set of requirements (a message names each once)."""
+        return tuple({entry.requirements: entry for entry in self.entries}.values())
 
 
 def resource_pattern(pattern: str) -> Entry:

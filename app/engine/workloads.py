@@ -308,8 +308,15 @@ def _check_references(request: Request, ctx: Context, spec: Any, whose: str) -> 
         if ref.kind not in JUDGED_REFERENCES or not ref.name or ref in INJECTED:
             continue
         resource = Resource("", ref.kind)
+        # A pod runs as its ServiceAccount: an identity loan, limited as impersonation is.
         grants = find_grants(
-            ctx.snapshot, request.user, request.namespace, ("get",), resource, ref.name
+            ctx.snapshot,
+            request.user,
+            request.namespace,
+            ("get",),
+            resource,
+            ref.name,
+            loan=ref.kind == SERVICE_ACCOUNTS,
         )
         decided = grant_decision(request, grants)
         if decided is not None:

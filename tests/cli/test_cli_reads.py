@@ -4,13 +4,16 @@ SubjectAccessReview file, against the example RBAC (alice: team=a in t1)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from app.cli import main
 from app.engine.selectors import SelectorError, parse_selector
 from tests.conftest import EXAMPLES
-from tests.support import ACCESS_REVIEWS
+from tests.support import ACCESS_REVIEWS, ROOT, binding, role, rule
 
 CHECK = ["check", "--rbac-dir", str(EXAMPLES)]
 LIST = ["--as", "alice", "--verb", "list", "--resource", "configmaps", "-n", "t1"]
@@ -119,3 +122,112 @@ def test_read_flags_are_checked(
 def test_unrestricted_reads_leave_the_read_to_rbac(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*CHECK, *LIST, "--unrestricted-reads", "configmaps"]) == 0
     assert "no opinion (ReadsUnrestricted)" in capsys.readouterr().out
+
+
+# -- Acting as another subject: impersonation, as /authorize answers it ---------------------------
+
+
+@pytest.fixture
+def act_as_rbac(tmp_path: Path) -> Path:
+    objects = [
+        role("tenant", "t2", [rule("*", "*")], {"*": {"team": ["a"]}}),
+        binding("tina", "tenant", "User:tina", namespace="t2"),
+        role("act-as", "", [rule("impersonate", "users")], {"*": {"team": ["a"]}}),
+        binding("tina-act-as", "act-as", "User:tina"),
+    ]
+    (tmp_path / "rbac.json").write_text(
+        json.dumps({"kind": "List", "items": [obj for _, obj in objects]})
+    )
+    return tmp_path
+
+
+IMPERSONATE_SA = [
+    "--as", "tina", "--verb", "impersonate", "--resource", "serviceaccounts", "-n", "t2",
+    "--name", "deployer-b",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "expected"),
+    [
+        pytest.param(
+            [*IMPERSONATE_SA, "-l", "team=b"], 1,
+            'denied (LabelNotPermitted): user "tina" may not impersonate serviceaccounts '
+            '"deployer-b" in namespace "t2": the existing object\'s label team="b" is not '
+            "permitted; it may impersonate only ServiceAccounts labeled team in [a] "
+            "(role t2/tenant)",
+            id="service-account-of-another-bucket",
+        ),
+        pytest.param(
+            [*IMPERSONATE_SA, "-l", "team=a"], 0, "no opinion (LabelsPermitted)",
+            id="service-account-of-her-bucket",
+        ),
+        pytest.param(
+            ["--as", "tina", "--verb", "impersonate", "--resource", "users", "--name", "admin"], 1,
+            'denied (IdentityNotLabeled): user "tina" may not impersonate users "admin": users '
+            "carry no labels",
+            id="user",
+        ),
+    ],
+)  # fmt: skip
+def test_check_explains_impersonation(
+    act_as_rbac: Path, args: list[str], code: int, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", "--rbac-dir", str(act_as_rbac), *args]) == code
+    assert expected in capsys.readouterr().out
+
+
+def test_python_dash_m_app_check_refuses_impersonating_another_bucket(act_as_rbac: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "check", "--rbac-dir", str(act_as_rbac),
+         *IMPERSONATE_SA, "-l", "team=b"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.startswith("denied (LabelNotPermitted)")
+
+
+# -- Handing reads out: check -f judges a Role as the escalation check does -----------------------
+
+
+@pytest.mark.parametrize(
+    ("permissions", "code", "expected"),
+    [
+        pytest.param(
+            None, 1,
+            'denied (403 Escalation): user "alice" may not grant configmaps without a label '
+            "restriction: their own access is limited to team in [a]",
+            id="unannotated-read-only-role",
+        ),
+        pytest.param(
+            '{"configmaps": {"team": ["b"]}, "secrets": {"team": ["b"]}}', 1,
+            'user "alice" may not grant configmaps with team="b"', id="another-buckets-reads",
+        ),
+        pytest.param(
+            '{"configmaps": {"team": ["a"]}, "secrets": {"team": ["a"]}}', 0, "allowed",
+            id="her-own-buckets-reads",
+        ),
+    ],
+)  # fmt: skip
+def test_check_judges_a_role_handing_out_reads(
+    tmp_path: Path,
+    permissions: str | None,
+    code: int,
+    expected: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    metadata: dict[str, object] = {"name": "peek", "namespace": "t1", "labels": {"team": "a"}}
+    if permissions is not None:
+        metadata["annotations"] = {"labelrbac.io/permissions": permissions}
+    manifest = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata,
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "list"]}
+        ],
+    }
+    path = tmp_path / "peek.json"
+    path.write_text(json.dumps(manifest))
+    assert main([*CHECK, "--as", "alice", "-f", str(path)]) == code
+    assert expected in capsys.readouterr().out

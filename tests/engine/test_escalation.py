@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from app.engine.context import Context, Options
+from app.engine.authorize import check_label_read
+from app.engine.context import Context, ObjectRef, Options
 from app.engine.decide import PRE_CHECKS, check_role_annotation, evaluate
 from app.engine.escalation import Grant, check_escalation, grants_of
-from app.engine.model import Request, Resource, UserInfo
-from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.model import (
+    AUTHORIZED_VERBS,
+    IDENTITY_VERBS,
+    RESTRICTED_VERBS,
+    Access,
+    Request,
+    Resource,
+    UserInfo,
+    Verdict,
+)
+from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import RBAC_GROUP, Compiler, Rule
 from tests.support import binding, role, rule, snapshot
 
@@ -233,8 +244,9 @@ ROLE_CASES = [
     ),
     pytest.param(
         write("alice", new_role("r", "t1", [rule("get list watch", "configmaps")])),
-        None,
-        id="read-only-grant-not-label-restricted",
+        f'user "alice" may not grant configmaps without a label restriction: {ALICE_LIMIT} '
+        + escalate_hint(),
+        id="read-only-grant-refused-like-a-write",
     ),
     pytest.param(
         write("alice", new_role("r", "t1", [rule("create", "secrets")])),
@@ -452,8 +464,9 @@ WILDCARD_CASES = [
     ),
     pytest.param(
         write("wanda", new_role("r", "t2", [rule("get list watch", "configmaps")])),
-        None,
-        id="read-only-configmaps-allowed",
+        'user "wanda" may not grant configmaps without a label restriction: their own access '
+        f"is limited to team in [a] {escalate_hint()}",
+        id="read-only-configmaps-refused",
     ),
     pytest.param(
         write("wanda", new_role("r", "t2", [rule("create", "configmaps", "*")])),
@@ -686,17 +699,393 @@ def test_grants_are_broken_down_once_and_in_a_stable_order() -> None:
     rules = (
         Rule.compile(rule("update create", "secrets configmaps", names="b a")),
         Rule.compile(rule("create", "configmaps", names="a")),
-        Rule.compile(rule("get list", "configmaps pods/exec")),
+        Rule.compile(rule("update create", "configmaps", names="a b")),
+        Rule.compile(rule("get list bind use", "configmaps pods/exec")),
     )
+    ab = (frozenset({"a", "b"}), ("a", "b"))
+    a = (frozenset({"a"}), ("a",))
+    anyname = (frozenset(), ())
+    # One grant per verb, group and resource of a rule; its names stay a set.
     assert list(grants_of(rules)) == [
-        Grant("create", "", "configmaps", "", "a"),
-        Grant("create", "", "configmaps", "", "b"),
-        Grant("create", "", "secrets", "", "a"),
-        Grant("create", "", "secrets", "", "b"),
-        Grant("update", "", "configmaps", "", "a"),
-        Grant("update", "", "configmaps", "", "b"),
-        Grant("update", "", "secrets", "", "a"),
-        Grant("update", "", "secrets", "", "b"),
-        # get only matters for CONNECT, which targets subresources; list never reaches admission
-        Grant("get", "", "pods", "exec"),
+        (Grant("create", "", "configmaps"), ab),
+        (Grant("create", "", "secrets"), ab),
+        (Grant("update", "", "configmaps"), ab),
+        (Grant("update", "", "secrets"), ab),
+        (Grant("create", "", "configmaps"), a),
+        # Reads are restricted by /authorize, so they are judged too; bind and use are RBAC's.
+        (Grant("get", "", "configmaps"), anyname),
+        (Grant("get", "", "pods", "exec"), anyname),
+        (Grant("list", "", "configmaps"), anyname),
+        (Grant("list", "", "pods", "exec"), anyname),
     ]
+
+
+# -- Every verb the label rule restricts, reads and identity loans included ------------------------
+# A tenant of the shared namespace t4 holds everything (verbs "*" on "*" and on RBAC objects),
+# every resource limited to team a by a catch-all entry, as the multi-tenant setup allows.
+TENANT = snapshot(
+    role(
+        "tenant",
+        "t4",
+        rules=[rule("*", "*"), rule("*", "*", RBAC_GROUP)],
+        permissions={"*": {"team": ["a"]}},
+    ),
+    binding("tenant", "tenant", "User:tina", namespace="t4"),
+    # Written by an admin: read-only, without and with a label restriction.
+    role("reader", "t4", rules=[rule("get list watch", "configmaps secrets")]),
+    role(
+        "reader-a",
+        "t4",
+        rules=[rule("get list watch", "configmaps secrets")],
+        permissions={"*": {"team": ["a"]}},
+    ),
+    role(
+        "reader-b",
+        "t4",
+        rules=[rule("get list watch", "configmaps secrets")],
+        permissions={"*": {"team": ["b"]}},
+    ),
+    default_label_key="team",
+)
+TENANT_CTX = Context(TENANT, Options(compiler=Compiler((DEFAULT_ANNOTATION_KEY,), "team")))
+TINA_LIMIT = "their own access is limited to team in [a]"
+# Where each verb is used: identity loans on the identities, everything else on configmaps.
+IDENTITY_TARGETS = "serviceaccounts users groups"
+
+
+def _target(verb: str) -> str:
+    return IDENTITY_TARGETS if verb in IDENTITY_VERBS else "configmaps"
+
+
+VERB_CASES = [pytest.param(verb, id=verb) for verb in sorted(RESTRICTED_VERBS)]
+
+
+@pytest.mark.parametrize("verb", VERB_CASES)
+@pytest.mark.parametrize(
+    ("permissions", "excess"),
+    [
+        pytest.param(None, "without a label restriction", id="unannotated"),
+        pytest.param({"*": {"team": ["b"]}}, 'with team="b"', id="another-bucket"),
+        pytest.param(
+            {"*": {"env": ["dev"]}}, "without a restriction on label team", id="other-key"
+        ),
+    ],
+)
+def test_every_restricted_verb_is_judged_as_writes_are(
+    verb: str, permissions: Any, excess: str
+) -> None:
+    resources = _target(verb)
+    request = write("tina", new_role("r", "t4", [rule(verb, resources)], permissions))
+    decision = check_escalation(request, TENANT_CTX)
+    assert decision is not None and decision.reason == "Escalation", verb
+    first = sorted(resources.split())[0] if verb != "*" else "configmaps"
+    assert decision.message == (
+        f'user "tina" may not grant {first} {excess}: {TINA_LIMIT} {escalate_hint()}'
+    )
+
+
+@pytest.mark.parametrize("verb", VERB_CASES)
+def test_every_restricted_verb_may_be_handed_out_within_her_bucket(verb: str) -> None:
+    own = new_role("r", "t4", [rule(verb, _target(verb))], {"*": {"team": ["a"]}})
+    assert check_escalation(write("tina", own), TENANT_CTX) is None
+    narrower = new_role("r", "t4", [rule(verb, _target(verb))], {"*": {"team": ["a"], "x": ["y"]}})
+    assert check_escalation(write("tina", narrower), TENANT_CTX) is None
+
+
+@pytest.mark.parametrize(
+    ("obj", "excess"),
+    [
+        pytest.param(
+            new_binding("b", "reader", "User:tina", namespace="t4"),
+            "without a label restriction",
+            id="herself-to-unannotated-read-only-role",
+        ),
+        pytest.param(
+            new_binding("b", "reader", "User:tom", namespace="t4"),
+            "without a label restriction",
+            id="teammate-to-unannotated-read-only-role",
+        ),
+        pytest.param(
+            new_binding("b", "reader-b", "User:tina", namespace="t4"),
+            'with team="b"',
+            id="herself-to-another-buckets-read-only-role",
+        ),
+    ],
+)
+def test_binding_to_a_read_only_role_is_judged(obj: dict[str, Any], excess: str) -> None:
+    decision = check_escalation(write("tina", obj), TENANT_CTX)
+    assert decision is not None
+    role_name = obj["roleRef"]["name"]
+    assert decision.message == (
+        f'user "tina" may not grant configmaps {excess} through role t4/{role_name}: '
+        f"{TINA_LIMIT} {bind_hint('roles', role_name)}"
+    )
+
+
+def test_binding_a_teammate_to_her_own_buckets_reader_is_allowed() -> None:
+    teammate = new_binding("b", "reader-a", "User:tom", namespace="t4")
+    assert check_escalation(write("tina", teammate), TENANT_CTX) is None
+
+
+def test_a_label_restricted_escalate_or_bind_bypasses_nothing() -> None:
+    # Her verbs "*" on roles include escalate and bind, but through a label-restricted role: the
+    # labels of a Role bound who may write it, not what it grants.
+    for obj in (
+        new_role("r", "t4", [rule("get", "secrets")]),
+        new_binding("b", "reader", "User:tina", namespace="t4"),
+    ):
+        decision = check_escalation(write("tina", obj), TENANT_CTX)
+        assert decision is not None and decision.reason == "Escalation"
+    # The same verbs through an unrestricted role (erin's) still bypass, as in RBAC.
+    assert (
+        check_escalation(write("erin", new_role("r", "t1", [rule("get", "secrets")])), CTX) is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("rules", "judged"),
+    [
+        pytest.param([rule("get list watch", "configmaps")], False, id="reads-left-unscoped"),
+        pytest.param([rule("list", "configmaps", names="c1")], False, id="reads-by-name"),
+        pytest.param([rule("get", "secrets")], True, id="reads-of-another-resource"),
+        pytest.param([rule("deletecollection", "configmaps")], True, id="deletecollection-deletes"),
+        pytest.param(
+            [rule("get", "configmaps/proxy")], True, id="get-of-a-subresource-may-connect"
+        ),
+        pytest.param([rule("*", "configmaps")], True, id="star-includes-writes"),
+        pytest.param([rule("create", "configmaps")], True, id="writes"),
+    ],
+)
+def test_unrestricted_reads_are_not_escalations(rules: list[dict[str, Any]], judged: bool) -> None:
+    """--unrestricted-reads leaves those reads unscoped for everyone, the author included."""
+    options = Options(
+        compiler=TENANT_CTX.options.compiler,
+        unrestricted_reads=(resource_pattern("configmaps"),),
+    )
+    decision = check_escalation(write("tina", new_role("r", "t4", rules)), Context(TENANT, options))
+    assert (decision is not None) is judged
+
+
+# -- One verb set for both front doors ------------------------------------------------------------
+# Verbs the API server authorizes, the restricted ones and some it uses that no rule restricts.
+KNOWN_VERBS = sorted(
+    RESTRICTED_VERBS
+    | {"bind", "escalate", "use", "proxy", "impersonate-on:user-info:list", "nonsense", ""}
+)
+
+
+@pytest.mark.parametrize("verb", KNOWN_VERBS)
+@pytest.mark.parametrize("resource", ["configmaps", "serviceaccounts", "users", "pods/log"])
+def test_what_authorize_judges_escalation_judges(verb: str, resource: str) -> None:
+    """Every request /authorize would judge for a restricted role, a role granting it is judged."""
+    access = Access(UserInfo("tina"), verb, Resource.parse(resource), "v1", "t4", "x-b")
+
+    def metadata(ref: ObjectRef) -> Mapping[str, Any]:
+        return {"metadata": {"name": ref.name, "labels": {"team": "b"}}}
+
+    ctx = Context(TENANT, TENANT_CTX.options, metadata=metadata)
+    judged_by_authorize = check_label_read(access, ctx).reason != "NotARead"
+    assert judged_by_authorize == (verb in AUTHORIZED_VERBS)
+    if judged_by_authorize:
+        assert verb in RESTRICTED_VERBS
+        handed_out = write("tina", new_role("r", "t4", [rule(verb, resource)]))
+        assert check_escalation(handed_out, TENANT_CTX) is not None
+
+
+# -- Identity loans: an annotated role lends identities only within all of its buckets ------------
+# A tenant of t5 whose annotation names some resources only, as the shipped example tenants do; her
+# roles grant every verb ("*" includes impersonate) and, without escalate or bind, RBAC writes.
+# Another role names serviceaccounts itself: its own entry keeps deciding.
+BUCKETS = {"configmaps": {"team": ["a"]}, "secrets": {"team": ["a"]}}
+LENDER = snapshot(
+    role(
+        "lender",
+        "t5",
+        rules=[
+            rule("*", "*"),
+            rule("*", "*", "authentication.k8s.io certificates.k8s.io"),
+            rule("get create update patch delete", "roles rolebindings", RBAC_GROUP),
+        ],
+        permissions=BUCKETS,
+    ),
+    binding("lender", "lender", "User:lena", namespace="t5"),
+    role(
+        "accounts",
+        "t5",
+        rules=[rule("impersonate", "serviceaccounts")],
+        permissions={**BUCKETS, "serviceaccounts": {"team": ["a", "b"]}},
+    ),
+    binding("accounts", "accounts", "User:sam", namespace="t5"),
+    default_label_key="team",
+)
+LENDER_CTX = Context(LENDER, Options(compiler=Compiler((DEFAULT_ANNOTATION_KEY,), "team")))
+LENA_LIMIT = "their own access is limited to team in [a]"
+ACCOUNT_LABELS = {"sa-a": {"team": "a"}, "sa-b": {"team": "b"}, "sa-none": {}}
+
+
+def _account_metadata(ref: ObjectRef) -> Mapping[str, Any]:
+    return {"metadata": {"name": ref.name, "labels": ACCOUNT_LABELS[ref.name]}}
+
+
+@pytest.mark.parametrize(
+    ("user", "verb", "resource", "name", "reason"),
+    [
+        pytest.param("lena", "impersonate", "serviceaccounts", "sa-a", None, id="own-bucket"),
+        pytest.param(
+            "lena", "impersonate", "serviceaccounts", "sa-b", "LabelNotPermitted", id="other"
+        ),
+        pytest.param(
+            "lena", "impersonate", "serviceaccounts", "sa-none", "LabelNotPermitted", id="none"
+        ),
+        pytest.param(
+            "lena", "impersonate:serviceaccount", "serviceaccounts.authentication.k8s.io",
+            "sa-b", "LabelNotPermitted", id="constrained",
+        ),
+        pytest.param("lena", "impersonate", "users", "admin", "IdentityNotLabeled", id="user"),
+        pytest.param("lena", "impersonate", "groups", "g", "IdentityNotLabeled", id="group"),
+        pytest.param(
+            "lena", "sign", "signers.certificates.k8s.io", "kubernetes.io/kube-apiserver-client",
+            "IdentityNotLabeled", id="signer",
+        ),
+        pytest.param("sam", "impersonate", "serviceaccounts", "sa-b", None, id="own-entry-decides"),
+        pytest.param(
+            "sam", "impersonate", "serviceaccounts", "sa-none", "LabelNotPermitted",
+            id="own-entry-unlabeled",
+        ),
+    ],
+)  # fmt: skip
+def test_an_annotated_role_lends_only_within_all_its_buckets(
+    user: str, verb: str, resource: str, name: str, reason: str | None
+) -> None:
+    access = Access(UserInfo(user), verb, Resource.parse(resource), "v1", "t5", name)
+    ctx = Context(LENDER, LENDER_CTX.options, metadata=_account_metadata)
+    decision = check_label_read(access, ctx)
+    assert decision is not None
+    if reason is None:
+        assert decision.verdict is Verdict.NO_OPINION, decision
+    else:
+        assert (decision.verdict, decision.reason) == (Verdict.DENY, reason), decision
+        assert "ServiceAccounts labeled team in [a" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("rules", "permissions", "message"),
+    [
+        pytest.param(
+            [rule("impersonate", "serviceaccounts")], None,
+            "serviceaccounts without a label restriction", id="unannotated",
+        ),
+        pytest.param(
+            [rule("impersonate", "serviceaccounts")], {"serviceaccounts": {"team": ["b"]}},
+            'serviceaccounts with team="b"', id="another-buckets-entry",
+        ),
+        pytest.param(
+            [rule("*", "serviceaccounts")], None,
+            "serviceaccounts without a label restriction", id="star-verbs",
+        ),
+        pytest.param(
+            [rule("impersonate", "users groups")], None,
+            "groups without a label restriction", id="labelless-identities",
+        ),
+        pytest.param(
+            [rule("impersonate", "*")], None, "* without a label restriction",
+            id="wildcard-resources",
+        ),
+        pytest.param(
+            [rule("create", "serviceaccounts/token")], None,
+            "serviceaccounts/token without a label restriction", id="token-requests",
+        ),
+        pytest.param([rule("impersonate", "serviceaccounts")], BUCKETS, None, id="same-buckets"),
+        pytest.param(
+            [rule("impersonate", "serviceaccounts")], {"configmaps": {"team": ["a"]}}, None,
+            id="one-of-her-buckets",
+        ),
+        pytest.param(
+            [rule("create", "serviceaccounts/token")], {"serviceaccounts": {"team": ["a"]}}, None,
+            id="her-accounts-entry",
+        ),
+        pytest.param([rule("*", "*")], BUCKETS, None, id="all-within-the-same-buckets"),
+        pytest.param([rule("get list", "serviceaccounts")], None, None, id="reads-lend-nothing"),
+    ],
+)  # fmt: skip
+def test_handing_out_an_identity_loan_is_covered_by_her_loan_limits(
+    rules: list[dict[str, Any]], permissions: Any, message: str | None
+) -> None:
+    decision = check_escalation(write("lena", new_role("r", "t5", rules, permissions)), LENDER_CTX)
+    if message is None:
+        assert decision is None
+    else:
+        assert decision is not None
+        assert decision.message == (
+            f'user "lena" may not grant {message}: {LENA_LIMIT} {escalate_hint()}'
+        )
+
+
+# -- resourceNames are a set: the work is linear in a Role's size ---------------------------------
+# nina holds every core resource limited to team a, and two names of each without limits.
+TEAM_A_ENTRY = {"*": {"team": ["a"]}}
+NAMED = snapshot(
+    role("limited", "t6", rules=[rule("*", "*")], permissions=TEAM_A_ENTRY),
+    role("named", "t6", rules=[rule("*", "*", names="open-1 open-2")]),
+    binding("limited", "limited", "User:nina", namespace="t6"),
+    binding("named", "named", "User:nina", namespace="t6"),
+)
+NAMED_CTX = Context(NAMED, TENANT_CTX.options)
+
+
+@pytest.mark.parametrize(
+    ("names", "permissions", "refused"),
+    [
+        pytest.param("open-1 open-2", None, None, id="only-names-she-holds-unlimited"),
+        pytest.param("open-1 x", None, "x", id="another-name-held-with-limits"),
+        pytest.param("z y open-2 w", None, "w", id="first-such-name-in-order"),
+        pytest.param("open-1 x y", TEAM_A_ENTRY, None, id="within-her-limits"),
+    ],
+)
+def test_names_are_judged_by_the_roles_holding_each(
+    names: str, permissions: Any, refused: str | None
+) -> None:
+    handed_out = new_role("r", "t6", [rule("get update", "configmaps", names=names)], permissions)
+    decision = check_escalation(write("nina", handed_out), NAMED_CTX)
+    if refused is None:
+        assert decision is None
+    else:
+        assert decision is not None
+        assert decision.message.startswith(
+            f'user "nina" may not grant configmaps "{refused}" without a label restriction'
+        )
+
+
+def test_the_work_is_linear_in_the_roles_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Author-side lookups once per verb and resource, judgements once per name that can differ:
+    doubling the names costs nothing more, doubling the resources twice as much."""
+    import app.engine.escalation as escalation
+
+    calls = {"_holders": 0, "_judge": 0}
+    for name in calls:
+        real = getattr(escalation, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(escalation, name, spy)
+
+    def work(resources: int, names: int) -> tuple[int, int]:
+        calls.update(dict.fromkeys(calls, 0))
+        rules = [
+            rule(
+                "get list update patch",
+                " ".join(f"r{i}" for i in range(resources)),
+                names=" ".join(["open-1", *(f"n{i}" for i in range(names - 1))]),
+            )
+        ]
+        handed_out = new_role("r", "t6", rules, TEAM_A_ENTRY)
+        assert check_escalation(write("nina", handed_out), NAMED_CTX) is None
+        return calls["_holders"], calls["_judge"]
+
+    holders, judged = work(100, 100)
+    assert holders == 4 * 100  # verbs x resources, whatever the names
+    assert judged == 4 * 100 * 2  # open-1 (named by her rules) and one for all the other names
+    assert work(100, 200) == (holders, judged)
+    assert work(200, 100) == (2 * holders, 2 * judged)

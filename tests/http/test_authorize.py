@@ -40,6 +40,42 @@ RBAC = [
     # gina: pods restricted; the pods entry covers pods/log.
     role("pods-a", "t1", [rule("get list", "pods pods/log")], {"pods": {"team": ["a"]}}),
     binding("gina", "pods-a", "User:gina", namespace="t1"),
+    # tina: a tenant of t2 holding everything there, every resource limited to team a; and a
+    # ClusterRole letting her act as anyone, limited the same way.
+    # (Constrained impersonation asks for identities in the group authentication.k8s.io.)
+    role(
+        "tenant",
+        "t2",
+        [rule("*", "*"), rule("*", "serviceaccounts", "authentication.k8s.io")],
+        {"*": {"team": ["a"]}},
+    ),
+    binding("tina", "tenant", "User:tina", namespace="t2"),
+    role(
+        "act-as",
+        "",
+        [
+            rule("impersonate", "users groups"),
+            rule(
+                "impersonate impersonate:user-info",
+                "users groups uids userextras/scopes",
+                "authentication.k8s.io",
+            ),
+            rule(
+                "impersonate:arbitrary-node impersonate:associated-node",
+                "nodes",
+                "authentication.k8s.io",
+            ),
+            rule("approve sign", "signers", "certificates.k8s.io"),
+        ],
+        {"*": {"team": ["a"]}},
+    ),
+    binding("tina-act-as", "act-as", "User:tina"),
+    # ian: the same verbs without a label restriction (an admin's delegate).
+    role("act-as-anyone", "", [rule("impersonate", "users groups serviceaccounts")]),
+    binding("ian", "act-as-anyone", "User:ian"),
+    # sara: serviceaccounts are not in her annotation, yet she lends identities only within it.
+    role("cm-only", "t2", [rule("*", "*")], {"configmaps": {"team": ["a"]}}),
+    binding("sara", "cm-only", "User:sara", namespace="t2"),
 ]
 
 OBJECTS = {
@@ -48,6 +84,9 @@ OBJECTS = {
     ("configmaps", "t1", "cm-none"): {},
     ("pods", "t1", "web-a"): {"team": "a"},
     ("pods", "t1", "web-b"): {"team": "b"},
+    ("serviceaccounts", "t2", "deployer-a"): {"team": "a"},
+    ("serviceaccounts", "t2", "deployer-b"): {"team": "b"},
+    ("serviceaccounts", "t2", "default"): {},
 }
 
 
@@ -387,3 +426,121 @@ def test_each_answer_is_logged_as_one_line(
         "message": record["message"],
     }
     assert record["message"].startswith('user "alice" may list configmaps')
+
+
+# -- Acting as another subject --------------------------------------------------------------------
+# As kube-apiserver v1.36 asks (recorded): one review per impersonated attribute, ServiceAccounts
+# by namespace and name, the other identities by name; legacy impersonation in the group "",
+# constrained impersonation (impersonate:<mode>) in authentication.k8s.io.
+
+
+def act_as(user: str, verb: str, resource: str, name: str, namespace: str = "") -> Any:
+    return make_access_review(user, verb, resource, namespace=namespace, name=name)
+
+
+IMPERSONATE = [
+    pytest.param("impersonate", "serviceaccounts", id="legacy"),
+    pytest.param("impersonate:serviceaccount", "serviceaccounts.authentication.k8s.io", id="mode"),
+]
+
+
+@pytest.mark.parametrize(("verb", "resource"), IMPERSONATE)
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        pytest.param("deployer-a", None, id="own-bucket"),
+        pytest.param(
+            "deployer-b",
+            'user "tina" may not {verb} {resource} "deployer-b" in namespace "t2": the '
+            'existing object\'s label team="b" is not permitted; it may {verb} only '
+            "ServiceAccounts labeled team in [a] (role t2/tenant)",
+            id="other-bucket",
+        ),
+        pytest.param(
+            "default",
+            'user "tina" may not {verb} {resource} "default" in namespace "t2": the existing '
+            "object has no label team; it may {verb} only ServiceAccounts labeled team in [a] "
+            "(role t2/tenant)",
+            id="unlabeled",
+        ),
+        pytest.param(
+            "ghost",
+            'user "tina" may not {verb} {resource} "ghost" in namespace "t2": its labels '
+            'cannot be checked (could not read serviceaccounts "ghost" in namespace "t2": HTTP 404 '
+            "NotFound); only objects labeled team in [a] are permitted",
+            id="unknown-fails-closed",
+        ),
+    ],
+)
+def test_impersonating_a_service_account_is_judged_by_its_labels(
+    client: FlaskClient, verb: str, resource: str, name: str, reason: str | None
+) -> None:
+    status = status_of(client, act_as("tina", verb, resource, name, "t2"))
+    if reason is None:
+        assert status == {"allowed": False}
+    else:
+        expected = reason.format(verb=verb, resource=resource)
+        assert status == {"allowed": False, "denied": True, "reason": expected}
+
+
+LABELLESS = [
+    pytest.param("impersonate", "users", "admin", id="user"),
+    pytest.param(
+        "impersonate:user-info", "users.authentication.k8s.io", "admin", id="user-constrained"
+    ),
+    pytest.param(
+        "impersonate:user-info", "groups.authentication.k8s.io", "g1", id="group-constrained"
+    ),
+    pytest.param("impersonate", "groups", "system:masters", id="group"),
+    pytest.param("impersonate", "uids.authentication.k8s.io", "1234", id="uid"),
+    pytest.param("impersonate", "userextras.authentication.k8s.io/scopes", "view", id="extra"),
+    pytest.param("impersonate:arbitrary-node", "nodes.authentication.k8s.io", "node1", id="node"),
+    pytest.param(
+        "impersonate:associated-node", "nodes.authentication.k8s.io", "*", id="associated-node"
+    ),
+    pytest.param(
+        "approve",
+        "signers.certificates.k8s.io",
+        "kubernetes.io/kube-apiserver-client",
+        id="approve",
+    ),
+    pytest.param(
+        "sign", "signers.certificates.k8s.io", "kubernetes.io/kube-apiserver-client", id="sign"
+    ),
+]
+
+
+@pytest.mark.parametrize(("verb", "resource", "name"), LABELLESS)
+def test_identities_without_labels_need_an_unrestricted_grant(
+    client: FlaskClient, verb: str, resource: str, name: str
+) -> None:
+    status = status_of(client, act_as("tina", verb, resource, name))
+    assert status["denied"] is True
+    assert status["reason"].startswith(f'user "tina" may not {verb} ')
+    assert status["reason"].endswith(
+        "carry no labels, so only a role without a permission annotation lends them; a "
+        "label-restricted role lends only ServiceAccounts labeled team in [a] "
+        "(clusterrole act-as)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("user", "resource", "name", "namespace"),
+    [
+        pytest.param("ian", "users", "admin", "", id="unrestricted-user"),
+        pytest.param("ian", "serviceaccounts", "ghost", "t2", id="unrestricted-needs-no-lookup"),
+        pytest.param("zed", "users", "admin", "", id="no-grant-left-to-rbac"),
+    ],
+)
+def test_unrestricted_or_absent_grants_are_rbacs(
+    client: FlaskClient, user: str, resource: str, name: str, namespace: str
+) -> None:
+    review = act_as(user, "impersonate", resource, name, namespace)
+    assert status_of(client, review) == {"allowed": False}
+
+
+def test_lending_verbs_ignore_unrestricted_reads(make_client: MakeClient) -> None:
+    # --unrestricted-reads switches off label-scoped reads, not impersonation.
+    client = make_client(unrestricted_reads=("*",))
+    review = act_as("tina", "impersonate", "serviceaccounts", "deployer-b", "t2")
+    assert denied(status_of(client, review))
