@@ -112,7 +112,9 @@ def glob_pattern(glob: Glob) -> str:
     """An anchored RE2 pattern matching exactly what ``glob`` matches.
 
     Everything but ``*`` and ``?`` is escaped, so the pattern has no classes, groups,
-    alternations or counted repetitions: only literals, ``.`` and ``.*``.
+    alternations or counted repetitions: only literals, ``.`` and ``.*``. It ends in ``\\z``
+    (end of text), as every validating pattern here ends in an anchor that cannot match before
+    a final newline; in RE2 a bare ``$`` means the same, but says less.
     """
     parts = ["^"]
     for ch in glob.canonical or glob.text:
@@ -124,7 +126,7 @@ def glob_pattern(glob: Glob) -> str:
             parts.append(ch)
         else:
             parts.append("\\" + ch)
-    parts.append("$")
+    parts.append(r"\z")
     return "".join(parts)
 
 
