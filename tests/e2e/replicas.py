@@ -1,0 +1,88 @@
+"""Two webhook replicas behind HAProxy in a loopback control plane (tests/e2e, scripts/ha.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.balancer import Balancer
+from tests.kube.cluster import LabelRbacCluster, authorization_kubeconfig
+from tests.process import Server, free_port, stop
+
+# Seconds a replica keeps answering, unready, after SIGTERM (the Deployment ships 10): longer
+# than the balancer needs to see /readyz fail (two checks).
+DRAIN_SECONDS = "2"
+
+
+class Replicated:
+    """label-rbac with replicas ``r1`` (the cluster's own) and ``r2`` behind ``balancer``."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.ports = {"r1": 0, "r2": free_port()}
+        self.cluster = LabelRbacCluster(
+            workdir,
+            serve_args=("--drain-seconds", DRAIN_SECONDS),
+            webhook_url="https://127.0.0.1:0",  # replaced below, once the balancer has a port
+        )
+        self.ports["r1"] = self.cluster.webhook_port
+        self.balancer = Balancer(workdir / "balancer", self.ports)
+        self._point_at_balancer()
+        self.servers: dict[str, Server] = {}
+        self.launches = 0
+
+    def _point_at_balancer(self) -> None:
+        # What the API server dials for both webhooks: the balancer (the kubeconfig of the
+        # authorization webhook was written with the placeholder by the cluster).
+        cluster = self.cluster
+        cluster.webhook_url = self.balancer.url
+        path = cluster.workdir / "authorization-webhook.kubeconfig"
+        path.write_text(yaml.safe_dump(authorization_kubeconfig(self.balancer.url, cluster.tls.ca)))
+
+    def start(self) -> None:
+        self.balancer.start()
+        self.cluster.start()
+        assert self.cluster.webhook is not None
+        self.servers["r1"] = self.cluster.webhook
+        self.launch("r2")
+        for name in self.ports:
+            self.balancer.wait_state(name, "UP")
+
+    def launch(self, name: str) -> Server:
+        self.launches += 1
+        # One log per process: a drained replica still writes while its successor starts.
+        log_name = f"webhook-{name}-{self.launches}.log"
+        server = self.cluster.launch_webhook(self.ports[name], log_name=log_name)
+        server.wait_ready()
+        self.servers[name] = server
+        if name == "r1":
+            self.cluster.webhook = server
+        return server
+
+    def signal(self, name: str, signum: signal.Signals) -> subprocess.Popen[Any]:
+        """``signum`` to replica ``name``'s process group (arbiter and workers)."""
+        process = self.servers[name].process
+        os.killpg(process.pid, signum)
+        return process
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            stop(server.process)
+        self.cluster.stop()
+        self.balancer.stop()
+
+
+@contextmanager
+def replicated(workdir: Path) -> Iterator[Replicated]:
+    setup = Replicated(workdir)
+    try:
+        setup.start()
+        yield setup
+    finally:
+        setup.stop()
