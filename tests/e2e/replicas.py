@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import yaml
 
 from tests.e2e.balancer import Balancer
+from tests.e2e.load import Load
 from tests.kube.cluster import LabelRbacCluster, authorization_kubeconfig
 from tests.process import Server, free_port, stop
 
@@ -86,3 +88,39 @@ def replicated(workdir: Path) -> Iterator[Replicated]:
         yield setup
     finally:
         setup.stop()
+
+
+PHASES = ["steady", "drain", "kill", "after"]
+
+
+def run_faults(ha: Replicated, load: Load, steady: int = 40, settle: float = 1.0) -> None:
+    """Under ``load``: ``steady`` requests, then r1 drained (SIGTERM) and started again, then r2
+    killed (SIGKILL) and started again, then ``steady`` more; ``load.phase`` names each.
+
+    A request counts in the phase it started in, so before the kill the drain's last requests
+    get ``settle`` seconds to finish (a steady-state answer takes milliseconds).
+    """
+    balancer = ha.balancer
+    load.phase = "steady"
+    load.wait_for(steady)
+
+    load.phase = "drain"
+    drained = ha.signal("r1", signal.SIGTERM)
+    balancer.wait_state("r1", "DOWN")
+    drained.wait(timeout=60)
+    assert drained.returncode == 0, "the drained replica exits 0"
+    ha.launch("r1")
+    balancer.wait_state("r1", "UP")
+    load.wait_for(steady // 2)
+
+    load.phase = "kill"
+    time.sleep(settle)
+    killed = ha.signal("r2", signal.SIGKILL)
+    killed.wait(timeout=10)
+    balancer.wait_state("r2", "DOWN")
+    load.wait_for(steady // 2)
+    ha.launch("r2")
+    balancer.wait_state("r2", "UP")
+
+    load.phase = "after"
+    load.wait_for(steady)

@@ -15,46 +15,9 @@ failures are bounded by the requests in flight at the kill, and no failure is ev
 
 from __future__ import annotations
 
-import signal
-import time
-
 from tests.e2e.load import FAILED, WRONG, Load, probes, summary, until
-from tests.e2e.replicas import Replicated
+from tests.e2e.replicas import PHASES, Replicated, run_faults
 from tests.kube.support import fresh_namespace, install_tenants
-
-STEADY = 40  # requests per quiet phase
-SETTLE = 1.0  # seconds
-
-
-def run_faults(ha: Replicated, load: Load) -> None:
-    """steady -> drain r1 (SIGTERM) until it is back -> kill r2 (SIGKILL) -> restart -> after."""
-    balancer = ha.balancer
-    load.phase = "steady"
-    load.wait_for(STEADY)
-
-    load.phase = "drain"
-    drained = ha.signal("r1", signal.SIGTERM)
-    balancer.wait_state("r1", "DOWN")
-    drained.wait(timeout=60)
-    assert drained.returncode == 0, "the drained replica exits 0"
-    ha.launch("r1")
-    balancer.wait_state("r1", "UP")
-    load.wait_for(STEADY // 2)
-
-    load.phase = "kill"
-    # A request is counted in the phase it started in: let those of the drain finish first
-    # (a steady-state answer takes milliseconds).
-    time.sleep(SETTLE)
-    killed = ha.signal("r2", signal.SIGKILL)
-    killed.wait(timeout=10)
-    balancer.wait_state("r2", "DOWN")
-    load.wait_for(STEADY // 2)
-    ha.launch("r2")
-    balancer.wait_state("r2", "UP")
-
-    load.phase = "after"
-    load.wait_for(STEADY)
-
 
 # What a request lost to the SIGKILL looks like, as the API server reports it.
 KILLED = (
@@ -71,7 +34,7 @@ def test_drain_loses_nothing_and_a_kill_loses_only_requests_in_flight(ha: Replic
         run_faults(ha, load)
     finally:
         load.stop()
-    rows = {row["phase"]: row for row in summary(load, ["steady", "drain", "kill", "after"])}
+    rows = {row["phase"]: row for row in summary(load, PHASES)}
     assert load.of(outcome=WRONG) == [], "a wrong decision"
     for phase in ("steady", "drain", "after"):
         assert rows[phase]["requests"] > 0, rows
