@@ -63,12 +63,13 @@ def binary() -> str:
 
 
 class Balancer:
-    """HAProxy on a free loopback port in front of ``replicas`` (name -> port); ``stop()``."""
+    """HAProxy on loopback ``port`` (a free one by default) in front of ``replicas`` (name ->
+    port); ``start()``, ``stop()``."""
 
-    def __init__(self, workdir: Path, replicas: Mapping[str, int]) -> None:
+    def __init__(self, workdir: Path, replicas: Mapping[str, int], port: int | None = None) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.url = f"https://127.0.0.1:{self.port}"
         self.socket = workdir / "haproxy.sock"
         servers = "\n".join(

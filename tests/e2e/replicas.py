@@ -11,11 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tests.e2e.balancer import Balancer
 from tests.e2e.load import Load
-from tests.kube.cluster import LabelRbacCluster, authorization_kubeconfig
+from tests.kube.cluster import LabelRbacCluster
 from tests.process import Server, free_port, stop
 
 # Seconds a replica keeps answering, unready, after SIGTERM (the Deployment ships 10): longer
@@ -27,25 +25,17 @@ class Replicated:
     """label-rbac with replicas ``r1`` (the cluster's own) and ``r2`` behind ``balancer``."""
 
     def __init__(self, workdir: Path) -> None:
-        self.ports = {"r1": 0, "r2": free_port()}
+        port = free_port()
+        # Both webhooks' URL (the admission entries' and the authorization kubeconfig's).
         self.cluster = LabelRbacCluster(
             workdir,
             serve_args=("--drain-seconds", DRAIN_SECONDS),
-            webhook_url="https://127.0.0.1:0",  # replaced below, once the balancer has a port
+            webhook_url=f"https://127.0.0.1:{port}",
         )
-        self.ports["r1"] = self.cluster.webhook_port
-        self.balancer = Balancer(workdir / "balancer", self.ports)
-        self._point_at_balancer()
+        self.ports = {"r1": self.cluster.webhook_port, "r2": free_port()}
+        self.balancer = Balancer(workdir / "balancer", self.ports, port=port)
         self.servers: dict[str, Server] = {}
         self.launches = 0
-
-    def _point_at_balancer(self) -> None:
-        # What the API server dials for both webhooks: the balancer (the kubeconfig of the
-        # authorization webhook was written with the placeholder by the cluster).
-        cluster = self.cluster
-        cluster.webhook_url = self.balancer.url
-        path = cluster.workdir / "authorization-webhook.kubeconfig"
-        path.write_text(yaml.safe_dump(authorization_kubeconfig(self.balancer.url, cluster.tls.ca)))
 
     def start(self) -> None:
         self.balancer.start()
