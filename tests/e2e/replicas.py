@@ -58,9 +58,14 @@ class Replicated:
         return server
 
     def signal(self, name: str, signum: signal.Signals) -> subprocess.Popen[Any]:
-        """``signum`` to replica ``name``'s process group (arbiter and workers)."""
+        """``signum`` to replica ``name`` as a container runtime delivers it: SIGTERM to the
+        main process (gunicorn's arbiter, which drains and then stops its workers), SIGKILL to
+        every process of the container (arbiter and workers)."""
         process = self.servers[name].process
-        os.killpg(process.pid, signum)
+        if signum == signal.SIGKILL:
+            os.killpg(process.pid, signum)
+        else:
+            os.kill(process.pid, signum)
         return process
 
     def stop(self) -> None:
