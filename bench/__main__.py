@@ -19,6 +19,7 @@ BENCHMARKS = {
     "globs": "bench.globs",
     "soak": "bench.soak",
     "vap": "bench.vap",
+    "ha": "bench.ha",
 }
 
 

@@ -17,6 +17,7 @@ FLAGS = {
     "globs": ("--seconds", "--stars"),
     "soak": ("--minutes", "--max-requests", "--churn"),
     "vap": ("--bindings", "--connections", "--seconds", "--rounds", "--json"),
+    "ha": ("--steady", "--soak-minutes"),
 }
 
 
