@@ -306,7 +306,7 @@ _POD_WRITES = frozenset({("CREATE", ""), ("UPDATE", ""), ("UPDATE", "ephemeralco
 
 def _check_references(request: Request, ctx: Context, spec: Any, whose: str) -> Decision | None:
     """Every judged reference must carry labels the user's ``get`` grant on it permits; a
-    ServiceAccount also labels the roles that grant the write lend (``_account_loans``)."""
+    ServiceAccount must also be one the roles granting the write lend (``_account_loans``)."""
     for ref in sorted(pod_references(spec if isinstance(spec, Mapping) else None)):
         if ref.kind not in JUDGED_REFERENCES or not ref.name or ref in INJECTED:
             continue
