@@ -113,7 +113,7 @@ def _judge_identity(access: Access, ctx: Context, grants: Grants) -> AccessDecis
             return AccessDecision.deny(
                 "NoObjectName",
                 f"{_who(access)}: it names no ServiceAccount whose labels could be checked; "
-                f"it may {access.verb} only {_loan_limits(grants)}",
+                f"it may {access.verb} only {grants.loan_limits()}",
                 *_entries(grants),
             )
         account = ObjectRef("", "v1", SERVICE_ACCOUNTS, access.namespace, access.name)
@@ -121,18 +121,9 @@ def _judge_identity(access: Access, ctx: Context, grants: Grants) -> AccessDecis
     return AccessDecision.deny(
         "IdentityNotLabeled",
         f"{_who(access)}: {res.resource} carry no labels, so only a role without a permission "
-        f"annotation lends them; a label-restricted role lends only {_loan_limits(grants)}",
+        f"annotation lends them; a label-restricted role lends only {grants.loan_limits()}",
         *_entries(grants),
     )
-
-
-def _loan_limits(grants: Grants) -> str:
-    """``ServiceAccounts labeled team in [a] (role t1/team-a)``: whom the roles lend."""
-    limits = " or ".join(
-        f"{' and '.join(e.describe() for e in entries)} ({role.ref})"
-        for role, entries in grants.restricted
-    )
-    return f"ServiceAccounts labeled {limits}"
 
 
 def _judge_object(
@@ -158,7 +149,7 @@ def _judge_object(
     if ref is None:
         limits = f" ({grants.allowances()})"
     else:
-        limits = f"; it may {access.verb} only {_loan_limits(grants)}"
+        limits = f"; it may {access.verb} only {grants.loan_limits()}"
     return AccessDecision.deny(
         "LabelNotPermitted",
         f"{_who(access)}: {violation.describe(existing=True)}{limits}",

@@ -83,6 +83,15 @@ class Grants:
     def broken(self) -> str:
         return "; ".join(f"{role.ref} grants nothing here: {role.error}" for role in self.invalid)
 
+    def loan_limits(self) -> str:
+        """``ServiceAccounts labeled team in [a] (role t1/team-a)``: whom the roles lend, when
+        they were classified by their identity loan limits (``loan``)."""
+        limits = " or ".join(
+            f"{' and '.join(e.describe() for e in entries)} ({role.ref})"
+            for role, entries in self.restricted
+        )
+        return f"ServiceAccounts labeled {limits}"
+
 
 def _confined(selector: Selector | None, req: Requirement, allow_unlabeled: bool) -> bool:
     values = confinement(selector, req.key)
@@ -110,17 +119,23 @@ def find_grants(
     return classify(granting, resource, loan=loan)
 
 
-def request_grants(request: Request, snapshot: Snapshot) -> list[Grants]:
+def request_grants(
+    request: Request, snapshot: Snapshot, lends: Resource | None = None
+) -> list[Grants]:
     """The granting roles of each authorization the request passed (see ``authorizations``),
-    matched on the resource RBAC authorized."""
+    matched on the resource RBAC authorized.
+
+    ``lends``: classify those same roles by the identity loan limits they set on ``lends``
+    instead: a pod runs as its ServiceAccount with the grants of the roles that let it be written.
+    """
     resource = request.authorized_resource
     bound = snapshot.bound_roles(request.user, request.namespace)
     return [
         classify(
             authorizing_roles(bound, resource, alternatives),
-            resource,
+            lends or resource,
             alternatives[0].verb,
-            loan=any(lends_identity(a.verb, resource) for a in alternatives),
+            loan=lends is not None or any(lends_identity(a.verb, resource) for a in alternatives),
         )
         for alternatives in request.authorizations
     ]

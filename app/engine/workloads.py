@@ -11,7 +11,9 @@ do with it, so that a tenant cannot use a controller as a deputy to act in anoth
   deletes what it matches);
 - a HorizontalPodAutoscaler's ``scaleTargetRef`` must be an object the user may scale;
 - a pod (or pod template) may use only service accounts, Secrets, ConfigMaps and claims whose
-  labels the user's own ``get`` grant permits, where that grant is label-restricted;
+  labels the user's own ``get`` grant permits, where that grant is label-restricted; and it runs
+  only as a service account the roles granting the write lend (an identity loan, as
+  impersonation is: ``Permissions.loan_entries``);
 - the legacy ``bindings`` resource is judged by the bound pod's labels, as ``pods/binding`` is.
 
 The rules run after the label rule let the write through (``decide.POST_CHECKS``) and only deny.
@@ -303,51 +305,63 @@ _POD_WRITES = frozenset({("CREATE", ""), ("UPDATE", ""), ("UPDATE", "ephemeralco
 
 
 def _check_references(request: Request, ctx: Context, spec: Any, whose: str) -> Decision | None:
-    """Every judged reference must carry labels the user's ``get`` grant on it permits."""
+    """Every judged reference must carry labels the user's ``get`` grant on it permits; a
+    ServiceAccount must also be one the roles granting the write lend (``_account_loans``)."""
     for ref in sorted(pod_references(spec if isinstance(spec, Mapping) else None)):
         if ref.kind not in JUDGED_REFERENCES or not ref.name or ref in INJECTED:
             continue
         resource = Resource("", ref.kind)
         # A pod runs as its ServiceAccount: an identity loan, limited as impersonation is.
+        account = ref.kind == SERVICE_ACCOUNTS
         grants = find_grants(
-            ctx.snapshot,
-            request.user,
-            request.namespace,
-            ("get",),
-            resource,
-            ref.name,
-            loan=ref.kind == SERVICE_ACCOUNTS,
+            ctx.snapshot, request.user, request.namespace, ("get",), resource, ref.name, account
         )
-        decided = grant_decision(request, grants)
-        if decided is not None:
-            if decided.allowed:
-                continue
-            # Only roles with an invalid annotation grant the user this object: they grant nothing.
-            return Decision.deny(
-                decided.reason, f"{who(request)}: {whose} uses {ref}, and {grants.broken()}"
+        checks = [(grants, False), *((g, True) for g in _account_loans(request, ctx, account))]
+        labels: Mapping[str, str] | None = None
+        for grants, loan in checks:
+            decided = grant_decision(request, grants)
+            if decided is not None:
+                if decided.allowed:
+                    continue
+                # Only roles with an invalid annotation grant this: they grant nothing.
+                return Decision.deny(
+                    decided.reason, f"{who(request)}: {whose} uses {ref}, and {grants.broken()}"
+                )
+            if labels is None:
+                target = ObjectRef("", "v1", ref.kind, request.namespace, ref.name)
+                try:
+                    labels = labels_of(ctx.metadata(target))
+                except ParentUnavailable as exc:
+                    return Decision.deny(
+                        UNAVAILABLE,
+                        f"{who(request)}: {whose} uses {ref}, whose labels cannot be checked: "
+                        f"{exc}",
+                        mode=grants.mode(),
+                    )
+            denial = _label_denial(
+                request,
+                ctx,
+                grants,
+                labels,
+                f"{whose} uses {ref}, which",
+                resource,
+                REFERENCE_DENIED,
+                verb="get",
+                limits=f": the user may run pods only as {grants.loan_limits()}" if loan else "",
             )
-        target = ObjectRef("", "v1", ref.kind, request.namespace, ref.name)
-        try:
-            labels = labels_of(ctx.metadata(target))
-        except ParentUnavailable as exc:
-            return Decision.deny(
-                UNAVAILABLE,
-                f"{who(request)}: {whose} uses {ref}, whose labels cannot be checked: {exc}",
-                mode=grants.mode(),
-            )
-        denial = _label_denial(
-            request,
-            ctx,
-            grants,
-            labels,
-            f"{whose} uses {ref}, which",
-            resource,
-            REFERENCE_DENIED,
-            verb="get",
-        )
-        if denial is not None:
-            return denial
+            if denial is not None:
+                return denial
     return None
+
+
+def _account_loans(request: Request, ctx: Context, account: bool) -> list[Grants]:
+    """For a ServiceAccount, the roles that grant the write (of the pod, or of the workload whose
+    template it is) by their identity loan limits: the pod runs with that account's grants on
+    every resource, so a label-restricted role lends only accounts within all of its buckets
+    (``Permissions.loan_entries``), whether or not it grants ``get`` on them."""
+    if not account:
+        return []
+    return request_grants(request, ctx.snapshot, lends=Resource("", SERVICE_ACCOUNTS))
 
 
 # --- scale targets -------------------------------------------------------------------------------
@@ -454,8 +468,10 @@ def _label_denial(
     judged: Resource,
     reason: str,
     verb: str = "",
+    limits: str = "",
 ) -> Decision | None:
-    """None when some restricted role permits ``labels``; else a denial naming the label."""
+    """None when some restricted role permits ``labels``; else a denial naming the label, and
+    what the roles permit (``limits``, when said otherwise than by their allowances)."""
     allow_unlabeled = ctx.options.allow_unlabeled
     if grants.passing(labels, allow_unlabeled):
         return None
@@ -467,9 +483,10 @@ def _label_denial(
         else f'has label {violation.key}="{violation.value}"'
     )
     for_what = f"{verb} {judged}" if verb else str(judged)
+    limits = limits or f", not permitted for {for_what} ({grants.allowances()})"
     return Decision.deny(
         reason,
-        f"{who(request)}: {subject} {has}, not permitted for {for_what} ({grants.allowances()})",
+        f"{who(request)}: {subject} {has}{limits}",
         *(f"{r.ref}: {' and '.join(e.describe() for e in es)}" for r, es in grants.restricted),
         mode=grants.mode(),
     )

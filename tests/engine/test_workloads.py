@@ -77,6 +77,24 @@ WORLD = snapshot(
     # sched: the legacy bindings resource, restricted through the pods entry.
     role("binder", NS, [rule("create", "bindings")], {"pods": A_ONLY}),
     binding("sched", "binder", "User:sched", namespace=NS),
+    # tina: pods and every workload kind restricted to team=a; no grant on serviceaccounts.
+    role(
+        "workloads-a",
+        NS,
+        [
+            rule("*", "pods podtemplates replicationcontrollers"),
+            rule("*", "deployments replicasets statefulsets daemonsets", "apps"),
+            rule("*", "jobs cronjobs", "batch"),
+        ],
+        {
+            "pods": A_ONLY,
+            "podtemplates": A_ONLY,
+            "replicationcontrollers": A_ONLY,
+            "*.apps": A_ONLY,
+            "*.batch": A_ONLY,
+        },
+    ),
+    binding("tina", "workloads-a", "User:tina", namespace=NS),
     # admin: everything everywhere, no annotation.
     role("admin", rules=[rule("*", ALL, "*")]),
     binding("admin", "admin", "User:admin"),
@@ -92,6 +110,7 @@ STORED: dict[tuple[str, str], Mapping[str, str]] = {
     ("serviceaccounts", "default"): {},
     ("serviceaccounts", "sa-a"): TEAM_A,
     ("serviceaccounts", "sa-b"): TEAM_B,
+    ("serviceaccounts", "sa-none"): {},
     ("persistentvolumeclaims", "pvc-a"): TEAM_A,
     ("persistentvolumeclaims", "pvc-b"): TEAM_B,
     ("deployments", "d-a"): TEAM_A,
@@ -139,6 +158,7 @@ USERS = {
     "frank": [],
     "gina": [],
     "sched": [],
+    "tina": [],
     "admin": [],
 }
 
@@ -223,7 +243,8 @@ def workload(
         }
         body = {"spec": {"schedule": "* * * * *", "jobTemplate": job_template}}
     elif kind == "ReplicationController":
-        body = {"spec": {"replicas": 1, "selector": dict(select or {}), "template": template(pods)}}
+        rc = {"replicas": 1, "selector": dict(select or {}), "template": template(pods, **spec)}
+        body = {"spec": rc}
     elif kind == "Job":
         job = {"template": template(pods, **spec)}
         if select is not None:
@@ -602,6 +623,97 @@ def test_pod_status_is_not_judged() -> None:
     stored = pod(**spec)
     assert decide(review("alice", "UPDATE", stored, stored, sub="status"), cluster).allowed
     assert cluster.calls == []
+
+
+# --- The ServiceAccount a pod runs as: lent by the roles that grant the write -------------------
+
+RUNS_AS = [*TEMPLATED, "Pod"]
+
+
+def running_as(kind: str, account: str, user: str = "tina") -> Request:
+    """A CREATE of a pod, or of a workload of ``kind``, whose pods run as ``account``."""
+    if kind == "Pod":
+        return review(user, "CREATE", pod(serviceAccountName=account))
+    return review(user, "CREATE", workload(kind, serviceAccountName=account))
+
+
+def loan_denial(kind: str, account: str, has: str, role: str = "workloads-a") -> str:
+    group, _, resource = KINDS[kind]
+    name = "p" if kind == "Pod" else "w"
+    written = f'{resource}.{group} "{name}"' if group else f'{resource} "{name}"'
+    whose = "it" if kind == "Pod" else "its pod template"
+    return (
+        f'user "tina" may not create {written} in namespace "t1": {whose} uses '
+        f'serviceaccounts "{account}", which {has}: the user may run pods only as '
+        f"ServiceAccounts labeled team in [a] (role t1/{role})"
+    )
+
+
+@pytest.mark.parametrize("kind", RUNS_AS)
+@pytest.mark.parametrize(
+    ("account", "has"),
+    [
+        pytest.param("sa-a", "", id="own-bucket"),
+        pytest.param("default", "", id="namespace-default"),
+        pytest.param("sa-b", 'has label team="b"', id="other-bucket"),
+        pytest.param("sa-none", "has no label team", id="unlabeled"),
+    ],
+)
+def test_pods_run_only_as_service_accounts_the_writing_roles_lend(
+    kind: str, account: str, has: str
+) -> None:
+    """tina holds no grant on ServiceAccounts: the roles granting the write lend the account."""
+    decision = decide(running_as(kind, account))
+    assert decision.allowed is not has, decision.message
+    if has:
+        assert decision.reason == "ReferenceNotPermitted"
+        assert decision.message == loan_denial(kind, account, has)
+
+
+@pytest.mark.parametrize("kind", RUNS_AS)
+def test_a_service_account_that_cannot_be_read_is_not_lent(kind: str) -> None:
+    decision = decide(running_as(kind, "sa-gone"))
+    assert (decision.allowed, decision.reason) == (False, "ParentUnavailable")
+    assert decision.message.endswith(
+        'uses serviceaccounts "sa-gone", whose labels cannot be checked: could not read '
+        'serviceaccounts "sa-gone" in namespace "t1": HTTP 404 NotFound'
+    )
+
+
+@pytest.mark.parametrize("kind", RUNS_AS)
+def test_unrestricted_writers_run_pods_as_any_service_account(kind: str) -> None:
+    assert decide(running_as(kind, "sa-b", user="admin")).allowed
+
+
+@pytest.mark.parametrize(
+    ("obj", "allowed"),
+    [
+        pytest.param(pod(serviceAccountName="sa-b"), True, id="pod-through-unannotated-role"),
+        pytest.param(
+            workload("Deployment", serviceAccountName="sa-b"),
+            False,
+            id="deployment-through-annotated-role",
+        ),
+    ],
+)
+def test_the_roles_granting_the_write_lend_the_account(obj: dict[str, Any], allowed: bool) -> None:
+    """erin writes pods through an unannotated role, Deployments through one limited to team=a."""
+    decision = decide(review("erin", "CREATE", obj))
+    assert decision.allowed is allowed, decision.message
+
+
+def test_an_update_judges_the_account_the_new_template_runs_as() -> None:
+    old = workload("Deployment", serviceAccountName="sa-a")
+    new = workload("Deployment", serviceAccountName="sa-b")
+    decision = decide(review("tina", "UPDATE", new, old))
+    assert decision.message == loan_denial("Deployment", "sa-b", 'has label team="b"').replace(
+        "create", "update"
+    )
+
+
+def test_the_deprecated_service_account_field_is_judged_too() -> None:
+    decision = decide(review("tina", "CREATE", pod(serviceAccount="sa-b")))
+    assert decision.message == loan_denial("Pod", "sa-b", 'has label team="b"')
 
 
 # --- Scale targets and bindings ------------------------------------------------------------------

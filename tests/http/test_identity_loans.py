@@ -1,8 +1,8 @@
 """Acting as another subject, with the shipped example tenant roles (manifests/examples): a role
 whose permission annotation confines a tenant to team=a lends only identities within all of its
-buckets, whichever resources the annotation names. Impersonation through /authorize, a token
-request and a pod's ServiceAccount through /validate, and handing out an identity verb (the
-escalation check) through /validate; every review as the API server sends it."""
+buckets, whichever resources the annotation names. Impersonation through /authorize; a token
+request, the ServiceAccount a pod (or a workload's pods) runs as, and handing out an identity verb
+(the escalation check) through /validate; every review as the API server sends it."""
 
 from __future__ import annotations
 
@@ -66,6 +66,14 @@ EXTRA = [
     binding("ian", "act-as-anyone", "User:ian"),
     # An admin's unannotated Role lending ServiceAccounts.
     role("impersonator", "t1", [rule("impersonate", "serviceaccounts")]),
+    # carol: the shipped team-a Role alone (no grant on serviceaccounts), and Jobs and CronJobs
+    # limited by the same annotation (which names neither).
+    binding("carol", "team-a", "User:carol", namespace="t1"),
+    role("team-a-jobs", "t1", [rule("*", "jobs cronjobs", "batch")], TEAM_A),
+    binding("carol-jobs", "team-a-jobs", "User:carol", namespace="t1"),
+    # root: everything, no annotation.
+    role("root", "", [rule("*", "*", "*")]),
+    binding("root", "root", "User:root"),
 ]
 
 ACCOUNTS = {"deployer-a": {"team": "a"}, "deployer-b": {"team": "b"}, "unlabeled": {}}
@@ -281,6 +289,109 @@ def test_a_pod_runs_as_its_service_account_only_within_the_buckets(
         assert message.startswith('user "wendy" may not create pods "web" in namespace "t1"')
         assert f'serviceaccounts "{account}"' in message
         assert "team in [a]" in message
+
+
+POD_SPEC = {"containers": [{"name": "c", "image": "nginx"}]}
+TEAM_A_LABELS = {"team": "a"}
+
+
+def pod_template(account: str) -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {**TEAM_A_LABELS, "app": "web"}},
+        "spec": {**POD_SPEC, "serviceAccountName": account},
+    }
+
+
+def workload_spec(kind: str, account: str) -> dict[str, Any]:
+    """The spec of a ``kind`` whose pods run as ``account``, otherwise within team=a."""
+    if kind == "Pod":
+        return {**POD_SPEC, "serviceAccountName": account}
+    if kind == "Deployment":
+        selector = {"matchLabels": {**TEAM_A_LABELS, "app": "web"}}
+        return {"replicas": 1, "selector": selector, "template": pod_template(account)}
+    template = pod_template(account)
+    template["spec"]["restartPolicy"] = "Never"
+    job = {"template": template}
+    if kind == "Job":
+        return job
+    job_template = {"metadata": {"labels": TEAM_A_LABELS}, "spec": job}
+    return {"schedule": "*/5 * * * *", "jobTemplate": job_template}
+
+
+# kind → the resource the API server names in the review.
+WRITTEN = {
+    "Pod": "pods",
+    "Deployment": "deployments.apps",
+    "Job": "jobs.batch",
+    "CronJob": "cronjobs.batch",
+}
+
+
+def running_as(user: str, kind: str, account: str) -> dict[str, Any]:
+    """``user``'s CREATE of a ``kind`` named web, labeled team=a, whose pods run as ``account``."""
+    group = WRITTEN[kind].partition(".")[2]
+    body = {
+        "apiVersion": f"{group}/v1" if group else "v1",
+        "kind": kind,
+        "metadata": {"name": "web", "namespace": "t1", "labels": TEAM_A_LABELS},
+        "spec": workload_spec(kind, account),
+    }
+    return make_review(
+        user,
+        "CREATE",
+        WRITTEN[kind],
+        namespace="t1",
+        name="web",
+        kind=kind,
+        labels=TEAM_A_LABELS,
+        extra_object=body,
+    )
+
+
+LENT = "the user may run pods only as ServiceAccounts labeled team in [a] (role t1/{role})"
+
+
+def runs_as_denial(kind: str, account: str, has: str) -> str:
+    whose = "it" if kind == "Pod" else "its pod template"
+    role = "team-a-jobs" if kind in ("Job", "CronJob") else "team-a"
+    return (
+        f'user "carol" may not create {WRITTEN[kind]} "web" in namespace "t1": {whose} uses '
+        f'serviceaccounts "{account}", which {has}: ' + LENT.format(role=role)
+    )
+
+
+@pytest.mark.parametrize("kind", list(WRITTEN))
+@pytest.mark.parametrize(
+    ("user", "account", "has"),
+    [
+        pytest.param("carol", "deployer-a", None, id="own-bucket"),
+        pytest.param("carol", "default", None, id="namespace-default"),
+        pytest.param("carol", "deployer-b", 'has label team="b"', id="other-bucket"),
+        pytest.param("carol", "unlabeled", "has no label team", id="unlabeled"),
+        pytest.param("root", "deployer-b", None, id="unannotated-admin"),
+    ],
+)
+def test_the_roles_granting_a_write_lend_the_service_account_its_pods_run_as(
+    client: FlaskClient, kind: str, user: str, account: str, has: str | None
+) -> None:
+    """carol holds no grant on ServiceAccounts: the shipped team-a Role that lets her write the
+    pod (or the workload) still lends only ServiceAccounts within its buckets."""
+    response = validate(client, running_as(user, kind, account))
+    if has is None:
+        assert response["allowed"] is True, response
+    else:
+        assert response["allowed"] is False
+        assert response["status"]["message"] == runs_as_denial(kind, account, has)
+
+
+@pytest.mark.parametrize("kind", list(WRITTEN))
+def test_a_service_account_that_cannot_be_read_is_not_lent(client: FlaskClient, kind: str) -> None:
+    response = validate(client, running_as("carol", kind, "missing"))
+    assert response["allowed"] is False
+    assert response["status"]["message"].endswith(
+        'uses serviceaccounts "missing", whose labels cannot be checked: could not read '
+        'serviceaccounts "missing": HTTP 404 NotFound'
+    )
 
 
 # -- Handing out identity verbs (the escalation check) ---------------------------------------------

@@ -7,6 +7,8 @@ process, and the denial a tenant sees is kubectl's stderr.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 
@@ -151,6 +153,52 @@ def test_exec_is_judged_by_the_pods_labels(kube: LabelRbacCluster, tenants: str)
     status, body = kube.control_plane.request("alice", "POST", path.format("p-a"))
     assert status != 403, body
     assert "labelrbac" not in str(body)
+
+
+def test_pods_run_only_as_service_accounts_the_role_lends(
+    kube: LabelRbacCluster, tenants: str
+) -> None:
+    """A pod runs with its ServiceAccount's grants: alice's team-a Role grants her nothing on
+    ServiceAccounts, yet lends her pods (and her Deployments' pods) only team=a accounts."""
+    kube.apply(ADMIN, [obj("ServiceAccount", f"deployer-{team}", tenants, {"team": team})
+                       for team in ("a", "b")])  # fmt: skip
+
+    def dry_run(document: dict[str, object]) -> tuple[int, str]:
+        done = kube.kubectl("alice", "create", "--dry-run=server", "-f", "-",
+                            input=yaml.safe_dump(document))  # fmt: skip
+        return done.returncode, done.stdout + done.stderr
+
+    # No token volume: the API server would project the account's token and CA ConfigMaps into
+    # the pod, each judged as what the pod uses; the account alone is what this is about.
+    no_token = {"automountServiceAccountToken": False}
+
+    def pod_as(account: str) -> dict[str, object]:
+        spec = {**no_token, "serviceAccountName": account,
+                "containers": [{"name": "c", "image": "busybox"}]}  # fmt: skip
+        return obj("Pod", "p", tenants, {"team": "a"}, spec=spec)
+
+    def deployment_as(account: str) -> dict[str, object]:
+        document: Any = deployment(tenants, "web", "a")
+        document["spec"]["template"]["spec"] |= {**no_token, "serviceAccountName": account}
+        return dict(document)
+
+    def own_bucket_lent() -> None:
+        for document in (pod_as("deployer-a"), deployment_as("deployer-a")):
+            status, output = dry_run(document)
+            assert status == 0, output
+
+    eventually(own_bucket_lent)  # once the webhook's metadata cache holds the new accounts
+    lent_only = "the user may run pods only as ServiceAccounts labeled team in [a] (role "
+    for written, whose, document in (
+        ('pods "p"', "it", pod_as("deployer-b")),
+        ('deployments.apps "web"', "its pod template", deployment_as("deployer-b")),
+    ):
+        status, output = dry_run(document)
+        assert status != 0
+        assert (
+            f'user "alice" may not create {written} in namespace "{tenants}": {whose} uses '
+            f'serviceaccounts "deployer-b", which has label team="b": {lent_only}{tenants}/team-a)'
+        ) in output
 
 
 def test_apply_creates_in_the_bucket_server_side_not_client_side(
