@@ -5,13 +5,21 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import MODE_ANNOTATION, Compiler, Snapshot
+from app.server import create_app
+from app.settings import Settings
+from app.source.static import StaticSource
+
+if TYPE_CHECKING:
+    from flask.testing import FlaskClient
 
 ROOT = Path(__file__).resolve().parent.parent
 # The recorded kube-apiserver traffic lives beside the repository (../shared/fixtures).
@@ -302,3 +310,24 @@ def persistent_volume(
     if claim:
         body["claimRef"] = {"kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim}
     return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": meta(name), "spec": body}
+
+
+@contextmanager
+def served(
+    directory: Path,
+    objects: Iterable[Mapping[str, Any]] = (),
+    source: type[StaticSource] = StaticSource,
+) -> Iterator[FlaskClient]:
+    """The webhook over the RBAC manifests in ``directory`` (``objects`` written there first, as
+    one ``List``), served to a Flask test client; ``source`` may answer lookups too."""
+    if objects:
+        (directory / "rbac.json").write_text(json.dumps({"kind": "List", "items": list(objects)}))
+    settings = Settings(rbac_dir=directory)
+    running = source(directory, settings.compiler)
+    running.start()
+    app = create_app(settings, running)
+    app.config["TESTING"] = True
+    try:
+        yield app.test_client()
+    finally:
+        running.stop()

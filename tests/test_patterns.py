@@ -32,10 +32,7 @@ from app.engine.policy import (
     whole,
 )
 from app.engine.rbac import RBAC_GROUP
-from app.server import create_app
-from app.settings import Settings
-from app.source.static import StaticSource
-from tests.support import ROOT, WHITESPACE, binding, make_review, role, rule
+from tests.support import ROOT, WHITESPACE, binding, make_review, role, rule, served
 
 
 def padded(text: str) -> list[Any]:
@@ -162,16 +159,8 @@ def validate(tmp_path: Path) -> Iterator[FlaskClient]:
              {"configmaps": {"team": ["a"]}}),
         binding("writer", "writer", "User:mallory", namespace="t1"),
     ]  # fmt: skip
-    (tmp_path / "rbac.json").write_text(
-        json.dumps({"kind": "List", "items": [obj for _, obj in objects]})
-    )
-    settings = Settings(rbac_dir=tmp_path)
-    source = StaticSource(tmp_path, settings.compiler)
-    source.start()
-    app = create_app(settings, source)
-    app.config["TESTING"] = True
-    yield app.test_client()
-    source.stop()
+    with served(tmp_path, [obj for _, obj in objects]) as client:
+        yield client
 
 
 def _role_review(annotation: Mapping[str, Any]) -> dict[str, Any]:

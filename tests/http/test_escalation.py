@@ -6,7 +6,6 @@ it, is judged by that ServiceAccount's labels."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,8 @@ from flask.testing import FlaskClient
 from app.engine.context import ParentUnavailable
 from app.engine.model import Request
 from app.engine.rbac import RBAC_GROUP
-from app.server import create_app
-from app.settings import Settings
 from app.source.static import StaticSource
-from tests.support import binding, make_review, role, rule
+from tests.support import binding, make_review, role, rule, served
 
 TEAM_A = {"*": {"team": ["a"]}}
 READS = "get list watch"
@@ -52,16 +49,8 @@ class Accounts(StaticSource):
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[FlaskClient]:
-    (tmp_path / "rbac.json").write_text(
-        json.dumps({"kind": "List", "items": [obj for _, obj in RBAC]})
-    )
-    settings = Settings(rbac_dir=tmp_path)
-    source = Accounts(tmp_path, settings.compiler)
-    source.start()
-    app = create_app(settings, source)
-    app.config["TESTING"] = True
-    yield app.test_client()
-    source.stop()
+    with served(tmp_path, [obj for _, obj in RBAC], Accounts) as client:
+        yield client
 
 
 def write(kind: str, obj: dict[str, Any]) -> dict[str, Any]:

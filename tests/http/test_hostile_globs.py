@@ -18,10 +18,7 @@ from flask.testing import FlaskClient
 
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, MAX_WILDCARDS
 from app.engine.rbac import RBAC_GROUP
-from app.server import create_app
-from app.settings import Settings
-from app.source.static import StaticSource
-from tests.support import binding, make_review, role, rule
+from tests.support import binding, make_review, role, rule, served
 
 # The classic near miss, schema-legal: every star may take any share of a run of "a".
 STARS = "*a" * (MAX_WILDCARDS - 1) + "*b"
@@ -50,16 +47,8 @@ def client(tmp_path: Path) -> Iterator[FlaskClient]:
         ),
         binding("hostile", "hostile", "User:mallory", namespace="t1"),
     ]
-    (tmp_path / "rbac.json").write_text(
-        json.dumps({"kind": "List", "items": [obj for _, obj in objects]})
-    )
-    settings = Settings(rbac_dir=tmp_path)
-    source = StaticSource(tmp_path, settings.compiler)
-    source.start()
-    app = create_app(settings, source)
-    app.config["TESTING"] = True
-    yield app.test_client()
-    source.stop()
+    with served(tmp_path, [obj for _, obj in objects]) as client:
+        yield client
 
 
 def decide(client: FlaskClient, review: dict[str, Any]) -> dict[str, Any]:

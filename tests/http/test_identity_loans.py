@@ -20,10 +20,8 @@ from app.engine.context import ObjectRef, ParentUnavailable
 from app.engine.model import Request
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import RBAC_GROUP
-from app.server import create_app
-from app.settings import Settings
 from app.source.static import StaticSource
-from tests.support import binding, make_access_review, make_review, pod, role, rule
+from tests.support import binding, make_access_review, make_review, pod, role, rule, served
 
 TENANTS = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "tenants.yaml"
 
@@ -99,16 +97,8 @@ class Accounts(StaticSource):
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlaskClient]:
     directory = tmp_path_factory.mktemp("rbac")
     shutil.copy(TENANTS, directory / "tenants.yaml")
-    (directory / "extra.json").write_text(
-        json.dumps({"kind": "List", "items": [obj for _, obj in EXTRA]})
-    )
-    settings = Settings(rbac_dir=directory)
-    source = Accounts(directory, settings.compiler)
-    source.start()
-    app = create_app(settings, source)
-    app.config["TESTING"] = True
-    yield app.test_client()
-    source.stop()
+    with served(directory, [obj for _, obj in EXTRA], Accounts) as client:
+        yield client
 
 
 def authorize(client: FlaskClient, review: Any) -> dict[str, Any]:
