@@ -7,7 +7,7 @@ laptop); with ``LABEL_RBAC_REQUIRE_KUBE=1`` (CI) a missing prerequisite fails in
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +19,20 @@ from tests.kube.support import fresh_namespace
 REQUIRE = "LABEL_RBAC_REQUIRE_KUBE"
 
 
-def require_control_plane() -> None:
-    """Skip (or, with $LABEL_RBAC_REQUIRE_KUBE=1, fail) unless a control plane can start."""
+def require(check: Callable[[], object], what: str) -> None:
+    """Skip ``what`` (or, with $LABEL_RBAC_REQUIRE_KUBE=1, fail) when ``check`` finds a
+    prerequisite missing (raises ``Unavailable``)."""
     try:
-        available()
+        check()
     except Unavailable as exc:
         if os.environ.get(REQUIRE) == "1":
             pytest.fail(f"real kube-apiserver tier required (${REQUIRE}=1): {exc}")
-        pytest.skip(f"real kube-apiserver tier: {exc}")
+        pytest.skip(f"{what}: {exc}")
+
+
+def require_control_plane() -> None:
+    """Skip (or, with $LABEL_RBAC_REQUIRE_KUBE=1, fail) unless a control plane can start."""
+    require(available, "real kube-apiserver tier")
 
 
 def _cluster(workdir: Path, **options: object) -> Iterator[LabelRbacCluster]:
