@@ -150,8 +150,11 @@ def test_what_the_webhook_keeps_in_marked_namespaces_is_the_policys_complement()
     (node,) = spec["matchConditions"]
     kubelet = node["expression"].removeprefix("!(").removesuffix(")")
     operations = ", ".join(f"'{op}'" for op in matched["operations"])
-    excluded = sorted(f"'{g}/{r}'" for rule in spec["matchConstraints"]["excludeResourceRules"]
-                      for g in rule["apiGroups"] for r in rule["resources"] if r != "*")  # fmt: skip
+    rules = spec["matchConstraints"]["excludeResourceRules"]
+    excluded = sorted(
+        f"'{g}/{r}'" for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
+        if r != "*"
+    )  # fmt: skip
     assert left_to_webhook() == (
         f"!(request.operation in [{operations}]) || "
         "has(request.subResource) && request.subResource != '' || "
