@@ -134,8 +134,11 @@ def test_the_split_sends_marked_namespaces_only_what_the_policy_leaves() -> None
     *kept, left = marked["matchConditions"]
     assert kept == labels["matchConditions"]
     assert left == {"name": "left-by-the-policy", "expression": left_to_webhook()}
-    same = {k: v for k, v in marked.items() if k not in ("name", "failurePolicy",
-                                                          "namespaceSelector", "matchConditions")}
+    same = {
+        k: v
+        for k, v in marked.items()
+        if k not in ("name", "failurePolicy", "namespaceSelector", "matchConditions")
+    }
     assert same == {k: labels[k] for k in same} and set(labels) - set(marked) == set()
     assert marked["name"] == COMPILED_ENTRY
 
