@@ -26,20 +26,22 @@ of at most 63 characters; attacker-controlled labels are read once per requireme
 granting the request.
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
-(``COMPILER``). ``python -m app.admission_policy [--modes]`` prints
-``manifests/compiled/policy.yaml`` (``manifests/compiled/modes/policy.yaml``).
+(``COMPILER``). ``python -m app.admission_policy [--modes | --webhook]`` prints the files it
+generates (``FILES``).
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from app.engine.model import AUDIT, ENFORCE, WARN
-from app.engine.params import API_VERSION, KIND, NAME, WEBHOOK_RESOURCES
+from app.engine.params import API_VERSION, KIND, MARK, NAME, WEBHOOK_RESOURCES
 
 POLICY = "label-rbac"
 # Per policy: the mode of the denials it judges and the binding's validation action.
@@ -53,7 +55,25 @@ SUPERUSERS = "system:masters"
 # The compiler's identity (manifests/compiled/rbac.yaml): the one writer of parameters.
 COMPILER = "system:serviceaccount:label-rbac:label-rbac-compiler"
 GUARD = f"{POLICY}-params"
+MARKS = f"{POLICY}-marks"
 NODES = "system:nodes"
+GROUP = API_VERSION.split("/")[0]
+# The namespaces label-rbac judges, as manifests/deploy/webhook.yaml selects them: never its own
+# (a broken rollout stays repairable) or kube-system, and not those opted out.
+JUDGED: Mapping[str, Any] = {
+    "matchExpressions": [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["label-rbac", "kube-system"],
+        },
+        {"key": "labelrbac.io/exempt", "operator": "NotIn", "values": ["true"]},
+    ]
+}
+# The webhook's label-rule entry, and the one the split adds for compiled namespaces.
+LABEL_ENTRY = "labels.labelrbac.io"
+COMPILED_ENTRY = "labels-compiled.labelrbac.io"
+WEBHOOK_YAML = Path(__file__).resolve().parent.parent / "manifests" / "deploy" / "webhook.yaml"
 
 
 def _lookup(field: str, subject: str, operation: str = "variables.op") -> str:
@@ -116,6 +136,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         "request.operation",
     ),
     ("delegated", "has(params.spec.delegated)"),
+    ("marked", f"namespaceObject.metadata.?labels[?'{MARK}'].orValue('') == 'true'"),
     ("indexed", "params.spec.?rules[?variables.key].hasValue()"),
     ("found", f"({_ids()}).map(id, params.spec.grants[id])"),
     (
@@ -234,7 +255,75 @@ def _validations(mode: str) -> list[dict[str, Any]]:
         ),
         "reason": "Forbidden",
     }
-    return [stale, judged]
+    # A namespace marked compiled is not sent to the webhook for what this policy matches, so
+    # the policy may not stand aside there: parameters delegated under the mark (the compiler
+    # removes it first, so only during that hop or when someone else set it) refuse.
+    unjudged = {
+        "expression": "!(variables.delegated && variables.marked)",
+        "messageExpression": (
+            "variables.who + ': namespace \"' + request.namespace + '\" is labeled "
+            f"{MARK}=true, which leaves its writes to the compiled policy, but it is too large "
+            "to compile; the compiler removes the label in a moment (or: kubectl label namespace "
+            f"' + request.namespace + ' {MARK}-)'"
+        ),
+        "reason": "Forbidden",
+    }
+    return [unjudged, stale, judged]
+
+
+# A kubelet, as the policy and the split webhook entry both say it.
+_NODE = f"has(request.userInfo.groups) && '{NODES}' in request.userInfo.groups"
+
+
+def left_to_webhook() -> str:
+    """CEL: whether the compiled policy does not judge a request (the complement of its match).
+
+    The condition of the webhook entry for compiled namespaces: generated from the same
+    constants as ``policy()``'s ``matchConstraints`` and ``matchConditions`` (operations,
+    subresources, kubelets, the compiler's group, ``WEBHOOK_RESOURCES``), so that every request
+    in such a namespace is judged by one of them.
+    """
+    kept = ", ".join(f"'{group}/{resource}'" for group, resource in sorted(WEBHOOK_RESOURCES))
+    operations = ", ".join(f"'{op}'" for op in OPERATIONS)
+    return (
+        f"!(request.operation in [{operations}]) || "
+        "has(request.subResource) && request.subResource != '' || "
+        f"({_NODE}) || request.resource.group == '{GROUP}' || "
+        f"(request.resource.group + '/' + request.resource.resource) in [{kept}]"
+    )
+
+
+def _marked(operator: str) -> dict[str, Any]:
+    return {
+        "matchExpressions": [
+            *JUDGED["matchExpressions"],
+            {"key": MARK, "operator": operator, "values": ["true"]},
+        ]
+    }
+
+
+def webhook_patch(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The patch splitting the webhook's label rule (``manifests/compiled/webhook.yaml``).
+
+    ``config`` is the shipped ValidatingWebhookConfiguration: its label-rule entry keeps the
+    namespaces not marked compiled, and a copy of it, failing closed, takes the marked ones for
+    what the policy does not judge (``left_to_webhook``).
+    """
+    (labels,) = [w for w in config["webhooks"] if w["name"] == LABEL_ENTRY]
+    if labels.get("namespaceSelector") != JUDGED:
+        raise ValueError(f"{LABEL_ENTRY} selects other namespaces than the policy ({JUDGED})")
+    compiled = copy.deepcopy(labels)
+    compiled.update(name=COMPILED_ENTRY, failurePolicy="Fail", namespaceSelector=_marked("In"))
+    compiled["matchConditions"] = [
+        *labels.get("matchConditions", ()),
+        {"name": "left-by-the-policy", "expression": left_to_webhook()},
+    ]
+    return {
+        "apiVersion": config["apiVersion"],
+        "kind": config["kind"],
+        "metadata": {"name": config["metadata"]["name"]},
+        "webhooks": [{"name": LABEL_ENTRY, "namespaceSelector": _marked("NotIn")}, compiled],
+    }
 
 
 def _rule(group: str, resource: str) -> dict[str, Any]:
@@ -256,6 +345,7 @@ def policy(name: str) -> dict[str, Any]:
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": API_VERSION, "kind": KIND},
             "matchConstraints": {
+                "namespaceSelector": copy.deepcopy(JUDGED),
                 "resourceRules": [
                     {
                         "apiGroups": ["*"],
@@ -268,14 +358,12 @@ def policy(name: str) -> dict[str, Any]:
                 # The compiler's own objects, so it can write parameters where there are none
                 # yet, and what the webhook keeps (app.engine.params.WEBHOOK_RESOURCES).
                 "excludeResourceRules": [
-                    _rule(API_VERSION.split("/")[0], "*"),
+                    _rule(GROUP, "*"),
                     *(_rule(group, resource) for group, resource in sorted(WEBHOOK_RESOURCES)),
                 ],
             },
             # Kubelets are judged by the webhook's node rules.
-            "matchConditions": [
-                {"name": "not-a-node", "expression": f"!('{NODES}' in request.userInfo.groups)"}
-            ],
+            "matchConditions": [{"name": "not-a-node", "expression": f"!({_NODE})"}],
             "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
             "validations": _validations(mode),
         },
@@ -296,47 +384,80 @@ def binding(name: str) -> dict[str, Any]:
     }
 
 
-def guard() -> list[dict[str, Any]]:
-    """The policy and binding letting only the compiler write parameters (no parameters read:
-    it holds when there are none yet)."""
-    group = API_VERSION.split("/")[0]
+def _guard(name: str, rules: list[dict[str, Any]], **spec: Any) -> list[dict[str, Any]]:
+    """A policy of this component's (no parameters read), bound to deny."""
     labels = {"app.kubernetes.io/name": "label-rbac"}
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": GUARD, "labels": labels},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [group],
-                            "apiVersions": ["*"],
-                            "operations": list(OPERATIONS),
-                            "resources": ["labelrbacparams", "labelrbacparams/status"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": f"request.userInfo.username == '{COMPILER}'",
-                        "messageExpression": (
-                            "'user \"' + request.userInfo.username + '\" may not write the "
-                            "compiled label permissions: only the compiler (" + COMPILER + ") does'"
-                        ),
-                        "reason": "Forbidden",
-                    }
-                ],
-            },
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": rules}, **spec},
         },
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": GUARD, "labels": labels},
-            "spec": {"policyName": GUARD, "validationActions": ["Deny"]},
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
         },
     ]
+
+
+def _unchanged(field: str, but: str = "") -> str:
+    """CEL: the metadata map ``field`` is the same before and after, but for the key ``but``."""
+    new, old = (f"{o}.metadata.?{field}.orValue({{}})" for o in ("object", "oldObject"))
+    skip = f"k == '{but}' || " if but else ""
+    return f"{new}.all(k, {skip}{old}[?k] == {new}[?k]) && {old}.all(k, {skip}k in {new})"
+
+
+def guard() -> list[dict[str, Any]]:
+    """The policies keeping the compiler to what it is for (they hold when there are no
+    parameters yet): only it writes parameters (``GUARD``); on a Namespace it writes, it changes
+    nothing but the compiled mark, to ``true`` or away (``MARKS``)."""
+    parameters = _guard(
+        GUARD,
+        [
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": ["*"],
+                "operations": list(OPERATIONS),
+                "resources": ["labelrbacparams", "labelrbacparams/status"],
+            }
+        ],
+        validations=[
+            {
+                "expression": f"request.userInfo.username == '{COMPILER}'",
+                "messageExpression": (
+                    "'user \"' + request.userInfo.username + '\" may not write the "
+                    "compiled label permissions: only the compiler (" + COMPILER + ") does'"
+                ),
+                "reason": "Forbidden",
+            }
+        ],
+    )
+    marks = _guard(
+        MARKS,
+        [_rule("", "namespaces") | {"operations": ["*"]}],
+        matchConditions=[
+            {"name": "the-compiler", "expression": f"request.userInfo.username == '{COMPILER}'"}
+        ],
+        validations=[
+            {
+                "expression": (
+                    "request.operation == 'UPDATE' && "
+                    f"object.metadata.?labels[?'{MARK}'].orValue('true') == 'true' && "
+                    f"{_unchanged('labels', but=MARK)} && {_unchanged('annotations')} && "
+                    "object.spec == oldObject.spec && "
+                    "object.metadata.?finalizers == oldObject.metadata.?finalizers"
+                ),
+                "message": (
+                    f"the compiler may change nothing on a Namespace but its label {MARK}=true"
+                ),
+                "reason": "Forbidden",
+            }
+        ],
+    )
+    return parameters + marks
 
 
 def manifests() -> list[dict[str, Any]]:
@@ -355,16 +476,36 @@ def mode_manifests() -> list[dict[str, Any]]:
     return [policy(name) for name in soft] + [binding(name) for name in soft]
 
 
-def render_yaml(modes: bool = False) -> str:
-    """The file ``manifests()`` (or, with ``modes``, ``mode_manifests()``) makes."""
-    flag = " --modes" if modes else ""
+def shipped_webhook() -> dict[str, Any]:
+    """manifests/deploy/webhook.yaml, as shipped."""
+    config: dict[str, Any] = yaml.safe_load(WEBHOOK_YAML.read_text())
+    return config
+
+
+# What ``python -m app.admission_policy [FLAG]`` prints: the file it generates.
+FILES = {
+    "": ("manifests/compiled/policy.yaml", manifests),
+    "--modes": ("manifests/compiled/modes/policy.yaml", mode_manifests),
+    "--webhook": ("manifests/compiled/webhook.yaml", lambda: [webhook_patch(shipped_webhook())]),
+}
+
+
+def render_yaml(flag: str = "") -> str:
+    """The file ``python -m app.admission_policy FLAG`` prints (``FILES``)."""
+    _, documents = FILES[flag]
     header = (
-        f"# Generated by `python -m app.admission_policy{flag}` from app/admission_policy.py: "
-        "edit that.\n"
+        f"# Generated by `python -m app.admission_policy{' ' + flag if flag else ''}` from "
+        "app/admission_policy.py: edit that.\n"
     )
-    documents = mode_manifests() if modes else manifests()
-    return header + yaml.safe_dump_all(documents, sort_keys=False, width=100)
+    return header + yaml.dump_all(documents(), Dumper=_Plain, sort_keys=False, width=100)
+
+
+class _Plain(yaml.SafeDumper):
+    """YAML without anchors: a copied entry reads as the API server will store it."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 if __name__ == "__main__":
-    print(render_yaml("--modes" in sys.argv), end="")
+    print(render_yaml(sys.argv[1] if len(sys.argv) > 1 else ""), end="")

@@ -5,7 +5,9 @@ informers and incremental snapshot) and renders parameters with ``app.engine.par
 of changes the source applies marks the namespaces it touches (``params.touched``); the writer
 renders only those and writes each with server-side apply under its own field manager, skipping
 an object whose content did not change. A namespace too large to compile is written
-``delegated`` and an Event says so.
+``delegated`` and an Event says so. A compiled namespace is labeled ``labelrbac.io/compiled``
+(``params.MARK``) once its parameters are written, and the label is taken off before they are
+written delegated: with the label, the webhook leaves the namespace's plain writes to the policy.
 
 Exactly one replica writes: the one holding the ``coordination.k8s.io`` Lease (``LeaderLease``,
 acquired and renewed as client-go's leader election does, expiry judged on the local clock from
@@ -32,6 +34,7 @@ from app.engine.model import Resource
 from app.engine.params import (
     ALL,
     API_VERSION,
+    MARK,
     MAX_BYTES,
     NAME,
     PLURAL,
@@ -51,6 +54,9 @@ log = logging.getLogger("label_rbac.compile")
 
 FIELD_MANAGER = "label-rbac-compiler"
 APPLY = "application/apply-patch+yaml"
+# The Namespace mark is merge-patched: unlike an apply, a merge patch never creates the object
+# (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
+MERGE = "application/merge-patch+json"
 LEASE_API = "/apis/coordination.k8s.io/v1"
 # How often the served resources are listed again (a new CRD becomes compilable).
 DISCOVERY_INTERVAL = 60.0
@@ -179,6 +185,7 @@ class Written:
 
     spec: str
     delegated: bool
+    marked: bool
 
 
 class ParamsWriter:
@@ -261,19 +268,38 @@ class ParamsWriter:
         return self._target
 
     def _write(self, rendered: Rendered) -> int:
+        """Write a namespace's parameters, and its mark after them (before them when it loses
+        it), so that at every moment the webhook or the policy judges its writes."""
         spec = json.dumps(rendered.spec, sort_keys=True)
         previous = self._written.get(rendered.namespace)
-        if previous is not None and previous.spec == spec:
+        delegated = rendered.delegated is not None
+        if previous is not None and previous.spec == spec and previous.marked != delegated:
             return 0
+        marked = previous is None or previous.marked
+        if delegated and marked:
+            marked = self._mark(rendered.namespace, False)
         path = f"/apis/{API_VERSION}/namespaces/{rendered.namespace}/{PLURAL}/{NAME}"
         query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
         self._client.send("PATCH", path, rendered.manifest(), query, APPLY)
         self._client.send("PATCH", f"{path}/status", self._status(rendered), query, APPLY)
-        delegated = rendered.delegated is not None
         if delegated and (previous is None or not previous.delegated):
             self._event(rendered)
-        self._written[rendered.namespace] = Written(spec, delegated)
+        if not delegated and (previous is None or not previous.marked):
+            marked = self._mark(rendered.namespace, True)
+        self._written[rendered.namespace] = Written(spec, delegated, marked)
         return 1
+
+    def _mark(self, namespace: str, compiled: bool) -> bool:
+        """Label the Namespace compiled, or take the label off; whether it now carries it."""
+        body = {"metadata": {"labels": {MARK: "true" if compiled else None}}}
+        query = [("fieldManager", FIELD_MANAGER)]
+        try:
+            self._client.send("PATCH", f"/api/v1/namespaces/{namespace}", body, query, MERGE)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return False  # no such Namespace: nothing to mark, nothing to unmark
+        return compiled
 
     def _status(self, rendered: Rendered) -> dict[str, Any]:
         condition = {

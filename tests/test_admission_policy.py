@@ -9,8 +9,22 @@ from typing import Any
 import pytest
 import yaml
 
-from app.admission_policy import ACTIONS, COMPILER, GUARD, manifests, mode_manifests, render_yaml
-from app.engine.params import API_VERSION, KIND, NAME, PLURAL, WEBHOOK_RESOURCES
+from app.admission_policy import (
+    ACTIONS,
+    COMPILED_ENTRY,
+    COMPILER,
+    GUARD,
+    JUDGED,
+    LABEL_ENTRY,
+    MARKS,
+    left_to_webhook,
+    manifests,
+    mode_manifests,
+    render_yaml,
+    shipped_webhook,
+    webhook_patch,
+)
+from app.engine.params import API_VERSION, KIND, MARK, NAME, PLURAL, WEBHOOK_RESOURCES
 from tests.support import ROOT
 
 COMPILED = ROOT / "manifests" / "compiled"
@@ -26,7 +40,8 @@ def every() -> list[dict[str, Any]]:
 
 def test_the_shipped_policies_are_the_generated_ones() -> None:
     assert (COMPILED / "policy.yaml").read_text() == render_yaml()
-    assert (COMPILED / "modes" / "policy.yaml").read_text() == render_yaml(modes=True)
+    assert (COMPILED / "modes" / "policy.yaml").read_text() == render_yaml("--modes")
+    assert (COMPILED / "webhook.yaml").read_text() == render_yaml("--webhook")
     assert documents("policy.yaml") == manifests()
 
 
@@ -35,7 +50,8 @@ def test_each_component_ships_every_file(directory: Path) -> None:
     (kustomization,) = yaml.safe_load_all((directory / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Component"
     files = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(kustomization["resources"]) == files
+    patches = {patch["path"] for patch in kustomization.get("patches", ())}
+    assert set(kustomization["resources"]) | patches == files
 
 
 def test_the_crd_serves_the_kind_the_policies_read() -> None:
@@ -92,3 +108,68 @@ def test_only_the_compiler_passes_the_guard_of_the_parameters() -> None:
     ]
     (validation,) = guard["spec"]["validations"]
     assert validation["expression"] == f"request.userInfo.username == '{COMPILER}'"
+
+
+def test_the_policies_judge_the_namespaces_the_webhook_judges() -> None:
+    (labels,) = [w for w in shipped_webhook()["webhooks"] if w["name"] == LABEL_ENTRY]
+    assert labels["namespaceSelector"] == JUDGED
+    for doc in every():
+        if "paramKind" in doc["spec"]:
+            assert doc["spec"]["matchConstraints"]["namespaceSelector"] == JUDGED
+
+
+def test_the_split_sends_marked_namespaces_only_what_the_policy_leaves() -> None:
+    shipped = shipped_webhook()
+    (labels,) = [w for w in shipped["webhooks"] if w["name"] == LABEL_ENTRY]
+    unmarked, marked = webhook_patch(shipped)["webhooks"]
+    mark = {"key": MARK, "values": ["true"]}
+    assert unmarked == {
+        "name": LABEL_ENTRY,
+        "namespaceSelector": {"matchExpressions": [*JUDGED["matchExpressions"],
+                                                   {**mark, "operator": "NotIn"}]},
+    }  # fmt: skip
+    assert marked["namespaceSelector"]["matchExpressions"][-1] == {**mark, "operator": "In"}
+    assert marked["failurePolicy"] == "Fail"
+    # Otherwise the shipped entry: its scope, its client, its own skips, and one condition more.
+    *kept, left = marked["matchConditions"]
+    assert kept == labels["matchConditions"]
+    assert left == {"name": "left-by-the-policy", "expression": left_to_webhook()}
+    same = {
+        k: v
+        for k, v in marked.items()
+        if k not in ("name", "failurePolicy", "namespaceSelector", "matchConditions")
+    }
+    assert same == {k: labels[k] for k in same} and set(labels) - set(marked) == set()
+    assert marked["name"] == COMPILED_ENTRY
+
+
+def test_what_the_webhook_keeps_in_marked_namespaces_is_the_policys_complement() -> None:
+    """Spelled from the policy's own match (tests/kube/test_split.py asks the API server)."""
+    (policy,) = [d for d in manifests() if d["metadata"]["name"] == "label-rbac"
+                 and d["kind"] == "ValidatingAdmissionPolicy"]  # fmt: skip
+    spec = policy["spec"]
+    (matched,) = spec["matchConstraints"]["resourceRules"]
+    assert matched["resources"] == ["*"]  # no subresource
+    (node,) = spec["matchConditions"]
+    kubelet = node["expression"].removeprefix("!(").removesuffix(")")
+    operations = ", ".join(f"'{op}'" for op in matched["operations"])
+    rules = spec["matchConstraints"]["excludeResourceRules"]
+    excluded = sorted(
+        f"'{g}/{r}'" for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
+        if r != "*"
+    )  # fmt: skip
+    assert left_to_webhook() == (
+        f"!(request.operation in [{operations}]) || "
+        "has(request.subResource) && request.subResource != '' || "
+        f"({kubelet}) || request.resource.group == '{API_VERSION.split('/')[0]}' || "
+        f"(request.resource.group + '/' + request.resource.resource) in [{', '.join(excluded)}]"
+    )
+
+
+def test_the_compiler_may_change_only_the_mark_on_a_namespace() -> None:
+    (policy,) = [d for d in manifests() if d["metadata"]["name"] == MARKS
+                 and d["kind"] == "ValidatingAdmissionPolicy"]  # fmt: skip
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username == '{COMPILER}'"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == ([""], ["namespaces"])

@@ -9,11 +9,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from app.compile import FIELD_MANAGER, LeaderLease, ParamsWriter
+from app.compile import FIELD_MANAGER, MERGE, LeaderLease, ParamsWriter
 from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
+from app.engine.params import MARK
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
 from app.source.api import ApiError
@@ -29,6 +30,8 @@ class Client:
     def __init__(self) -> None:
         self.lease: dict[str, Any] | None = None
         self.writes: list[tuple[str, str, Mapping[str, Any], list[tuple[str, str]]]] = []
+        self.types: list[str] = []
+        self.missing: set[str] = set()  # paths answered 404
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
         if path == LEASE:
@@ -41,6 +44,9 @@ class Client:
         self, method: str, path: str, body: Mapping[str, Any], query: Any = (), *a: Any
     ) -> Any:
         self.writes.append((method, path, body, list(query)))
+        self.types.append(a[0] if a else "")
+        if path in self.missing:
+            raise ApiError(404, "NotFound")
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
         return body
@@ -66,14 +72,27 @@ OBJECTS = (TEAM, binding("a", "team-a", "User:alice", namespace="t1"), namespace
            namespace("t2"))  # fmt: skip
 
 
-def writer(client: Client, clock: list[float]) -> ParamsWriter:
+def writer(client: Client, clock: list[float], max_bytes: int = 1_400_000) -> ParamsWriter:
     lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
     return ParamsWriter(
         client,  # type: ignore[arg-type]
         lease,
         Options(),
+        max_bytes,
         discover=lambda _: [Resource("", "configmaps")],
     )
+
+
+def story(client: Client, namespace: str) -> list[str]:
+    """What was written for ``namespace``, in order: params, status, or the mark set/removed."""
+    told = []
+    for (method, path, body, _), kind in zip(client.writes, client.types, strict=True):
+        if path == f"/api/v1/namespaces/{namespace}":
+            assert (method, kind) == ("PATCH", MERGE)
+            told.append(f"mark={body['metadata']['labels'][MARK]}")
+        elif f"/namespaces/{namespace}/labelrbacparams" in path:
+            told.append("status" if path.endswith("/status") else "params")
+    return told
 
 
 def test_the_leader_writes_every_namespace_then_only_what_a_change_touches() -> None:
@@ -113,3 +132,35 @@ def test_a_replica_that_does_not_hold_the_lease_writes_nothing() -> None:
     lease = next(b for m, p, b, _ in client.writes if p == LEASE)
     assert lease["spec"]["holderIdentity"] == "me"
     assert lease["metadata"]["resourceVersion"] == "7"  # an update of the version read
+
+
+def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegating() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    # Marked once the policy can read what it needs; never marked again while unchanged.
+    assert story(client, "t1") == ["params", "status", "mark=true"]
+    client.writes.clear()
+    client.types.clear()
+    assert params.step(state.snapshot) == 0 and client.writes == []
+    # Too large now: the mark goes first (the webhook judges again), then the delegation.
+    small = writer(client, clock, max_bytes=200)
+    small.step(state.snapshot)
+    assert story(client, "t1") == ["mark=None", "params", "status"]
+
+
+def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> None:
+    client, clock = Client(), [0.0]
+    client.missing.add("/api/v1/namespaces/t2")
+    params = writer(client, clock)
+    state = live(*OBJECTS)
+    assert params.step(state.snapshot) == 2
+    client.writes.clear()
+    client.types.clear()
+    client.missing.clear()
+    # Its Namespace appears: the same parameters, and now the mark.
+    change = ("Namespace", None, ("t2", {}))
+    params.applied(state, [change], "43")
+    params.step(state.snapshot)
+    assert story(client, "t2") == ["params", "status", "mark=true"]

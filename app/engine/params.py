@@ -61,6 +61,11 @@ KIND = "LabelRbacParams"
 PLURAL = "labelrbacparams"
 # Every namespace's parameter object has this name (the policy binding's ``paramRef.name``).
 NAME = "label-rbac"
+# The label the compiler puts on a Namespace once its parameters are compiled (not delegated):
+# the webhook's namespaceSelector can see it, so the webhook leaves that namespace's plain writes
+# to the policy, and the policy refuses writes in a namespace carrying it whose parameters are
+# delegated, so a mark set by anyone else leaves nothing judged by neither.
+MARK = "labelrbac.io/compiled"
 
 # kube-apiserver refuses requests over 3 MiB and etcd values over 1.5 MiB. The spec is kept well
 # below the latter: metadata, status and managed fields (one entry: the maps are atomic) share it.

@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
+import signal
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from app.admission_policy import COMPILER
 from app.certs import CertPaths, generate
 from tests.kube.controlplane import (
     ADMIN,
@@ -211,3 +215,46 @@ class LabelRbacCluster:
 
     def apply(self, user: str, documents: str | Iterable[Mapping[str, Any]]) -> str:
         return self.control_plane.apply(user, documents)
+
+
+class Compilers:
+    """``python -m app compile`` processes, as the compiler's ServiceAccount, by identity,
+    logging to files in ``workdir``."""
+
+    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
+        self.cp, self.workdir = cp, workdir
+        self.processes: dict[str, subprocess.Popen[str]] = {}
+
+    def start(self, identity: str, *extra: str) -> None:
+        log = (self.workdir / f"{identity}.log").open("w")
+        self.processes[identity] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app",
+                "compile",
+                "--kubeconfig",
+                str(self.cp.kubeconfig(COMPILER)),
+                "--identity",
+                identity,
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "KUBECONFIG": ""},
+            start_new_session=True,
+        )
+
+    def log(self, identity: str) -> str:
+        return (self.workdir / f"{identity}.log").read_text()
+
+    def kill(self, identity: str) -> None:
+        process = self.processes[identity]
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            stop(process)

@@ -7,6 +7,7 @@ laptop); with ``LABEL_RBAC_REQUIRE_KUBE=1`` (CI) a missing prerequisite fails in
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -61,3 +62,12 @@ def namespace(kube: LabelRbacCluster) -> Iterator[str]:
     # Without a controller manager the namespace stays Terminating: its objects are simply
     # left behind in this throwaway etcd.
     kube.kubectl(ADMIN, "delete", "namespace", name, "--wait=false")
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 30) -> float:
+    """Seconds until ``check`` held."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < timeout, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return time.monotonic() - start

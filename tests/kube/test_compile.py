@@ -8,27 +8,23 @@ retryable denial of a just-bound subject until they are, and the same after the 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
 from app.admission_policy import COMPILER
-from tests.kube.conftest import require_control_plane
+from tests.kube.cluster import Compilers
+from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, ControlPlane, User
-from tests.process import stop
 from tests.support import ROOT, binding, role, rule
 
 COMPILED = ROOT / "manifests" / "compiled"
 NS = "t1"
 LEASE_SECONDS = 3.0
+LEASE = ("--lease-seconds", str(LEASE_SECONDS))
 USERS = (
     User(ADMIN, ("system:masters",)),
     User(COMPILER, ("system:serviceaccounts", "system:serviceaccounts:label-rbac")),
@@ -49,15 +45,6 @@ def documents(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((COMPILED / name).read_text()) if d]
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 30) -> float:
-    """Seconds until ``check`` held."""
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return time.monotonic() - start
-
-
 def create(cp: ControlPlane, user: str, team: str) -> str:
     """A dry-run create of a configmap labeled ``team``: "" when allowed, else the message."""
     body = {"metadata": {"name": "c", "labels": {"team": team}}, "data": {}}
@@ -72,49 +59,6 @@ def label_denial(user: str) -> str:
         f'user "{user}" may not create configmaps "c" in namespace "{NS}": '
         'label team="b" is not permitted (role t1/team-a allows team in [a])'
     )
-
-
-class Compilers:
-    """Compiler processes by identity, logging to files."""
-
-    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
-        self.cp, self.workdir = cp, workdir
-        self.processes: dict[str, subprocess.Popen[str]] = {}
-
-    def start(self, identity: str) -> None:
-        log = (self.workdir / f"{identity}.log").open("w")
-        self.processes[identity] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "app",
-                "compile",
-                "--kubeconfig",
-                str(self.cp.kubeconfig(COMPILER)),
-                "--identity",
-                identity,
-                "--lease-seconds",
-                str(LEASE_SECONDS),
-            ],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "KUBECONFIG": ""},
-            start_new_session=True,
-        )
-
-    def log(self, identity: str) -> str:
-        return (self.workdir / f"{identity}.log").read_text()
-
-    def kill(self, identity: str) -> None:
-        process = self.processes[identity]
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            stop(process)
 
 
 def holder(cp: ControlPlane) -> str:
@@ -144,9 +88,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
         cp.apply(
             ADMIN, [rbac(TEAM_A), rbac(binding("alice-a", "team-a", "User:alice", namespace=NS))]
         )
-        compilers.start("one")
+        compilers.start("one", *LEASE)
         wait_for(lambda: holder(cp) == "one", "the first replica to lead")
-        compilers.start("two")
+        compilers.start("two", *LEASE)
         yield cp, compilers
     finally:
         compilers.stop_all()

@@ -1,0 +1,223 @@
+"""One decision, one place: with the compiled policies on, who judges which write.
+
+The shipped overlay ``manifests/enforce-compiled`` is installed in a loopback kube-apiserver with
+the webhook and a compiler. Namespace ``t1`` compiles and is labeled ``labelrbac.io/compiled``;
+``t2`` holds too many bindings for ``--max-params-bytes``, so it is delegated and unlabeled. The
+tests count the webhook's decisions, then stop the webhook (every entry of ``enforce`` fails
+closed) and look at what tenants get: what the policy judges is still judged, what is left to
+the webhook is refused as the webhook being unreachable, and a write judged by neither never
+passes — not even when someone labels the delegated namespace compiled.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.admission_policy import COMPILER
+from app.engine.params import MARK
+from tests.kube.cluster import Compilers, LabelRbacCluster
+from tests.kube.conftest import require_control_plane, wait_for
+from tests.kube.controlplane import ADMIN, DEFAULT_USERS, User
+from tests.support import binding, role, rule
+
+COMPILER_USER = User(COMPILER, ("system:serviceaccounts", "system:serviceaccounts:label-rbac"))
+MAX_BYTES = 6000  # t1 (a few grants) fits; t2 (two hundred subjects) does not
+CRUD = "create update patch delete deletecollection get"
+
+
+def tenant_rbac(namespace: str, extra_users: int = 0) -> list[dict[str, Any]]:
+    team_a = role(
+        "team-a",
+        namespace,
+        [rule(CRUD, "configmaps secrets"), rule(CRUD, "deployments deployments/scale", "apps")],
+        {"configmaps": {"team": ["a"]}},
+    )
+    bound = binding("team-a", "team-a", "User:alice", namespace=namespace)
+    crowd = [
+        binding(f"member-{i:03d}", "team-a", f"User:member-with-a-long-name-{i:03d}",
+                namespace=namespace)
+        for i in range(extra_users)
+    ]  # fmt: skip
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", **obj} for _, obj in
+            [team_a, bound, *crowd]]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kube_split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelRbacCluster]:
+    require_control_plane()
+    workdir = tmp_path_factory.mktemp("split")
+    with LabelRbacCluster(
+        workdir, users=(*DEFAULT_USERS, COMPILER_USER), overlay="enforce-compiled"
+    ) as kube:
+        cp = kube.control_plane
+        for namespace in ("t1", "t2"):
+            cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+        cp.apply(ADMIN, tenant_rbac("t1") + tenant_rbac("t2", extra_users=200))
+        compilers = Compilers(cp, workdir)
+        compilers.start("compiler", "--max-params-bytes", str(MAX_BYTES))
+        try:
+            wait_for(lambda: marked("t1", kube) and compiled("t2", kube) == "False", "compiled")
+            yield kube
+        finally:
+            compilers.stop_all()
+
+
+def marked(namespace: str, kube: LabelRbacCluster) -> bool:
+    _, ns = kube.control_plane.request(ADMIN, "GET", f"/api/v1/namespaces/{namespace}")
+    return bool(ns["metadata"].get("labels", {}).get(MARK) == "true")
+
+
+def compiled(namespace: str, kube: LabelRbacCluster) -> str:
+    """The parameters' Compiled condition ("True", "False"), "" while there are none."""
+    status, params = kube.control_plane.request(
+        ADMIN,
+        "GET",
+        f"/apis/labelrbac.io/v1alpha1/namespaces/{namespace}/labelrbacparams/label-rbac",
+    )
+    conditions = params.get("status", {}).get("conditions", []) if status == 200 else []
+    return str(conditions[0]["status"]) if conditions else ""
+
+
+def write(kube: LabelRbacCluster, namespace: str, what: str, team: str = "a") -> str:
+    """A dry-run write by alice: "" when allowed, else the API server's message."""
+    labels = {"team": team}
+    paths = {
+        "configmap": ("POST", "/api/v1/namespaces/{ns}/configmaps",
+                      {"metadata": {"name": "c", "labels": labels}}),
+        "secret": ("POST", "/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": "s"}}),
+        "deployment": ("POST", "/apis/apps/v1/namespaces/{ns}/deployments", DEPLOYMENT),
+    }  # fmt: skip
+    method, path, body = paths[what]
+    status, answer = kube.control_plane.request(
+        "alice", method, path.format(ns=namespace) + "?dryRun=All", body
+    )
+    return "" if status < 300 else str(answer.get("message", answer))
+
+
+DEPLOYMENT = {
+    "metadata": {"name": "d", "labels": {"team": "a"}},
+    "spec": {
+        "selector": {"matchLabels": {"app": "d"}},
+        "template": {
+            "metadata": {"labels": {"app": "d", "team": "a"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        },
+    },
+}
+
+
+def decisions(kube: LabelRbacCluster, resource: str) -> float:
+    """How many AdmissionReviews of ``resource`` the webhook has decided."""
+    assert kube.webhook is not None
+    _, text = kube.webhook.request("GET", "/metrics")
+    pattern = rf'^label_rbac_decisions_total\{{[^}}]*resource="{resource}"[^}}]*\}} (\S+)$'
+    return sum(float(v) for v in re.findall(pattern, str(text), re.MULTILINE))
+
+
+LABEL_DENIAL = 'label team="b" is not permitted (role {ns}/team-a allows team in [a])'
+UNREACHABLE = 'failed calling webhook "{entry}"'
+
+
+def test_in_a_compiled_namespace_the_webhook_decides_only_what_the_policy_leaves(
+    kube_split: LabelRbacCluster,
+) -> None:
+    kube = kube_split
+    configmaps, deployments = decisions(kube, "configmaps"), decisions(kube, "deployments.apps")
+    assert write(kube, "t1", "configmap") == ""
+    assert LABEL_DENIAL.format(ns="t1") in write(kube, "t1", "configmap", team="b")
+    assert write(kube, "t1", "deployment") == ""
+    assert decisions(kube, "configmaps") == configmaps  # the policy's alone
+    assert decisions(kube, "deployments.apps") == deployments + 1  # a template: the webhook's
+    # In the delegated namespace the webhook judges every write, as without the policies.
+    assert LABEL_DENIAL.format(ns="t2") in write(kube, "t2", "configmap", team="b")
+    assert decisions(kube, "configmaps") == configmaps + 1
+
+
+@pytest.fixture()
+def webhook_down(kube_split: LabelRbacCluster) -> Iterator[LabelRbacCluster]:
+    kube = kube_split
+    assert kube.webhook is not None
+    kube.webhook.process.terminate()
+    kube.webhook.process.wait(30)
+    try:
+        yield kube
+    finally:
+        kube.restart_webhook()
+
+
+@pytest.mark.parametrize(
+    ("namespace", "what", "team", "expected"),
+    [
+        pytest.param("t1", "configmap", "a", "", id="compiled-own-bucket"),
+        pytest.param("t1", "configmap", "b", LABEL_DENIAL, id="compiled-other-bucket"),
+        pytest.param("t1", "secret", "a", "", id="compiled-unrestricted"),
+        pytest.param(
+            "t1",
+            "deployment",
+            "a",
+            UNREACHABLE.format(entry="labels-compiled.labelrbac.io"),
+            id="compiled-template",
+        ),
+        pytest.param(
+            "t2", "configmap", "a", UNREACHABLE.format(entry="labels.labelrbac.io"), id="delegated"
+        ),
+    ],
+)
+def test_with_the_webhook_down_the_policy_still_judges_what_it_decides(
+    webhook_down: LabelRbacCluster, namespace: str, what: str, team: str, expected: str
+) -> None:
+    message = write(webhook_down, namespace, what, team)
+    if expected:
+        assert expected.format(ns=namespace) in message
+    else:
+        assert message == ""
+
+
+def test_a_delegated_namespace_labeled_compiled_by_someone_else_refuses_writes(
+    webhook_down: LabelRbacCluster,
+) -> None:
+    kube = webhook_down
+    done = kube.kubectl(ADMIN, "label", "namespace", "t2", f"{MARK}=true")
+    assert done.returncode == 0, done.stderr
+    try:
+        # The webhook no longer receives t2's plain writes, and the policy does not stand aside.
+        for team in ("a", "b"):
+            message = write(kube, "t2", "configmap", team)
+            assert f'namespace "t2" is labeled {MARK}=true' in message
+            assert "too large to compile" in message
+        assert UNREACHABLE.format(entry="labels-compiled.labelrbac.io") in write(
+            kube, "t2", "deployment"
+        )
+    finally:
+        kube.kubectl(ADMIN, "label", "namespace", "t2", f"{MARK}-")
+
+
+@pytest.mark.parametrize(
+    ("labels", "allowed"),
+    [
+        pytest.param({MARK: None}, True, id="take-the-mark-off"),
+        pytest.param({MARK: "true"}, True, id="put-it-back"),
+        pytest.param({MARK: "false"}, False, id="another-value"),
+        pytest.param(
+            {"pod-security.kubernetes.io/enforce": "privileged"}, False, id="another-label"
+        ),
+    ],
+)
+def test_the_compiler_may_change_nothing_on_a_namespace_but_the_mark(
+    kube_split: LabelRbacCluster, labels: dict[str, Any], allowed: bool
+) -> None:
+    status, answer = kube_split.control_plane.request(
+        COMPILER,
+        "PATCH",
+        "/api/v1/namespaces/t1",
+        {"metadata": {"labels": labels}},
+        content_type="application/merge-patch+json",
+    )
+    if allowed:
+        assert status == 200, answer
+    else:
+        assert status == 403 and "label-rbac-marks" in answer["message"], answer
