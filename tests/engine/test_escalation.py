@@ -11,7 +11,7 @@ import pytest
 from app.engine.authorize import check_label_read
 from app.engine.context import Context, ObjectRef, Options
 from app.engine.decide import PRE_CHECKS, check_role_annotation, evaluate
-from app.engine.escalation import Grant, check_escalation, grants_of
+from app.engine.escalation import MAX_GRANTS, Grant, check_escalation, grants_of
 from app.engine.model import (
     AUTHORIZED_VERBS,
     IDENTITY_VERBS,
@@ -34,7 +34,7 @@ PLURALS = {
 }
 MASTERS = ("system:masters",)
 
-SNAPSHOT = snapshot(
+SNAPSHOT_OBJECTS = (
     # Cluster admins: unrestricted everywhere.
     role("cluster-admin", rules=[rule("*", "*", "*")]),
     binding("cluster-admin", "cluster-admin", "Group:system:masters"),
@@ -107,8 +107,8 @@ SNAPSHOT = snapshot(
     # sam holds full authority, with secrets limited to team a.
     role("restricted-admin", rules=[rule("*", "*", "*")], permissions={"secrets": {"team": ["a"]}}),
     binding("sam", "restricted-admin", "User:sam"),
-    default_label_key="team",
 )
+SNAPSHOT = snapshot(*SNAPSHOT_OBJECTS, default_label_key="team")
 # New objects are compiled like the snapshot: list shorthand means the "team" label.
 CTX = Context(SNAPSHOT, Options(compiler=Compiler((DEFAULT_ANNOTATION_KEY,), "team")))
 
@@ -575,6 +575,67 @@ def test_check_escalation(request_: Request, message: str | None) -> None:
         assert decision is not None
         assert (decision.allowed, decision.code, decision.reason) == (False, 403, "Escalation")
         assert decision.message == message
+
+
+def _broad(verbs: str, groups: int, resources: int, extra_group: bool = False) -> dict[str, Any]:
+    names = [f"g{i}.example.com" for i in range(groups)]
+    return new_role(
+        "broad",
+        "t2",
+        rules=[rule(verbs, " ".join(f"r{i}" for i in range(resources)), " ".join(names)),
+               *([rule("get", "r0", "extra.example.com")] if extra_group else [])],
+        permissions={"configmaps": {"team": ["a"]}},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("user", "obj", "reason"),
+    [
+        # 100 apiGroups x 100 resources: the bound itself is judged, grant by grant.
+        pytest.param("wanda", _broad("create", 100, 100), None, id="at-the-bound"),
+        pytest.param(
+            "wanda", _broad("create", 100, 100, extra_group=True), "TooBroad", id="one-over"
+        ),
+        # Verbs the label rule never restricts do not count.
+        pytest.param("wanda", _broad("create use bind", 100, 100), None, id="unrestricted-verbs"),
+        pytest.param("wanda", _broad("get list watch", 60, 60), "TooBroad", id="reads-count"),
+        # RBAC's bypass lets the author hand out anything: nothing to break down.
+        pytest.param(
+            "erin",
+            {**_broad("create", 200, 200), "metadata": {"name": "broad", "namespace": "t1"}},
+            None,
+            id="bypass",
+        ),
+    ],
+)
+def test_rules_breaking_down_to_too_many_grants_are_refused_unjudged(
+    user: str, obj: dict[str, Any], reason: str | None
+) -> None:
+    decision = check_escalation(write(user, obj), CTX)
+    if reason is None:
+        assert decision is None or decision.reason == "Escalation"
+        return
+    assert decision is not None and decision.reason == reason
+    assert decision.message.startswith(f'user "{user}" may not grant these rules: they break down')
+    assert f"more than the {MAX_GRANTS} the escalation check judges" in decision.message
+    assert "split them into narrower rules or roles" in decision.message
+
+
+def test_a_binding_to_a_role_too_broad_to_judge_is_refused() -> None:
+    broad = _broad("create", 120, 120)
+    ctx = Context(
+        snapshot(
+            *SNAPSHOT_OBJECTS,
+            ("Role", broad),
+            default_label_key="team",
+        ),
+        CTX.options,
+    )
+    decision = check_escalation(
+        write("wanda", new_binding("b", "broad", "User:wanda", namespace="t2")), ctx
+    )
+    assert decision is not None and decision.reason == "TooBroad"
+    assert "through role t2/broad: they break down to 14400 single grants" in decision.message
 
 
 def test_other_resources_are_not_judged() -> None:
