@@ -856,17 +856,29 @@ def _cmd_lint(args: argparse.Namespace) -> int:
         print(f"lint: {exc}", file=sys.stderr)
         return 2
     role_kinds = {spec.kind: spec for spec in ROLE_KINDS}
-    roles = [role_kinds[kind].compile(compiler, obj) for kind, obj in objects if kind in role_kinds]
+    roles = [
+        (_manifest_name(kind, obj), role_kinds[kind].compile(compiler, obj))
+        for kind, obj in objects
+        if kind in role_kinds
+    ]
     if not roles:
         print("lint: no Role or ClusterRole found", file=sys.stderr)
         return 2
-    for role in roles:
+    for name, role in roles:
         if role.error is not None:
-            print(f"invalid: {role.ref}: {role.error}")
+            print(f"invalid: {name}: {role.error}")
         else:
             entries = len(role.permissions.entries) if role.permissions else 0
-            print(f"ok: {role.ref} ({entries} permission entr{'y' if entries == 1 else 'ies'})")
-    return 1 if any(role.error is not None for role in roles) else 0
+            print(f"ok: {name} ({entries} permission entr{'y' if entries == 1 else 'ies'})")
+    return 1 if any(role.error is not None for _, role in roles) else 0
+
+
+def _manifest_name(kind: str, obj: Mapping[str, Any]) -> str:
+    """``role t1/x``, ``role x`` (no namespace in the file yet), ``clusterrole x``, as written."""
+    meta = obj.get("metadata")
+    name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) and kind == "Role" else None
+    return f"{kind.lower()} {f'{namespace}/' if namespace else ''}{name or '(no name)'}"
 
 
 def _one_line(text: str) -> str:

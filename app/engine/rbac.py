@@ -188,6 +188,8 @@ class Compiler:
         cluster_role = (kind or obj.get("kind")) == "ClusterRole"
         ref = RoleRef("" if cluster_role else _text(meta, "namespace"), _text(meta, "name"))
         version = _text(meta, "resourceVersion")
+        if not isinstance(meta, Mapping):
+            return CompiledRole(ref, (), None, "malformed metadata: not a mapping", version)
         try:
             rules = _compile_rules(obj.get("rules"))
         except MalformedObject as exc:

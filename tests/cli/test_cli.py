@@ -188,6 +188,30 @@ def test_lint_reports_invalid_annotation(
     assert out.startswith("invalid: role t1/broken: invalid labelrbac.io/permissions annotation")
 
 
+@pytest.mark.parametrize(
+    ("kind", "metadata", "line"),
+    [
+        pytest.param("Role", "{name: x, namespace: t1}", "ok: role t1/x", id="role"),
+        # Applied later into kubectl's namespace: still a Role, not a ClusterRole.
+        pytest.param("Role", "{name: x}", "ok: role x", id="role-without-namespace"),
+        pytest.param("ClusterRole", "{name: x, namespace: t1}", "ok: clusterrole x", id="cluster"),
+        pytest.param("Role", "[1]", "invalid: role (no name): malformed metadata: not a mapping",
+                     id="metadata-not-a-mapping"),
+        pytest.param("Role", "{namespace: t1}", "ok: role t1/(no name)", id="no-name"),
+    ],
+)
+def test_lint_names_each_role_as_its_manifest_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, metadata: str, line: str
+) -> None:
+    manifest = tmp_path / "role.yaml"
+    manifest.write_text(
+        f"apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata: {metadata}\n"
+        "rules: []\n"
+    )
+    assert main(["lint", str(manifest)]) == (1 if line.startswith("invalid") else 0)
+    assert capsys.readouterr().out.startswith(line)
+
+
 def test_lint_without_roles_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
