@@ -127,8 +127,15 @@ SCALE_TARGETS: Mapping[tuple[str, str], tuple[str, str]] = {
 JUDGED_REFERENCES = frozenset({SERVICE_ACCOUNTS, SECRETS, CONFIGMAPS, PERSISTENT_VOLUME_CLAIMS})
 # What the API server gives every pod by itself: the namespace's ``default`` service account
 # (created unlabeled by the service-account controller) and the public cluster CA that the
-# root-ca publisher puts in every namespace. Judging them would break every pod.
-INJECTED = frozenset({PodRef(SERVICE_ACCOUNTS, "default"), PodRef(CONFIGMAPS, "kube-root-ca.crt")})
+# root-ca publisher puts in every namespace; OpenShift's API server also projects its public
+# service CA, which its own controller puts in every namespace. Judging them would break every pod.
+INJECTED = frozenset(
+    {
+        PodRef(SERVICE_ACCOUNTS, "default"),
+        PodRef(CONFIGMAPS, "kube-root-ca.crt"),
+        PodRef(CONFIGMAPS, "openshift-service-ca.crt"),
+    }
+)
 
 # Every (group, resource) whose metadata these rules read; the webhook's ClusterRole grants
 # ``get`` on each (manifests/deploy/rbac.yaml).

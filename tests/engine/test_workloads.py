@@ -574,10 +574,23 @@ def test_pod_template_references(spec: dict[str, Any], offender: str) -> None:
         assert f"its pod template uses {offender}, which has label" in decision.message
 
 
-def test_what_the_api_server_injects_keeps_working() -> None:
-    """The default service account, its token and the root CA ConfigMap (a recorded pod)."""
+SERVICE_CA = {
+    "configMap": {
+        "name": "openshift-service-ca.crt",
+        "items": [{"key": "service-ca.crt", "path": "service-ca.crt"}],
+    }
+}
+
+
+@pytest.mark.parametrize("openshift", [False, True], ids=["kubernetes", "openshift"])
+def test_what_the_api_server_injects_keeps_working(openshift: bool) -> None:
+    """The default service account, its token and the root CA ConfigMap (a recorded pod), and
+    the service CA OpenShift's API server adds to the same projected volume."""
     recorded = copy.deepcopy(load_review("b008-create-pods")["request"]["object"])
     recorded["metadata"] |= {"namespace": NS, "labels": dict(TEAM_A)}
+    if openshift:
+        (access,) = [v for v in recorded["spec"]["volumes"] if "projected" in v]
+        access["projected"]["sources"].append(SERVICE_CA)
     cluster = Cluster()
     decision = decide(review("alice", "CREATE", recorded), cluster)
     assert decision.allowed, decision.message
