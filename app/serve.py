@@ -16,7 +16,10 @@ Around gunicorn:
   memory page made before the fork). ``/readyz`` answers 503 and every response closes its
   connection, while new connections are still accepted for ``--drain-seconds`` (endpoint
   removal takes a while to reach every API server). Then gunicorn's graceful stop: listeners
-  close, requests in flight and already accepted finish within GRACEFUL_TIMEOUT.
+  close, requests in flight and already accepted finish within GRACEFUL_TIMEOUT. The workers
+  wait for that stop even when the SIGTERM reaches them too (a process group signalled, as
+  systemd does by default): one the arbiter did not send while stopping is looked at again
+  after ``TERM_SETTLE``, and ignored if the arbiter is draining by then.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import mmap
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -162,17 +166,56 @@ def build_app(settings: Settings) -> Any:
 
 
 class DrainFlag:
-    """One byte of shared memory: set by the arbiter on SIGTERM, read by every worker."""
+    """One byte of shared memory, written by the arbiter, read by every worker: serving (false),
+    draining (true) after SIGTERM, then stopping (true, and ``stopping``) once the drain is over."""
+
+    _DRAINING, _STOPPING = 1, 2
 
     def __init__(self) -> None:
         # Anonymous and MAP_SHARED: the workers forked later see the arbiter's writes.
         self._page = mmap.mmap(-1, 1)
 
     def set(self) -> None:
-        self._page[0] = 1
+        self._page[0] = max(self._page[0], self._DRAINING)
+
+    def stop(self) -> None:
+        self._page[0] = self._STOPPING
+
+    @property
+    def stopping(self) -> bool:
+        return self._page[0] == self._STOPPING
 
     def __bool__(self) -> bool:
-        return self._page[0] == 1
+        return self._page[0] != 0
+
+
+# How long a worker given SIGTERM outside a stop waits for the arbiter to start draining: it
+# handles its own SIGTERM at once, so longer than a turn of its loop takes.
+TERM_SETTLE = 0.5
+
+
+def drain_aware_term(worker: Any, draining: DrainFlag) -> None:
+    """Make the worker's SIGTERM wait for the arbiter's word (gunicorn's post_worker_init).
+
+    The arbiter alone decides when the drain ends; a SIGTERM it sends to stop (or for a reload)
+    is handled as gunicorn does, one that only came with a signal to the whole group is not.
+    """
+    graceful = signal.getsignal(signal.SIGTERM)
+    if not callable(graceful):
+        return
+
+    def settle(signum: int, frame: Any) -> None:
+        time.sleep(TERM_SETTLE)
+        if not draining or draining.stopping:
+            graceful(signum, frame)
+
+    def on_term(signum: int, frame: Any) -> None:
+        if draining.stopping:
+            graceful(signum, frame)
+        else:
+            threading.Thread(target=settle, args=(signum, None), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 def draining_readiness(app: WSGIApplication, draining: DrainFlag) -> WSGIApplication:
@@ -226,6 +269,10 @@ class DrainingArbiter(Arbiter):
         timer = threading.Timer(self._drain_seconds, self.wakeup)
         timer.daemon = True
         timer.start()
+
+    def stop(self, graceful: bool = True) -> None:
+        self._draining.stop()  # the workers' SIGTERM now means stop
+        super().stop(graceful)
 
     def maybe_promote_master(self) -> None:
         # Runs at the top of every turn of the main loop: the place to end the drain.
@@ -298,6 +345,9 @@ class WebhookServer(BaseApplication):
             "pre_request": pre_request,
             "child_exit": child_exit,
             "worker_exit": worker_exit,
+            "post_worker_init": (
+                (lambda worker: drain_aware_term(worker, draining)) if s.drain_seconds > 0 else None
+            ),
         }
         for key, value in options.items():
             if value is not None:

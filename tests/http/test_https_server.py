@@ -403,7 +403,22 @@ def _slow_review(server: Server, seconds: float, result: list[Any]) -> None:
         conn.close()
 
 
-def test_sigterm_drains_without_failing_a_request(tmp_path: Path) -> None:
+def _children(pid: int) -> set[int]:
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+@pytest.mark.parametrize(
+    "send",
+    [
+        # As the kubelet does: SIGTERM to the container's main process only.
+        pytest.param(os.kill, id="main-process"),
+        # As systemd does by default (KillMode=control-group): to every process, workers too.
+        pytest.param(os.killpg, id="process-group"),
+    ],
+)
+def test_sigterm_drains_without_failing_a_request(
+    tmp_path: Path, send: Callable[[int, int], None]
+) -> None:
     drain = 3.0
     with serve(
         tmp_path, "--rbac-dir", "manifests/examples", "--workers", "2", "--threads", "4",
@@ -412,8 +427,8 @@ def test_sigterm_drains_without_failing_a_request(tmp_path: Path) -> None:
         with Load(server, threads=6) as load:
             time.sleep(0.5)
             before = load.ok
-            # As the kubelet does: SIGTERM to the container's main process only.
-            os.kill(server.process.pid, signal.SIGTERM)
+            workers = _children(server.process.pid)
+            send(server.process.pid, signal.SIGTERM)
             signalled = time.monotonic()
             status, body = server.request("GET", "/readyz")
             assert status == 503 and "shutting down" in body["detail"]
@@ -425,6 +440,9 @@ def test_sigterm_drains_without_failing_a_request(tmp_path: Path) -> None:
             trickle.start()
             time.sleep(0.5)
             during = load.ok
+            # The same workers serve the whole drain: none stops and is replaced by a new one,
+            # which in a cluster would start with an empty cache.
+            assert _children(server.process.pid) == workers and len(workers) == 2
             # The Service has stopped sending new connections here by now.
             load.stop()
         trickle.join(timeout=30)
