@@ -38,6 +38,8 @@ from typing import Any
 
 import yaml
 
+from app.coverage import ANNOTATION_SHAPE, CONDITION, LABEL_ENTRIES, SHAPE
+from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.model import AUDIT, ENFORCE, WARN
 from app.engine.params import API_VERSION, KIND, NAME, WEBHOOK_RESOURCES
 
@@ -53,6 +55,20 @@ SUPERUSERS = "system:masters"
 # The compiler's identity (manifests/compiled/rbac.yaml): the one writer of parameters.
 COMPILER = "system:serviceaccount:label-rbac:label-rbac-compiler"
 GUARD = f"{POLICY}-params"
+REGISTRATION_GUARD = f"{POLICY}-registration"
+# Every field of a v1 ValidatingWebhook but ``name`` and ``matchConditions``: the compiler may
+# change none of them.
+_WEBHOOK_FIELDS = (
+    "clientConfig",
+    "rules",
+    "failurePolicy",
+    "matchPolicy",
+    "namespaceSelector",
+    "objectSelector",
+    "sideEffects",
+    "timeoutSeconds",
+    "admissionReviewVersions",
+)
 NODES = "system:nodes"
 
 
@@ -339,9 +355,107 @@ def guard() -> list[dict[str, Any]]:
     ]
 
 
+def _registration_checks() -> list[tuple[str, str]]:
+    """(expression, message) pairs: the compiler's update of the webhook registration changes
+    nothing but the ``skip-unjudged`` conditions of the label-rule entries, in their generated
+    shape, and the unjudged annotation."""
+    entries = "[" + ", ".join(f"'{e}'" for e in LABEL_ENTRIES) + "]"
+
+    def others(hook: str) -> str:  # the conditions the compiler does not own
+        return (
+            f"{hook}.?matchConditions.orValue([]).filter(c, "
+            f"!(c.name == '{CONDITION}' && {hook}.name in {entries}))"
+        )
+
+    same_fields = " && ".join(f"w.?{f} == o.?{f}" for f in _WEBHOOK_FIELDS)
+    old_ann = "oldObject.metadata.?annotations.orValue({})"
+    new_ann = "object.metadata.?annotations.orValue({})"
+    key = f"'{UNJUDGED_ANNOTATION}'"
+    checks = [
+        (
+            "object.webhooks.size() == oldObject.webhooks.size() && object.webhooks.all(w, "
+            f"oldObject.webhooks.exists(o, o.name == w.name && {same_fields} "
+            f"&& {others('w')} == {others('o')}))",
+            f"may change no webhook but the {CONDITION} condition of {', '.join(LABEL_ENTRIES)}",
+        ),
+        (
+            "object.webhooks.all(w, w.?matchConditions.orValue([]).all(c, "
+            f'c.name != \'{CONDITION}\' || c.expression.matches(r"""{SHAPE}""")))',
+            f"may write the {CONDITION} condition only in its generated shape",
+        ),
+        (
+            f"{new_ann}.all(k, k == {key} || ({old_ann}.exists(j, j == k) && {new_ann}[k] == "
+            f"{old_ann}[k])) && {old_ann}.all(k, k == {key} || {new_ann}.exists(j, j == k)) "
+            f'&& (!({key} in {new_ann}) || {new_ann}[{key}].matches(r"""{ANNOTATION_SHAPE}"""))',
+            f"may change no annotation but {UNJUDGED_ANNOTATION}, a JSON list of resources",
+        ),
+        (
+            "object.metadata.?labels == oldObject.metadata.?labels "
+            "&& object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences "
+            "&& object.metadata.?finalizers == oldObject.metadata.?finalizers",
+            "may change no label, owner reference or finalizer",
+        ),
+    ]
+    # The others compare with oldObject, which only an update has.
+    return [("request.operation == 'UPDATE'", "may only update it")] + [
+        (f"request.operation != 'UPDATE' || ({expression})", message)
+        for expression, message in checks
+    ]
+
+
+def registration_guard(name: str = "label-rbac") -> list[dict[str, Any]]:
+    """The policy and binding holding the compiler, on the webhook registration ``name``, to
+    the ``skip-unjudged`` conditions and the unjudged annotation (``app.coverage``): a
+    compromised compiler cannot turn the webhook off."""
+    labels = {"app.kubernetes.io/name": "label-rbac"}
+    who = f"'the compiler ({COMPILER}) '"
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": REGISTRATION_GUARD, "labels": labels},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["admissionregistration.k8s.io"],
+                            "apiVersions": ["*"],
+                            "operations": list(OPERATIONS),
+                            "resources": ["validatingwebhookconfigurations"],
+                        }
+                    ]
+                },
+                "matchConditions": [
+                    {
+                        "name": "the-compiler",
+                        "expression": f"request.userInfo.username == '{COMPILER}'",
+                    }
+                ],
+                "validations": [
+                    {
+                        "expression": expression,
+                        "messageExpression": (
+                            f"{who} + 'may not change ' + request.name + ': it {message}'"
+                        ),
+                        "reason": "Forbidden",
+                    }
+                    for expression, message in _registration_checks()
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": REGISTRATION_GUARD, "labels": labels},
+            "spec": {"policyName": REGISTRATION_GUARD, "validationActions": ["Deny"]},
+        },
+    ]
+
+
 def manifests() -> list[dict[str, Any]]:
     """``manifests/compiled/policy.yaml``: the enforcing policy and binding, then the guard."""
-    return [policy(POLICY), binding(POLICY), *guard()]
+    return [policy(POLICY), binding(POLICY), *guard(), *registration_guard()]
 
 
 def mode_manifests() -> list[dict[str, Any]]:

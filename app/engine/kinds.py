@@ -11,8 +11,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.context import registered_unjudged
+from app.engine.model import TOKEN_REQUEST
 from app.engine.nodegraph import compile_attachment, compile_pod, compile_volume
 from app.engine.rbac import RBAC_GROUP, Binding, CompiledRole, Compiler, Snapshot
+from app.engine.workloads import RULES as WORKLOAD_RULES
 
 CompileFn = Callable[[Compiler, Mapping[str, Any]], Any]
 
@@ -54,6 +57,14 @@ VOLUME_ATTACHMENT = KindSpec(
 )
 GRAPH_KINDS: tuple[KindSpec, ...] = (POD, PERSISTENT_VOLUME, VOLUME_ATTACHMENT)
 
+# The webhook's own registration, watched by name: what its label-rule entries leave out.
+WEBHOOK_CONFIGURATION = KindSpec(
+    "ValidatingWebhookConfiguration",
+    "admissionregistration.k8s.io",
+    "validatingwebhookconfigurations",
+    lambda c, o: registered_unjudged(o),
+)
+
 ROLE_KINDS: tuple[KindSpec, ...] = (ROLE, CLUSTER_ROLE)
 BINDING_KINDS: tuple[KindSpec, ...] = (ROLE_BINDING, CLUSTER_ROLE_BINDING)
 # Every kind a snapshot is built from, in the order sources load them.
@@ -63,6 +74,21 @@ BY_KIND: Mapping[str, KindSpec] = {spec.kind: spec for spec in KINDS}
 RBAC_RESOURCES: Mapping[str, KindSpec] = {
     spec.resource: spec for spec in (*ROLE_KINDS, *BINDING_KINDS)
 }
+
+# Namespaced resources (group, resource) whose writes the admission webhook judges whatever the
+# permission annotations say: RBAC objects (escalation check, annotation validation), the
+# workload rules' resources (templates, selectors, scale targets, pod references, the legacy
+# ``bindings``), pods (references, their ServiceAccount, node rules' mirror pods) and
+# ServiceAccounts (a token request is an identity loan, judged by every annotated role's
+# buckets). The API server must always send these to the webhook (``app.engine.coverage``).
+ALWAYS_JUDGED: frozenset[tuple[str, str]] = frozenset(
+    {
+        *((RBAC_GROUP, spec.resource) for spec in (*ROLE_KINDS, *BINDING_KINDS)),
+        *WORKLOAD_RULES,
+        ("", "pods"),
+        (TOKEN_REQUEST.group, TOKEN_REQUEST.resource),
+    }
+)
 
 
 def build_snapshot(compiled: Mapping[str, Iterable[Any]]) -> Snapshot:

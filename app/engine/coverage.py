@@ -1,0 +1,210 @@
+"""Which resources the label rule can never judge other than "allow", and the fence for the rest.
+
+The ``labels.labelrbac.io`` webhook entry matches every namespaced resource and fails closed, so
+an outage of the webhook stops every write in every tenant namespace. Most resources, though,
+carry no label restriction at all: no permission annotation names them, and for them the label
+rule always answers "allow". ``unjudged`` computes that set from the RBAC snapshot and the
+resources the API server serves, so the registration can leave them out (``app.coverage`` keeps
+the registration in step). A served namespaced resource is unjudged when
+
+* no resource pattern of any Role/ClusterRole's annotation matches it, bound or not (a pattern
+  names the resource and maybe a group: ``pods/exec`` restricts ``pods``, a pattern without a
+  group matches every group, ``*`` every resource);
+* no role whose annotation is broken grants it (such a role grants nothing for what its rules
+  grant: the label rule denies); a rule spelled ``*`` reaches every resource;
+* the webhook does not judge it whatever the annotations (``kinds.ALWAYS_JUDGED``).
+
+A resource not served (a CRD not yet discovered) is never unjudged, so it stays sent to the
+webhook until discovery lists it: fail closed. The work is linear in distinct patterns (and
+distinct rules of broken roles) times served resources: the roles repeat a few annotations.
+
+Between a role gaining a restriction and the registration covering that resource, the API server
+does not send writes of it to the webhook. ``check_coverage`` closes that gap for the writes
+that would widen access: a binding handing out such a role, and a bound role starting to grant
+a resource it restricts, are refused until the registration covers the resource.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from app.engine.context import UNKNOWN, Context, is_key
+from app.engine.kinds import ALWAYS_JUDGED, BINDING_KINDS, RBAC_RESOURCES, ROLE_KINDS
+from app.engine.model import ADMISSION_VERBS, Decision, Request, Resource
+from app.engine.policy import Entry, Permissions
+from app.engine.rbac import RBAC_GROUP, CompiledRole, Rule
+
+# Verbs that may have authorized an admission request (CONNECT included), and ``*``.
+_WRITE_VERBS = ADMISSION_VERBS | {"*"}
+_ROLES = frozenset(spec.resource for spec in ROLE_KINDS)
+_BINDINGS = frozenset(spec.resource for spec in BINDING_KINDS)
+
+REASON = "RegistrationPending"
+
+
+def key(res: Resource) -> str:
+    """The key of a resource, as the registration's condition builds it from a request."""
+    return str(Resource(res.group, res.resource))
+
+
+def names(entry: Entry, res: Resource) -> bool:
+    """Whether an annotation entry's resource pattern names ``res`` (or one of its
+    subresources): the label rule may then restrict writes of it."""
+    return entry.resource.matches(res.resource) and (
+        entry.group is None or entry.group.matches(res.group)
+    )
+
+
+def restricts(permissions: Permissions | None, res: Resource) -> bool:
+    """Whether an annotation has an entry naming ``res`` or one of its subresources."""
+    return permissions is not None and any(names(entry, res) for entry in permissions.entries)
+
+
+def reaches(rule: Rule, res: Resource) -> bool:
+    """Whether ``rule`` grants something on ``res`` or one of its subresources, whatever the verb
+    and name (``*``, ``res``, ``res/sub``, ``*/sub``)."""
+    if not rule.allows_group(res.group):
+        return False
+    prefix = res.resource + "/"
+    return any(
+        spelled in ("*", res.resource) or spelled.startswith(prefix) or spelled.startswith("*/")
+        for spelled in rule.resources
+    )
+
+
+def grants_writes(rules: Iterable[Rule], res: Resource) -> bool:
+    """Whether ``rules`` grant some verb admission sees on ``res`` or one of its subresources."""
+    return any(
+        reaches(rule, res) and any(rule.allows_verb(verb) for verb in _WRITE_VERBS)
+        for rule in rules
+    )
+
+
+def unjudged(roles: Iterable[CompiledRole], served: Iterable[Resource]) -> tuple[str, ...]:
+    """The keys of the served namespaced resources the label rule always allows, sorted."""
+    candidates = {
+        Resource(res.group, res.resource)
+        for res in served
+        if (res.group, res.resource) not in ALWAYS_JUDGED
+    }
+    candidates = {res for res in candidates if is_key(key(res))}
+    patterns: dict[tuple[str, str | None], Entry] = {}
+    broken: dict[int, Rule] = {}
+    for role in roles:
+        if role.error is not None:
+            for rule in role.rules:  # rules are interned: one check per distinct rule
+                broken.setdefault(id(rule), rule)
+        elif role.permissions is not None:
+            for entry in role.permissions.entries:
+                group = entry.group.text if entry.group is not None else None
+                patterns.setdefault((entry.resource.text, group), entry)
+    for entry in patterns.values():
+        candidates = {res for res in candidates if not names(entry, res)}
+        if not candidates:
+            return ()
+    for rule in broken.values():
+        candidates = {res for res in candidates if not reaches(rule, res)}
+    return tuple(sorted(key(res) for res in candidates))
+
+
+# -- The fence --------------------------------------------------------------------------------
+
+
+def _pending(
+    permissions: Permissions | None, rules: Iterable[Rule], unjudged: frozenset[str]
+) -> list[str]:
+    """The unjudged resources ``permissions`` restrict and ``rules`` grant writes of."""
+    rules = tuple(rules)
+    if UNKNOWN in unjudged:  # the list is unreadable: whatever the role restricts may be out
+        return [e.pattern for e in permissions.entries] if permissions and rules else []
+    found = []
+    for text in sorted(unjudged):
+        res = Resource.parse(text)
+        if restricts(permissions, res) and grants_writes(rules, res):
+            found.append(text)
+    return found
+
+
+def _refusal(kind: str, name: str, resource: str, role: CompiledRole, advice: str) -> Decision:
+    return Decision.deny(
+        REASON,
+        f'{kind} "{name}" cannot be written yet: resource "{resource}" restricted by '
+        f"{role.ref} is not yet sent to label-rbac by the API server (its webhook registration "
+        f"is being updated); {advice}",
+        f"the registration leaves {resource} to the API server alone until label-rbac's "
+        "controller covers it",
+        mode=role.mode,
+    )
+
+
+def _binding(request: Request, obj: Any, ctx: Context, unjudged: frozenset[str]) -> Decision | None:
+    kind = RBAC_RESOURCES[request.resource.resource].kind
+    compiler = ctx.options.compiler
+    binding = compiler.binding(obj, kind)
+    if binding is None:
+        return None
+    role = ctx.snapshot.roles.get(binding.role)
+    if role is None or role.error is not None or role.permissions is None:
+        return None  # grants nothing now, or nothing the label rule restricts
+    if request.operation == "UPDATE" and request.old_object is not None:
+        old = compiler.binding(request.old_object, kind)
+        if (
+            old is not None
+            and old.role == binding.role
+            and set(binding.subjects) <= set(old.subjects)
+        ):
+            return None  # hands the role to nobody new
+    pending = _pending(role.permissions, role.rules, unjudged)
+    if not pending:
+        return None
+    return _refusal(kind, request.name, pending[0], role, "retry in a moment")
+
+
+def _role(request: Request, obj: Any, ctx: Context) -> Decision | None:
+    registration = ctx.registration
+    assert registration is not None
+    kind = RBAC_RESOURCES[request.resource.resource].kind
+    compiler = ctx.options.compiler
+    new = compiler.role(obj, kind)
+    if new.error is not None or new.permissions is None or new.ref not in registration.referred:
+        return None  # refused elsewhere, restricts nothing, or bound to nobody yet
+    old_rules: tuple[Rule, ...] = ()
+    if request.operation == "UPDATE" and request.old_object is not None:
+        old_rules = compiler.role(request.old_object, kind).rules
+    pending = [
+        text
+        for text in _pending(new.permissions, new.rules, registration.unjudged)
+        if not grants_writes(old_rules, Resource.parse(text))
+    ]
+    if not pending:
+        return None
+    return _refusal(
+        kind,
+        request.name,
+        pending[0],
+        new,
+        "retry in a moment, or add the annotation entry first and grant the resource in a "
+        "later write",
+    )
+
+
+def check_coverage(request: Request, ctx: Context) -> Decision | None:
+    """Refuse a write that would let subjects write, unjudged, a resource a role restricts."""
+    registration = ctx.registration
+    res = request.resource
+    obj = request.object
+    if (
+        registration is None
+        or not registration.unjudged
+        or res.group != RBAC_GROUP
+        or res.subresource
+        or request.operation not in ("CREATE", "UPDATE")
+        or obj is None
+    ):
+        return None
+    if res.resource in _BINDINGS:
+        return _binding(request, obj, ctx, registration.unjudged)
+    if res.resource in _ROLES:
+        return _role(request, obj, ctx)
+    return None
