@@ -35,8 +35,10 @@ from app.engine.model import ADMISSION_VERBS, Decision, Request, Resource
 from app.engine.policy import Entry, Permissions
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Rule
 
-# Verbs that may have authorized an admission request (CONNECT included), and ``*``.
-_WRITE_VERBS = ADMISSION_VERBS | {"*"}
+# Verbs that may have authorized an admission request (CONNECT included: ``get`` on
+# ``pods/exec``, ``services/proxy``), and ``*``; and those writing an object itself.
+_ADMISSION_VERBS = ADMISSION_VERBS | {"*"}
+_WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection", "*"})
 _ROLES = frozenset(spec.resource for spec in ROLE_KINDS)
 _BINDINGS = frozenset(spec.resource for spec in BINDING_KINDS)
 
@@ -61,24 +63,34 @@ def restricts(permissions: Permissions | None, res: Resource) -> bool:
     return permissions is not None and any(names(entry, res) for entry in permissions.entries)
 
 
+def _spellings(rule: Rule, res: Resource) -> tuple[bool, bool]:
+    """Whether ``rule`` names ``res`` itself, and whether it names some subresource of it."""
+    if not rule.allows_group(res.group):
+        return False, False
+    prefix = res.resource + "/"
+    itself = "*" in rule.resources or res.resource in rule.resources
+    sub = "*" in rule.resources or any(
+        spelled.startswith(prefix) or spelled.startswith("*/") for spelled in rule.resources
+    )
+    return itself, sub
+
+
 def reaches(rule: Rule, res: Resource) -> bool:
     """Whether ``rule`` grants something on ``res`` or one of its subresources, whatever the verb
     and name (``*``, ``res``, ``res/sub``, ``*/sub``)."""
-    if not rule.allows_group(res.group):
-        return False
-    prefix = res.resource + "/"
-    return any(
-        spelled in ("*", res.resource) or spelled.startswith(prefix) or spelled.startswith("*/")
-        for spelled in rule.resources
-    )
+    return any(_spellings(rule, res))
 
 
 def grants_writes(rules: Iterable[Rule], res: Resource) -> bool:
-    """Whether ``rules`` grant some verb admission sees on ``res`` or one of its subresources."""
-    return any(
-        reaches(rule, res) and any(rule.allows_verb(verb) for verb in _WRITE_VERBS)
-        for rule in rules
-    )
+    """Whether ``rules`` grant a write of ``res``, or any verb admission sees (CONNECT included)
+    on one of its subresources."""
+    for rule in rules:
+        itself, sub = _spellings(rule, res)
+        if itself and any(rule.allows_verb(verb) for verb in _WRITE_VERBS):
+            return True
+        if sub and any(rule.allows_verb(verb) for verb in _ADMISSION_VERBS):
+            return True
+    return False
 
 
 def unjudged(roles: Iterable[CompiledRole], served: Iterable[Resource]) -> tuple[str, ...]:
