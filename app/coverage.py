@@ -27,10 +27,12 @@ from typing import Any
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.coverage import unjudged
 from app.engine.model import Resource
-from app.engine.rbac import Snapshot
+from app.engine.rbac import CompiledRole, RoleRef, Snapshot
 from app.source.api import ApiError, KubeClient
 
 log = logging.getLogger("label_rbac.compile")
+
+Roles = Mapping[RoleRef, CompiledRole]
 
 # The label-rule entries: the shipped one, and the one for compiled namespaces.
 LABEL_ENTRIES = ("labels.labelrbac.io", "labels-compiled.labelrbac.io")
@@ -148,7 +150,7 @@ class CoverageWriter:
         self._limit = limit
         self._clock = clock
         # The snapshot and served resources last rendered, and their coverage.
-        self._seen: tuple[Snapshot, tuple[Resource, ...]] | None = None
+        self._seen: tuple[Roles, tuple[Resource, ...]] | None = None
         self._coverage: Coverage | None = None
         self._due = 0.0  # when the live object is read again even if nothing changed
 
@@ -160,7 +162,9 @@ class CoverageWriter:
         """Apply the coverage when the live configuration does not say it yet. Whether an apply
         was made. The live object is read when RBAC or the served resources changed, and every
         ``RECHECK_INTERVAL`` seconds."""
-        seen = (snapshot, tuple(served))
+        # Only roles (and what is served) change the coverage; a snapshot shares its roles'
+        # map with the previous one when a batch changed bindings only.
+        seen = (snapshot.roles, tuple(served))
         changed = self._seen is None or seen[0] is not self._seen[0] or seen[1] != self._seen[1]
         if not changed and self._clock() < self._due:
             return False
@@ -202,7 +206,7 @@ class CoverageWriter:
         )
         return True
 
-    def _retry(self, seen: tuple[Snapshot, tuple[Resource, ...]], coverage: Coverage) -> bool:
+    def _retry(self, seen: tuple[Roles, tuple[Resource, ...]], coverage: Coverage) -> bool:
         self._seen, self._coverage = seen, coverage
         self._due = self._clock() + RETRY_INTERVAL
         return False

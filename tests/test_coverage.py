@@ -28,11 +28,14 @@ from app.coverage import (
     expression,
 )
 from app.engine.context import UNJUDGED_ANNOTATION
+from app.engine.incremental import LiveSnapshot
+from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.rbac import Snapshot
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError
 from tests.cel import conditions_pass
-from tests.support import make_review, role, rule, snapshot
+from tests.support import binding, make_review, role, rule, snapshot
 
 PATH = f"{API}/label-rbac"
 MANAGER = "label-rbac-compiler"
@@ -78,8 +81,15 @@ class Client:
         return body
 
 
+TEAM = {"team": ["a"]}
+
+
+def restricting_role(pattern: str) -> tuple[str, dict[str, Any]]:
+    return role("r", "t1", [rule("*", "*")], {pattern: TEAM})
+
+
 def restricting(pattern: str) -> Snapshot:
-    return snapshot(role("r", "t1", [rule("*", "*")], {pattern: {"team": ["a"]}}))
+    return snapshot(restricting_role(pattern))
 
 
 def writer(client: Client, clock: list[float], limit: int = 25_000) -> CoverageWriter:
@@ -221,3 +231,22 @@ def test_the_condition_skips_exactly_the_listed_resources(
 def test_the_guard_recognises_only_the_generated_shape(text: str, generated: bool) -> None:
     """The guard checks the compiler's expression with RE2 (CEL ``matches``)."""
     assert (re2.search(SHAPE, text) is not None) is generated
+
+
+def test_a_batch_changing_bindings_only_costs_nothing() -> None:
+    """Only roles and served resources decide the coverage: the live snapshot keeps its roles
+    when a batch changes bindings only, and the writer neither computes nor reads then."""
+    compiler = Compiler((DEFAULT_ANNOTATION_KEY,))
+    roles = [role(f"r{i}", "t1", [rule("*", "configmaps")], {"secrets": TEAM}) for i in range(8)]
+    state = LiveSnapshot.build({"Role": [BY_KIND["Role"].compile(compiler, r[1]) for r in roles]})
+    client, clock = Client(configuration("labels.labelrbac.io")), [0.0]
+    coverage = writer(client, clock)
+    assert coverage.step(state.snapshot, SERVED) and client.gets == 1
+    bound = BY_KIND["RoleBinding"].compile(
+        compiler, binding("b", "r1", "User:x", namespace="t1")[1]
+    )
+    after = state.apply([("RoleBinding", None, bound)])
+    assert after.snapshot.roles is state.snapshot.roles
+    assert not coverage.step(after.snapshot, SERVED) and client.gets == 1
+    changed = BY_KIND["Role"].compile(compiler, restricting_role("widgets")[1])
+    assert coverage.step(state.apply([("Role", None, changed)]).snapshot, SERVED)

@@ -101,16 +101,20 @@ def unjudged(roles: Iterable[CompiledRole], served: Iterable[Resource]) -> tuple
         if (res.group, res.resource) not in ALWAYS_JUDGED
     }
     candidates = {res for res in candidates if is_key(key(res))}
-    patterns: dict[tuple[str, str | None], Entry] = {}
+    # Roles share compiled annotations and rules (both are interned): each distinct one once.
+    annotations: dict[int, Permissions] = {}
     broken: dict[int, Rule] = {}
     for role in roles:
         if role.error is not None:
-            for rule in role.rules:  # rules are interned: one check per distinct rule
+            for rule in role.rules:
                 broken.setdefault(id(rule), rule)
         elif role.permissions is not None:
-            for entry in role.permissions.entries:
-                group = entry.group.text if entry.group is not None else None
-                patterns.setdefault((entry.resource.text, group), entry)
+            annotations.setdefault(id(role.permissions), role.permissions)
+    patterns: dict[tuple[str, str | None], Entry] = {}
+    for permissions in annotations.values():
+        for entry in permissions.entries:
+            group = entry.group.text if entry.group is not None else None
+            patterns.setdefault((entry.resource.text, group), entry)
     for entry in patterns.values():
         candidates = {res for res in candidates if not names(entry, res)}
         if not candidates:
