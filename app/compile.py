@@ -12,6 +12,9 @@ acquired and renewed as client-go's leader election does, expiry judged on the l
 when the record was last seen to change, so clock skew between replicas does not matter). A
 replica writes only while its lease is current; one that gains the lease renders every namespace
 again, so nothing its predecessor had not written yet is lost.
+
+The leader also keeps the webhook registration's ``skip-unjudged`` conditions in step with the
+roles and the served resources (``app.coverage.CoverageWriter``).
 """
 
 from __future__ import annotations

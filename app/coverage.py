@@ -28,7 +28,7 @@ from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.coverage import unjudged
 from app.engine.model import Resource
 from app.engine.rbac import CompiledRole, RoleRef, Snapshot
-from app.source.api import ApiError, KubeClient
+from app.source.api import ApiError, KubeClient, KubeError
 
 log = logging.getLogger("label_rbac.compile")
 
@@ -197,7 +197,11 @@ class CoverageWriter:
         if _current(configuration, body):
             return False
         query = [("fieldManager", self._field_manager), ("force", "true")]
-        self._client.send("PATCH", f"{API}/{self.name}", body, query, APPLY)
+        try:
+            self._client.send("PATCH", f"{API}/{self.name}", body, query, APPLY)
+        except KubeError:
+            self._due = self._clock() + RETRY_INTERVAL  # refused or unreachable: try again soon
+            raise
         log.info(
             "%s: %d resources no annotation restricts are skipped by %s",
             self.name,

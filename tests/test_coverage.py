@@ -250,3 +250,21 @@ def test_a_batch_changing_bindings_only_costs_nothing() -> None:
     assert not coverage.step(after.snapshot, SERVED) and client.gets == 1
     changed = BY_KIND["Role"].compile(compiler, restricting_role("widgets")[1])
     assert coverage.step(state.apply([("Role", None, changed)]).snapshot, SERVED)
+
+
+def test_a_refused_apply_is_tried_again_soon() -> None:
+    client, clock = Client(configuration("labels.labelrbac.io")), [0.0]
+    coverage = writer(client, clock)
+    state = restricting("secrets")
+    refused = ApiError(403, "Forbidden")
+
+    def refuse(*args: Any) -> Any:
+        raise refused
+
+    send, client.send = client.send, refuse  # type: ignore[method-assign]
+    with pytest.raises(ApiError):
+        coverage.step(state, SERVED)
+    client.send = send  # type: ignore[method-assign]
+    assert not coverage.step(state, SERVED)  # not before the retry interval
+    clock[0] = RETRY_INTERVAL
+    assert coverage.step(state, SERVED)

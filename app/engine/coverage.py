@@ -12,7 +12,7 @@ the registration in step). A served namespaced resource is unjudged when
   group matches every group, ``*`` every resource);
 * no role whose annotation is broken grants it (such a role grants nothing for what its rules
   grant: the label rule denies); a rule spelled ``*`` reaches every resource;
-* the webhook does not judge it whatever the annotations (``kinds.ALWAYS_JUDGED``).
+* the webhook does not judge it whatever the annotations (``ALWAYS_JUDGED``).
 
 A resource not served (a CRD not yet discovered) is never unjudged, so it stays sent to the
 webhook until discovery lists it: fail closed. The work is linear in distinct patterns (and
@@ -30,10 +30,27 @@ from collections.abc import Iterable
 from typing import Any
 
 from app.engine.context import UNKNOWN, Context, is_key
-from app.engine.kinds import ALWAYS_JUDGED, BINDING_KINDS, RBAC_RESOURCES, ROLE_KINDS
-from app.engine.model import ADMISSION_VERBS, Decision, Request, Resource
+from app.engine.kinds import BINDING_KINDS, RBAC_RESOURCES, ROLE_KINDS
+from app.engine.model import ADMISSION_VERBS, TOKEN_REQUEST, Decision, Request, Resource
 from app.engine.policy import Entry, Permissions
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Rule
+from app.engine.workloads import RULES as WORKLOAD_RULES
+
+# Namespaced resources (group, resource) whose writes the admission webhook judges whatever the
+# permission annotations say: RBAC objects (escalation check, annotation validation), the
+# workload rules' resources (templates, selectors, scale targets, pod references, the legacy
+# ``bindings``), pods (references, their ServiceAccount, node rules' mirror pods) and
+# ServiceAccounts (a token request is an identity loan, judged by every annotated role's
+# buckets). Built from the tables that define them (``kinds``, ``workloads.RULES``), here rather
+# than in ``kinds``: a rule set's table sits above the table of kinds.
+ALWAYS_JUDGED: frozenset[tuple[str, str]] = frozenset(
+    {
+        *((RBAC_GROUP, resource) for resource in RBAC_RESOURCES),
+        *WORKLOAD_RULES,
+        ("", "pods"),
+        (TOKEN_REQUEST.group, TOKEN_REQUEST.resource),
+    }
+)
 
 # Verbs that may have authorized an admission request (CONNECT included: ``get`` on
 # ``pods/exec``, ``services/proxy``), and ``*``; and those writing an object itself.

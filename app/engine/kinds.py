@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.context import registered_unjudged
-from app.engine.model import TOKEN_REQUEST
 from app.engine.nodegraph import compile_attachment, compile_pod, compile_volume
 from app.engine.rbac import RBAC_GROUP, Binding, CompiledRole, Compiler, Snapshot
-from app.engine.workloads import RULES as WORKLOAD_RULES
 
 CompileFn = Callable[[Compiler, Mapping[str, Any]], Any]
 
@@ -74,21 +72,6 @@ BY_KIND: Mapping[str, KindSpec] = {spec.kind: spec for spec in KINDS}
 RBAC_RESOURCES: Mapping[str, KindSpec] = {
     spec.resource: spec for spec in (*ROLE_KINDS, *BINDING_KINDS)
 }
-
-# Namespaced resources (group, resource) whose writes the admission webhook judges whatever the
-# permission annotations say: RBAC objects (escalation check, annotation validation), the
-# workload rules' resources (templates, selectors, scale targets, pod references, the legacy
-# ``bindings``), pods (references, their ServiceAccount, node rules' mirror pods) and
-# ServiceAccounts (a token request is an identity loan, judged by every annotated role's
-# buckets). The API server must always send these to the webhook (``app.engine.coverage``).
-ALWAYS_JUDGED: frozenset[tuple[str, str]] = frozenset(
-    {
-        *((RBAC_GROUP, spec.resource) for spec in (*ROLE_KINDS, *BINDING_KINDS)),
-        *WORKLOAD_RULES,
-        ("", "pods"),
-        (TOKEN_REQUEST.group, TOKEN_REQUEST.resource),
-    }
-)
 
 
 def build_snapshot(compiled: Mapping[str, Iterable[Any]]) -> Snapshot:

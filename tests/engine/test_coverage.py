@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 
 from app.engine.context import UNKNOWN, Context, Registration, registered_unjudged
-from app.engine.coverage import check_coverage, unjudged
+from app.engine.coverage import ALWAYS_JUDGED, check_coverage, unjudged
 from app.engine.decide import evaluate
-from app.engine.kinds import ALWAYS_JUDGED
 from app.engine.model import Resource
 from app.engine.rbac import RoleRef
 from app.wire import parse_review
