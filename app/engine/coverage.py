@@ -27,11 +27,12 @@ a resource it restricts, are refused until the registration covers the resource.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from app.engine.context import UNKNOWN, Context, is_key
 from app.engine.kinds import BINDING_KINDS, RBAC_RESOURCES, ROLE_KINDS
-from app.engine.model import ADMISSION_VERBS, TOKEN_REQUEST, Decision, Request, Resource
+from app.engine.model import ADMISSION_VERBS, ENFORCE, TOKEN_REQUEST, Decision, Request, Resource
 from app.engine.policy import Entry, Permissions
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Rule
 from app.engine.workloads import RULES as WORKLOAD_RULES
@@ -80,34 +81,64 @@ def restricts(permissions: Permissions | None, res: Resource) -> bool:
     return permissions is not None and any(names(entry, res) for entry in permissions.entries)
 
 
-def _spellings(rule: Rule, res: Resource) -> tuple[bool, bool]:
-    """Whether ``rule`` names ``res`` itself, and whether it names some subresource of it."""
-    if not rule.allows_group(res.group):
-        return False, False
-    prefix = res.resource + "/"
-    itself = "*" in rule.resources or res.resource in rule.resources
-    sub = "*" in rule.resources or any(
-        spelled.startswith(prefix) or spelled.startswith("*/") for spelled in rule.resources
-    )
-    return itself, sub
+@dataclass(frozen=True, slots=True)
+class _Reach:
+    """What one rule spells, sorted for lookups: each resource then costs a few set reads,
+    whatever the number of resources the rule lists."""
+
+    rule: Rule
+    star: bool  # ``*``: every resource and subresource
+    star_sub: bool  # ``*/sub``: a subresource of every resource
+    itself: frozenset[str]  # resources named plainly
+    bases: frozenset[str]  # resources named with a subresource (``res/sub``)
+    writes: bool  # a verb writing an object itself
+    admits: bool  # a verb admission sees (CONNECT included)
+
+    @classmethod
+    def of(cls, rule: Rule) -> _Reach:
+        spelled = rule.resources
+        return cls(
+            rule,
+            "*" in spelled,
+            any(s.startswith("*/") for s in spelled),
+            frozenset(s for s in spelled if "/" not in s),
+            frozenset(s.partition("/")[0] for s in spelled if "/" in s),
+            any(rule.allows_verb(verb) for verb in _WRITE_VERBS),
+            any(rule.allows_verb(verb) for verb in _ADMISSION_VERBS),
+        )
+
+    def spells(self, res: Resource) -> tuple[bool, bool]:
+        """Whether the rule names ``res`` itself, and whether some subresource of it."""
+        if not self.rule.allows_group(res.group):
+            return False, False
+        itself = self.star or res.resource in self.itself
+        return itself, self.star or self.star_sub or res.resource in self.bases
+
+    def reaches(self, res: Resource) -> bool:
+        """Something on ``res`` or one of its subresources, whatever the verb and name."""
+        return any(self.spells(res))
+
+    def grants_writes(self, res: Resource) -> bool:
+        """A write of ``res``, or any verb admission sees on one of its subresources."""
+        itself, sub = self.spells(res)
+        return (itself and self.writes) or (sub and self.admits)
+
+    @property
+    def scans(self) -> bool:
+        """Whether the rule may reach resources it does not name (``*``, ``*/sub``)."""
+        return self.star or self.star_sub
 
 
 def reaches(rule: Rule, res: Resource) -> bool:
     """Whether ``rule`` grants something on ``res`` or one of its subresources, whatever the verb
     and name (``*``, ``res``, ``res/sub``, ``*/sub``)."""
-    return any(_spellings(rule, res))
+    return _Reach.of(rule).reaches(res)
 
 
 def grants_writes(rules: Iterable[Rule], res: Resource) -> bool:
     """Whether ``rules`` grant a write of ``res``, or any verb admission sees (CONNECT included)
     on one of its subresources."""
-    for rule in rules:
-        itself, sub = _spellings(rule, res)
-        if itself and any(rule.allows_verb(verb) for verb in _WRITE_VERBS):
-            return True
-        if sub and any(rule.allows_verb(verb) for verb in _ADMISSION_VERBS):
-            return True
-    return False
+    return any(_Reach.of(rule).grants_writes(res) for rule in rules)
 
 
 def unjudged(roles: Iterable[CompiledRole], served: Iterable[Resource]) -> tuple[str, ...]:
@@ -132,42 +163,119 @@ def unjudged(roles: Iterable[CompiledRole], served: Iterable[Resource]) -> tuple
         for entry in permissions.entries:
             group = entry.group.text if entry.group is not None else None
             patterns.setdefault((entry.resource.text, group), entry)
+    # A literal resource name is looked up; only wildcard patterns are compared with every
+    # candidate left.
+    by_name: dict[str, set[Resource]] = {}
+    for res in candidates:
+        by_name.setdefault(res.resource, set()).add(res)
     for entry in patterns.values():
-        candidates = {res for res in candidates if not names(entry, res)}
+        if entry.resource.is_literal:
+            named = {r for r in by_name.get(entry.resource.text, ()) if names(entry, r)}
+        else:
+            named = {r for r in candidates if names(entry, r)}
+        candidates -= named
+        for res in named:
+            by_name[res.resource].discard(res)
         if not candidates:
             return ()
-    for rule in broken.values():
-        candidates = {res for res in candidates if not reaches(rule, res)}
+    for reach in map(_Reach.of, broken.values()):
+        candidates = {res for res in candidates if not reach.reaches(res)}
     return tuple(sorted(key(res) for res in candidates))
 
 
 # -- The fence --------------------------------------------------------------------------------
 
+# The most glob matches one check may spend on wildcard patterns and ``*`` rules (each compared
+# with every resource left out); a role needing more is refused until fewer are left out. A
+# Role's author chooses its patterns and rules: this keeps one check under a few hundredths of a
+# second whatever they wrote. Literal patterns and rules are looked up, never scanned.
+FENCE_WORK = 50_000
 
-def _pending(
-    permissions: Permissions | None, rules: Iterable[Rule], unjudged: frozenset[str]
-) -> list[str]:
-    """The unjudged resources ``permissions`` restrict and ``rules`` grant writes of."""
-    rules = tuple(rules)
-    if UNKNOWN in unjudged:  # the list is unreadable: whatever the role restricts may be out
-        return [e.pattern for e in permissions.entries] if permissions and rules else []
-    found = []
-    for text in sorted(unjudged):
-        res = Resource.parse(text)
-        if restricts(permissions, res) and grants_writes(rules, res):
-            found.append(text)
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Index:
+    """The resources a registration leaves out, by resource name."""
+
+    def __init__(self, unjudged: frozenset[str]) -> None:
+        self.all = [Resource.parse(text) for text in sorted(unjudged)]
+        self.by_name: dict[str, list[Resource]] = {}
+        for res in self.all:
+            self.by_name.setdefault(res.resource, []).append(res)
+        self.work = 0
+
+    def scan(self) -> list[Resource]:
+        self.work += len(self.all)
+        if self.work > FENCE_WORK:
+            raise _TooLarge
+        return self.all
+
+
+def _restricted(permissions: Permissions, index: _Index) -> set[Resource]:
+    """The resources left out that an entry of ``permissions`` names."""
+    found: set[Resource] = set()
+    for entry in permissions.entries:
+        literal = entry.resource.is_literal
+        for res in index.by_name.get(entry.resource.text, ()) if literal else index.scan():
+            if names(entry, res):
+                found.add(res)
     return found
 
 
+def _written(rules: Iterable[Rule], index: _Index) -> set[Resource]:
+    """The resources left out that ``rules`` grant writes of (``grants_writes``)."""
+    found: set[Resource] = set()
+    for reach in map(_Reach.of, {id(rule): rule for rule in rules}.values()):
+        if not reach.admits:
+            continue
+        if reach.scans:
+            found.update(res for res in index.scan() if reach.grants_writes(res))
+            continue
+        for name in reach.itself | reach.bases:
+            found.update(res for res in index.by_name.get(name, ()) if reach.grants_writes(res))
+    return found
+
+
+def _pending(
+    role: CompiledRole, unjudged: frozenset[str], before: Iterable[Rule] = ()
+) -> list[str]:
+    """The resources left out that ``role`` restricts (a broken role: all) and grants writes of,
+    that the rules ``before`` did not grant. Raises ``_TooLarge``."""
+    if UNKNOWN in unjudged:  # the list is unreadable: whatever the role restricts may be out
+        if role.error is None and role.permissions is None:
+            return []
+        return [e.pattern for e in role.permissions.entries] if role.permissions else ["*"]
+    index = _Index(unjudged)
+    pending = _written(role.rules, index)
+    if role.error is None:
+        pending &= _restricted(role.permissions, index) if role.permissions else set()
+    pending -= _written(before, index)
+    return sorted(key(res) for res in pending)
+
+
 def _refusal(kind: str, name: str, resource: str, role: CompiledRole, advice: str) -> Decision:
+    what = f"restricted by {role.ref}" if role.error is None else f"granted by {role.ref} (void)"
     return Decision.deny(
         REASON,
-        f'{kind} "{name}" cannot be written yet: resource "{resource}" restricted by '
-        f"{role.ref} is not yet sent to label-rbac by the API server (its webhook registration "
-        f"is being updated); {advice}",
+        f'{kind} "{name}" cannot be written yet: resource "{resource}" {what} is not yet sent '
+        "to label-rbac by the API server (its webhook registration is being updated); "
+        f"{advice}",
         f"the registration leaves {resource} to the API server alone until label-rbac's "
         "controller covers it",
-        mode=role.mode,
+        mode=role.mode if role.error is None else ENFORCE,
+    )
+
+
+def _too_large(kind: str, name: str, role: CompiledRole, count: int) -> Decision:
+    return Decision.deny(
+        REASON,
+        f'{kind} "{name}" cannot be written yet: {role.ref} has too many wildcard resource '
+        f"patterns and rules to check against the {count} resources label-rbac's webhook "
+        "registration leaves out; name the resources it restricts and grants literally, or "
+        "retry once the registration covers them",
+        mode=role.mode if role.error is None else ENFORCE,
     )
 
 
@@ -178,7 +286,7 @@ def _binding(request: Request, obj: Any, ctx: Context, unjudged: frozenset[str])
     if binding is None:
         return None
     role = ctx.snapshot.roles.get(binding.role)
-    if role is None or role.error is not None or role.permissions is None:
+    if role is None or (role.error is None and role.permissions is None):
         return None  # grants nothing now, or nothing the label rule restricts
     if request.operation == "UPDATE" and request.old_object is not None:
         old = compiler.binding(request.old_object, kind)
@@ -188,7 +296,10 @@ def _binding(request: Request, obj: Any, ctx: Context, unjudged: frozenset[str])
             and set(binding.subjects) <= set(old.subjects)
         ):
             return None  # hands the role to nobody new
-    pending = _pending(role.permissions, role.rules, unjudged)
+    try:
+        pending = _pending(role, unjudged)
+    except _TooLarge:
+        return _too_large(kind, request.name, role, len(unjudged))
     if not pending:
         return None
     return _refusal(kind, request.name, pending[0], role, "retry in a moment")
@@ -205,11 +316,10 @@ def _role(request: Request, obj: Any, ctx: Context) -> Decision | None:
     old_rules: tuple[Rule, ...] = ()
     if request.operation == "UPDATE" and request.old_object is not None:
         old_rules = compiler.role(request.old_object, kind).rules
-    pending = [
-        text
-        for text in _pending(new.permissions, new.rules, registration.unjudged)
-        if not grants_writes(old_rules, Resource.parse(text))
-    ]
+    try:
+        pending = _pending(new, registration.unjudged, old_rules)
+    except _TooLarge:
+        return _too_large(kind, request.name, new, len(registration.unjudged))
     if not pending:
         return None
     return _refusal(

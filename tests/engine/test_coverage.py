@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app.engine.context import UNKNOWN, Context, Registration, registered_unjudged
-from app.engine.coverage import ALWAYS_JUDGED, check_coverage, unjudged
+from app.engine.coverage import ALWAYS_JUDGED, FENCE_WORK, check_coverage, unjudged
 from app.engine.decide import evaluate
 from app.engine.model import Resource
 from app.engine.rbac import RoleRef
@@ -166,6 +166,9 @@ WIDGET_ROLE = role(
 )
 READ_ONLY = role("reader", "t1", [rule("get list", "widgets", "example.com")], {"widgets": TEAM})
 BOUND = binding("existing", "widgets", "User:carol", namespace="t1")
+BROKEN = role("broken", "t1", [rule("create", "widgets", "example.com")], "{not json")
+PROXY = role("proxy", "t1", [rule("get", "widgets/proxy", "example.com")], {"widgets": TEAM})
+WIDE = role("wide", "t1", [rule("*", "*", "*")], {"wid*": TEAM})
 PENDING = Registration(frozenset({"widgets.example.com"}), frozenset({RoleRef("t1", "widgets")}))
 
 
@@ -289,10 +292,30 @@ def rbac_review(operation: str, obj: Any, old: Any = None, resource: str = "") -
             False,
             id="static-mode-no-fence",
         ),
+        pytest.param(
+            rbac_review("CREATE", binding("b", "broken", "User:bob", namespace="t1")),
+            PENDING,
+            True,
+            id="binding-to-a-void-role-granting-a-pending-resource",
+        ),
+        pytest.param(
+            rbac_review("CREATE", binding("b", "proxy", "User:bob", namespace="t1")),
+            PENDING,
+            True,
+            id="binding-to-a-role-granting-a-connect-subresource",
+        ),
+        pytest.param(
+            rbac_review("CREATE", binding("b", "wide", "User:bob", namespace="t1")),
+            PENDING,
+            True,
+            id="binding-to-a-role-with-star-rules-and-a-glob",
+        ),
     ],
 )
 def test_the_fence(request_: Any, registration: Registration | None, refused: bool) -> None:
-    ctx = Context(snapshot(WIDGET_ROLE, READ_ONLY, BOUND), registration=registration)
+    ctx = Context(
+        snapshot(WIDGET_ROLE, READ_ONLY, BOUND, BROKEN, PROXY, WIDE), registration=registration
+    )
     decision = check_coverage(request_, ctx)
     assert (decision is not None) is refused
     if decision is not None:
@@ -330,3 +353,26 @@ def test_a_role_in_audit_mode_softens_the_fence() -> None:
     decision = check_coverage(request, ctx)
     assert decision is not None and decision.mode == "audit"
     assert evaluate(request, ctx).allowed
+
+
+def test_a_role_too_large_to_check_is_refused_not_scanned() -> None:
+    """Wildcard patterns and ``*`` rules are compared with every resource left out, within a
+    bound: past it the write is refused (fail closed) and says what to do."""
+    many = {f"w{i}*": TEAM for i in range(FENCE_WORK // 100 + 1)}
+    big = role("big", "t1", [rule("*", "*", "*")], many)
+    unjudged_keys = frozenset(f"r{i}.example.com" for i in range(100))
+    ctx = Context(snapshot(big), registration=Registration(unjudged_keys, frozenset()))
+    decision = check_coverage(
+        rbac_review("CREATE", binding("b", "big", "User:bob", namespace="t1")), ctx
+    )
+    assert decision is not None and not decision.allowed
+    assert "too many wildcard resource patterns and rules to check against the 100" in (
+        decision.message
+    )
+    # Named literally, the same number of patterns is looked up, not scanned.
+    literal = role("big", "t1", [rule("*", "*", "*")], {f"w{i}": TEAM for i in range(len(many))})
+    ctx = Context(snapshot(literal), registration=Registration(unjudged_keys, frozenset()))
+    assert (
+        check_coverage(rbac_review("CREATE", binding("b", "big", "User:bob", namespace="t1")), ctx)
+        is None
+    )
