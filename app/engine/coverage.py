@@ -26,6 +26,7 @@ a resource it restricts, are refused until the registration covers the resource.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -76,11 +77,6 @@ def names(entry: Entry, res: Resource) -> bool:
     )
 
 
-def restricts(permissions: Permissions | None, res: Resource) -> bool:
-    """Whether an annotation has an entry naming ``res`` or one of its subresources."""
-    return permissions is not None and any(names(entry, res) for entry in permissions.entries)
-
-
 @dataclass(frozen=True, slots=True)
 class _Reach:
     """What one rule spells, sorted for lookups: each resource then costs a few set reads,
@@ -127,18 +123,6 @@ class _Reach:
     def scans(self) -> bool:
         """Whether the rule may reach resources it does not name (``*``, ``*/sub``)."""
         return self.star or self.star_sub
-
-
-def reaches(rule: Rule, res: Resource) -> bool:
-    """Whether ``rule`` grants something on ``res`` or one of its subresources, whatever the verb
-    and name (``*``, ``res``, ``res/sub``, ``*/sub``)."""
-    return _Reach.of(rule).reaches(res)
-
-
-def grants_writes(rules: Iterable[Rule], res: Resource) -> bool:
-    """Whether ``rules`` grant a write of ``res``, or any verb admission sees (CONNECT included)
-    on one of its subresources."""
-    return any(_Reach.of(rule).grants_writes(res) for rule in rules)
 
 
 def unjudged(roles: Iterable[CompiledRole], served: Iterable[Resource]) -> tuple[str, ...]:
@@ -196,14 +180,22 @@ class _TooLarge(Exception):
     pass
 
 
+@functools.lru_cache(maxsize=2)
+def _catalog(unjudged: frozenset[str]) -> tuple[list[Resource], dict[str, list[Resource]]]:
+    """The resources left out, and by resource name. Built once per registration read (the
+    source hands out the same set until the registration changes)."""
+    every = [Resource.parse(text) for text in sorted(unjudged)]
+    by_name: dict[str, list[Resource]] = {}
+    for res in every:
+        by_name.setdefault(res.resource, []).append(res)
+    return every, by_name
+
+
 class _Index:
-    """The resources a registration leaves out, by resource name."""
+    """The resources a registration leaves out, and the work one check has spent on them."""
 
     def __init__(self, unjudged: frozenset[str]) -> None:
-        self.all = [Resource.parse(text) for text in sorted(unjudged)]
-        self.by_name: dict[str, list[Resource]] = {}
-        for res in self.all:
-            self.by_name.setdefault(res.resource, []).append(res)
+        self.all, self.by_name = _catalog(unjudged)
         self.work = 0
 
     def scan(self) -> list[Resource]:
@@ -225,7 +217,7 @@ def _restricted(permissions: Permissions, index: _Index) -> set[Resource]:
 
 
 def _written(rules: Iterable[Rule], index: _Index) -> set[Resource]:
-    """The resources left out that ``rules`` grant writes of (``grants_writes``)."""
+    """The resources left out that ``rules`` grant writes of, or a CONNECT of a subresource."""
     found: set[Resource] = set()
     for reach in map(_Reach.of, {id(rule): rule for rule in rules}.values()):
         if not reach.admits:
