@@ -62,16 +62,17 @@ _SUFFIX = "])"
 
 def _literal(text: str) -> str:
     """``text`` as a regular expression matching only itself, in RE2 and Python alike."""
-    return "".join("\\" + ch if ch in "\\.+*?()|[]{}^$" else ch for ch in text)
+    return "".join("\\" + ch if ch in "$\\.+*?()|[]{}^" else ch for ch in text)
 
 
-# The generated shape, anchored: the list holds only quoted keys (``context.is_key``). The
-# guard policy checks the compiler's writes against it (``admission_policy.guard``); no double
-# quote in it, so it fits a CEL raw string.
+# The generated shape, anchored at both ends (``\z``: RE2's end of text, as CEL ``matches``
+# runs it): the list holds only quoted keys (``context.is_key``). The guard policy checks the
+# compiler's writes against it (``admission_policy.registration_guard``); no double quote in it,
+# so it fits a CEL raw string.
 _QUOTED = "'[a-z0-9][-a-z0-9.]*'"
-SHAPE = f"^{_literal(_PREFIX)}({_QUOTED}(, {_QUOTED})*)?{_literal(_SUFFIX)}$"
+SHAPE = f"^{_literal(_PREFIX)}({_QUOTED}(, {_QUOTED})*)?{_literal(_SUFFIX)}\\z"
 # The annotation as ``Coverage.body`` writes it (``json.dumps`` of the keys).
-ANNOTATION_SHAPE = r'^\[("[a-z0-9][-a-z0-9.]*"(, "[a-z0-9][-a-z0-9.]*")*)?\]$'
+ANNOTATION_SHAPE = r'^\[("[a-z0-9][-a-z0-9.]*"(, "[a-z0-9][-a-z0-9.]*")*)?\]\z'
 
 
 def expression(keys: Sequence[str]) -> str:

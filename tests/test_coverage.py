@@ -226,6 +226,7 @@ def test_the_condition_skips_exactly_the_listed_resources(
         pytest.param(expression(["a"]) + " || true", False, id="appended"),
         pytest.param(expression(["a') || true || ('"]), False, id="injected-key"),
         pytest.param(expression(["a"]).replace("!", ""), False, id="negation-dropped"),
+        pytest.param(expression(["a"]) + "\n", False, id="trailing-newline"),
     ],
 )
 def test_the_guard_recognises_only_the_generated_shape(text: str, generated: bool) -> None:
