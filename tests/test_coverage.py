@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import re2  # type: ignore[import-untyped]
+import yaml
 
 from app.coverage import (
     API,
@@ -35,7 +36,7 @@ from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError
 from tests.cel import conditions_pass
-from tests.support import binding, make_review, role, rule, snapshot
+from tests.support import ROOT, binding, make_review, role, rule, snapshot
 
 PATH = f"{API}/label-rbac"
 MANAGER = "label-rbac-compiler"
@@ -269,3 +270,19 @@ def test_a_refused_apply_is_tried_again_soon() -> None:
     assert not coverage.step(state, SERVED)  # not before the retry interval
     clock[0] = RETRY_INTERVAL
     assert coverage.step(state, SERVED)
+
+
+def test_the_compiler_may_read_and_patch_the_one_registration_and_nothing_more() -> None:
+    """manifests/compiled/rbac.yaml: ``get`` and ``patch`` on the configuration by name; never
+    ``create`` (an apply would otherwise make one), ``delete``, or any other configuration."""
+    documents = yaml.safe_load_all((ROOT / "manifests" / "compiled" / "rbac.yaml").read_text())
+    (role_,) = [d for d in documents if d["kind"] == "ClusterRole"]
+    rules = [r for r in role_["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert rules == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "resourceNames": ["label-rbac"],
+            "verbs": ["get", "patch"],
+        }
+    ]
