@@ -358,10 +358,8 @@ def reverse_bench(tenant_namespaces: int, per_namespace: int) -> None:
     print(f"audit: {len(existing)} configmaps in {audit_s:.2f} s ({per_object * 1e6:,.0f} us "
           f"per object, {per_object * decide:.1f}x one admission decision), "
           f"{len(report.orphans)} orphans")  # fmt: skip
-    print(
-        f"who-can: {len(holders)} subjects in {who_s * 1000:.0f} ms "
-        f"({who_s * decide:,.0f}x one admission decision)"
-    )
+    print(f"who-can: {len(holders)} subjects in {who_s * 1000:.0f} ms "
+          f"({who_s * decide:,.0f}x one admission decision)")
 
 
 def access_reviews(tenant_namespaces: int) -> dict[str, dict[str, Any]]:
@@ -429,18 +427,9 @@ def log_bench(seconds: float, threads: int = 4) -> None:
 
     from app import logs
 
-    record = {
-        "uid": "0f0e0d0c-0000-4000-8000-000000000001",
-        "user": "alice",
-        "operation": "CREATE",
-        "resource": "configmaps",
-        "namespace": "t1",
-        "name": "c1",
-        "dryRun": False,
-        "allowed": True,
-        "reason": "Allowed",
-        "ms": 0.21,
-    }
+    record = {"uid": "0f0e0d0c-0000-4000-8000-000000000001", "user": "alice",
+              "operation": "CREATE", "resource": "configmaps", "namespace": "t1",
+              "name": "c1", "dryRun": False, "allowed": True, "reason": "Allowed", "ms": 0.21}
 
     def run(handler: logging.Handler) -> tuple[float, float]:
         """(records handed off per second by the callers, per second until all are written)"""

@@ -212,7 +212,7 @@ def test_lint_reports_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixt
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
         "metadata:\n  name: loud\n  namespace: t1\n"
         "  annotations:\n    labelrbac.io/mode: loud\n"
-        '    labelrbac.io/permissions: \'{"configmaps": {"team": ["a"]}}\'\n'
+        "    labelrbac.io/permissions: '{\"configmaps\": {\"team\": [\"a\"]}}'\n"
         "rules: []\n"
     )
     assert main(["lint", str(manifest)]) == 1
@@ -251,7 +251,7 @@ def test_as_counts_bindings_to_system_authenticated(
     (rbac / "rbac.yaml").write_text(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
         "metadata: {name: all, namespace: t1, annotations: "
-        '{labelrbac.io/permissions: \'{"configmaps": {"team": ["x"]}}\'}}\n'
+        "{labelrbac.io/permissions: '{\"configmaps\": {\"team\": [\"x\"]}}'}}\n"
         "rules: [{apiGroups: [''], resources: [configmaps], verbs: [create]}]\n---\n"
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n"
         "metadata: {name: all, namespace: t1}\nroleRef: {kind: Role, name: all}\n"
