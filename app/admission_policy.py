@@ -403,9 +403,9 @@ def _registration_checks() -> list[tuple[str, str]]:
     ]
 
 
-def registration_guard(name: str = "label-rbac") -> list[dict[str, Any]]:
-    """The policy and binding holding the compiler, on the webhook registration ``name``, to
-    the ``skip-unjudged`` conditions and the unjudged annotation (``app.coverage``): a
+def registration_guard() -> list[dict[str, Any]]:
+    """The policy and binding holding the compiler, on any webhook registration (its RBAC names
+    one), to the ``skip-unjudged`` conditions and the unjudged annotation (``app.coverage``): a
     compromised compiler cannot turn the webhook off."""
     labels = {"app.kubernetes.io/name": "label-rbac"}
     who = f"'the compiler ({COMPILER}) '"
