@@ -26,8 +26,10 @@ of at most 63 characters; attacker-controlled labels are read once per requireme
 granting the request.
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
-(``COMPILER``). ``python -m app.admission_policy [--modes]`` prints
-``manifests/compiled/policy.yaml`` (``manifests/compiled/modes/policy.yaml``).
+(``COMPILER``); and ``label-rbac-registration`` holds the compiler, on the webhook registration,
+to the conditions and annotation it keeps there (``app.coverage``).
+``python -m app.admission_policy [--modes]`` prints ``manifests/compiled/policy.yaml``
+(``manifests/compiled/modes/policy.yaml``).
 """
 
 from __future__ import annotations
