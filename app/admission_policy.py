@@ -26,8 +26,10 @@ of at most 63 characters; attacker-controlled labels are read once per requireme
 granting the request.
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
-(``COMPILER``). ``python -m app.admission_policy [--modes | --webhook]`` prints the files it
-generates (``FILES``).
+(``COMPILER``); ``label-rbac-marks`` holds it, on Namespaces, to the compiled mark; and
+``label-rbac-registration`` holds it, on the webhook registration, to the conditions and
+annotation it keeps there (``app.coverage``). ``python -m app.admission_policy [--modes |
+--webhook]`` prints the files it generates (``FILES``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from typing import Any
 
 import yaml
 
+from app.coverage import ANNOTATION_SHAPE, CONDITION, LABEL_ENTRIES, SHAPE
+from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.model import AUDIT, ENFORCE, WARN
 from app.engine.params import API_VERSION, KIND, MARK, NAME, WEBHOOK_RESOURCES
 
@@ -56,6 +60,20 @@ SUPERUSERS = "system:masters"
 COMPILER = "system:serviceaccount:label-rbac:label-rbac-compiler"
 GUARD = f"{POLICY}-params"
 MARKS = f"{POLICY}-marks"
+REGISTRATION_GUARD = f"{POLICY}-registration"
+# Every field of a v1 ValidatingWebhook but ``name`` and ``matchConditions``: the compiler may
+# change none of them.
+_WEBHOOK_FIELDS = (
+    "clientConfig",
+    "rules",
+    "failurePolicy",
+    "matchPolicy",
+    "namespaceSelector",
+    "objectSelector",
+    "sideEffects",
+    "timeoutSeconds",
+    "admissionReviewVersions",
+)
 NODES = "system:nodes"
 GROUP = API_VERSION.split("/")[0]
 # The namespaces label-rbac judges, as manifests/deploy/webhook.yaml selects them: never its own
@@ -460,9 +478,86 @@ def guard() -> list[dict[str, Any]]:
     return parameters + marks
 
 
+def _registration_checks() -> list[tuple[str, str]]:
+    """(expression, message) pairs: the compiler's update of the webhook registration changes
+    nothing but the ``skip-unjudged`` conditions of the label-rule entries, in their generated
+    shape, and the unjudged annotation."""
+    entries = "[" + ", ".join(f"'{e}'" for e in LABEL_ENTRIES) + "]"
+
+    def others(hook: str) -> str:  # the conditions the compiler does not own
+        return (
+            f"{hook}.?matchConditions.orValue([]).filter(c, "
+            f"!(c.name == '{CONDITION}' && {hook}.name in {entries}))"
+        )
+
+    same_fields = " && ".join(f"w.?{f} == o.?{f}" for f in _WEBHOOK_FIELDS)
+    old_ann = "oldObject.metadata.?annotations.orValue({})"
+    new_ann = "object.metadata.?annotations.orValue({})"
+    key = f"'{UNJUDGED_ANNOTATION}'"
+    checks = [
+        (
+            "object.webhooks.size() == oldObject.webhooks.size() && object.webhooks.all(w, "
+            f"oldObject.webhooks.exists(o, o.name == w.name && {same_fields} "
+            f"&& {others('w')} == {others('o')}))",
+            f"may change no webhook but the {CONDITION} condition of {', '.join(LABEL_ENTRIES)}",
+        ),
+        (
+            "object.webhooks.all(w, w.?matchConditions.orValue([]).all(c, "
+            f'c.name != \'{CONDITION}\' || c.expression.matches(r"""{SHAPE}""")))',
+            f"may write the {CONDITION} condition only in its generated shape",
+        ),
+        (
+            f"{new_ann}.all(k, k == {key} || ({old_ann}.exists(j, j == k) && {new_ann}[k] == "
+            f"{old_ann}[k])) && {old_ann}.all(k, k == {key} || {new_ann}.exists(j, j == k)) "
+            f'&& (!({key} in {new_ann}) || {new_ann}[{key}].matches(r"""{ANNOTATION_SHAPE}"""))',
+            f"may change no annotation but {UNJUDGED_ANNOTATION}, a JSON list of resources",
+        ),
+        (
+            "object.metadata.?labels == oldObject.metadata.?labels "
+            "&& object.metadata.?ownerReferences == oldObject.metadata.?ownerReferences "
+            "&& object.metadata.?finalizers == oldObject.metadata.?finalizers",
+            "may change no label, owner reference or finalizer",
+        ),
+    ]
+    # The others compare with oldObject, which only an update has.
+    return [("request.operation == 'UPDATE'", "may only update it")] + [
+        (f"request.operation != 'UPDATE' || ({expression})", message)
+        for expression, message in checks
+    ]
+
+
+def registration_guard() -> list[dict[str, Any]]:
+    """The policy holding the compiler, on any webhook registration (its RBAC names one), to the
+    ``skip-unjudged`` conditions and the unjudged annotation (``app.coverage``): a compromised
+    compiler cannot turn the webhook off."""
+    who = f"'the compiler ({COMPILER}) '"
+    return _guard(
+        REGISTRATION_GUARD,
+        [
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "apiVersions": ["*"],
+                "operations": list(OPERATIONS),
+                "resources": ["validatingwebhookconfigurations"],
+            }
+        ],
+        matchConditions=[
+            {"name": "the-compiler", "expression": f"request.userInfo.username == '{COMPILER}'"}
+        ],
+        validations=[
+            {
+                "expression": expression,
+                "messageExpression": f"{who} + 'may not change ' + request.name + ': it {message}'",
+                "reason": "Forbidden",
+            }
+            for expression, message in _registration_checks()
+        ],
+    )
+
+
 def manifests() -> list[dict[str, Any]]:
-    """``manifests/compiled/policy.yaml``: the enforcing policy and binding, then the guard."""
-    return [policy(POLICY), binding(POLICY), *guard()]
+    """``manifests/compiled/policy.yaml``: the enforcing policy and binding, then the guards."""
+    return [policy(POLICY), binding(POLICY), *guard(), *registration_guard()]
 
 
 def mode_manifests() -> list[dict[str, Any]]:

@@ -233,6 +233,13 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         help="keep the labels of this resource from a metadata-only watch, for label-scoped "
         "gets (repeatable; configmaps, secrets, pods and deployments.apps always are)",
     )
+    serve.add_argument(
+        "--webhook-configuration",
+        default=Settings.webhook_configuration,
+        metavar="NAME",
+        help="the ValidatingWebhookConfiguration whose unjudged resources to read (cluster mode; "
+        "default label-rbac)",
+    )
     serve.add_argument("--max-body-bytes", type=_count_arg, default=Settings.max_body_bytes)
     serve.add_argument("--log-level", default="info")
     serve.add_argument(
@@ -269,6 +276,13 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         default=MAX_BYTES,
         metavar="BYTES",
         help="leave a namespace whose parameters would be larger to the webhook",
+    )
+    compile_.add_argument(
+        "--webhook-configuration",
+        default=Settings.webhook_configuration,
+        metavar="NAME",
+        help="the ValidatingWebhookConfiguration whose label-rule entries skip the resources no "
+        "annotation restricts (default label-rbac)",
     )
     compile_.add_argument("--log-level", default="info")
 
@@ -382,6 +396,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
         drain_seconds=args.drain_seconds,
+        webhook_configuration=args.webhook_configuration,
     )
     try:
         serve(settings)
@@ -891,7 +906,12 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from app.source.api import KubeClient
 
     kubeconfig, in_cluster = _kube_connection(args.kubeconfig)
-    settings = _settings(args, kubeconfig=kubeconfig, in_cluster=in_cluster)
+    settings = _settings(
+        args,
+        kubeconfig=kubeconfig,
+        in_cluster=in_cluster,
+        webhook_configuration=args.webhook_configuration,
+    )
     logs.configure(args.log_level)
     client = KubeClient.connect(kubeconfig, in_cluster)
     lease = LeaderLease(

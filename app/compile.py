@@ -14,6 +14,9 @@ acquired and renewed as client-go's leader election does, expiry judged on the l
 when the record was last seen to change, so clock skew between replicas does not matter). A
 replica writes only while its lease is current; one that gains the lease renders every namespace
 again, so nothing its predecessor had not written yet is lost.
+
+The leader also keeps the webhook registration's ``skip-unjudged`` conditions in step with the
+roles and the served resources (``app.coverage.CoverageWriter``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from app.coverage import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import Change, LiveSnapshot
 from app.engine.model import Resource
@@ -198,13 +202,17 @@ class ParamsWriter:
         options: Options,
         max_bytes: int = MAX_BYTES,
         discover: Callable[[KubeClient], Iterable[Resource]] = served_resources,
+        coverage: CoverageWriter | None = None,
     ) -> None:
         self._client = client
         self._lease = lease
         self._options = options
         self._max_bytes = max_bytes
         self._discover = discover
+        self._coverage = coverage
         self._target: Target | None = None
+        # The namespaced resources discovery last listed (the coverage is computed over them).
+        self.served: tuple[Resource, ...] = ()
         self._discovered_at = -DISCOVERY_INTERVAL
         self._pending: set[str] = set(ALL)
         self._lock = threading.Lock()
@@ -229,6 +237,8 @@ class ParamsWriter:
             with self._lock:
                 self._pending = set(ALL)
             self._written.clear()
+            if self._coverage is not None:
+                self._coverage.reset()
         elif self.leading and not leading:
             log.info("lost the lease; no longer writing")
         self.leading = leading
@@ -252,6 +262,11 @@ class ParamsWriter:
                     self._pending.add(namespace)
         if done:
             log.info("wrote the parameters of %d namespaces", done)
+        if self._coverage is not None and self._lease.current():
+            try:
+                self._coverage.step(snapshot, self.served)
+            except KubeError as exc:
+                log.warning("could not update %s: %s", self._coverage.name, exc)
         return done
 
     def _lease_name(self) -> tuple[str, str]:
@@ -260,7 +275,8 @@ class ParamsWriter:
     def _refresh_target(self) -> Target:
         now = time.monotonic()
         if self._target is None or now - self._discovered_at > DISCOVERY_INTERVAL:
-            target = Target.of(self._discover(self._client), self._options, self._max_bytes)
+            self.served = tuple(self._discover(self._client))
+            target = Target.of(self.served, self._options, self._max_bytes)
             if self._target is not None and target != self._target:
                 with self._lock:
                     self._pending = set(ALL)
@@ -362,7 +378,8 @@ def run(
     max_bytes: int = MAX_BYTES,
 ) -> None:
     """Watch, render and write until ``stop`` is set."""
-    writer = ParamsWriter(client, lease, settings.engine_options, max_bytes)
+    coverage = CoverageWriter(client, FIELD_MANAGER, settings.webhook_configuration)
+    writer = ParamsWriter(client, lease, settings.engine_options, max_bytes, coverage=coverage)
 
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:
         writer.applied(live, changes, _rbac_version(source))

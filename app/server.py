@@ -170,6 +170,7 @@ class Decider:
             self._source.fetch_parent,
             self._source.fetch_metadata,
             self._source.node_graph(),
+            self._source.registration(),
         )
 
     def __call__(self, request: Request) -> Decision:

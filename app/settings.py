@@ -38,6 +38,10 @@ class Settings:
     # Resources (``res[.group]``) whose labels are also kept from a metadata-only watch, beyond
     # the default set, for label-scoped gets (the ClusterRole must grant list/watch on them).
     watch_labels: tuple[str, ...] = ()
+    # The webhook's ValidatingWebhookConfiguration: the compiler keeps what its label-rule entries
+    # leave out in step with the annotations; the webhook (cluster mode) reads it to fence
+    # widening RBAC writes until the registration covers them.
+    webhook_configuration: str = "label-rbac"
     # Serving.
     bind: str = "0.0.0.0:8443"
     workers: int = 2

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "soak": "bench.soak",
     "vap": "bench.vap",
     "ha": "bench.ha",
+    "domain": "bench.domain",
 }
 
 

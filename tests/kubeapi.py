@@ -70,6 +70,13 @@ RESOURCES: Mapping[str, tuple[str, str, str, str | None]] = {
         "storage.k8s.io/v1",
         None,
     ),
+    # The webhook's own registration (watched by name; this server ignores field selectors).
+    "validatingwebhookconfigurations": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+        "admissionregistration.k8s.io/v1",
+        None,
+    ),
 }
 
 

@@ -6,17 +6,18 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.compile import FIELD_MANAGER, MERGE, LeaderLease, ParamsWriter
+from app.coverage import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
 from app.engine.params import MARK
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
-from app.engine.rbac import Compiler
+from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError
 from tests.support import binding, role, rule
 
@@ -164,3 +165,35 @@ def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> N
     params.applied(state, [change], "43")
     params.step(state.snapshot)
     assert story(client, "t2") == ["params", "status", "mark=true"]
+
+
+def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> None:
+    """The writer hands the coverage the served resources discovery listed, while leading."""
+    client, clock = Client(), [0.0]
+    seen: list[tuple[Snapshot, tuple[Resource, ...]]] = []
+
+    class Recording(CoverageWriter):
+        def step(self, snapshot: Snapshot, served: Sequence[Resource]) -> bool:
+            seen.append((snapshot, tuple(served)))
+            return False
+
+    coverage = Recording(client, FIELD_MANAGER)  # type: ignore[arg-type]
+    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    served = [Resource("", "configmaps"), Resource("example.com", "widgets")]
+    params = ParamsWriter(
+        client,  # type: ignore[arg-type]
+        lease,
+        Options(),
+        discover=lambda _: served,
+        coverage=coverage,
+    )
+    state = live(*OBJECTS).snapshot
+    params.step(state)
+    assert seen == [(state, tuple(served))]
+    client.lease = {
+        "metadata": {"name": "lead", "resourceVersion": "8"},
+        "spec": {"holderIdentity": "other", "leaseDurationSeconds": 15, "renewTime": "u"},
+    }
+    clock[0] = 6.0  # past a renewal period: the lease is read again, and is someone else's
+    params.step(state)
+    assert len(seen) == 1

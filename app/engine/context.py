@@ -6,13 +6,15 @@ that combine them, so each rule set imports it and none imports another.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+import re
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.engine.model import ENFORCE, Decision, Request, Resource
+from app.engine.model import ENFORCE, Decision, Request, Resource, annotations_of
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, Entry
-from app.engine.rbac import Compiler, Snapshot
+from app.engine.rbac import Compiler, RoleRef, Snapshot
 
 
 class ParentUnavailable(Exception):
@@ -84,6 +86,50 @@ class Options:
         return any(entry.rank(resource) for entry in self.unrestricted_reads)
 
 
+# On the ValidatingWebhookConfiguration: the resource keys its label-rule entries leave out, as a
+# JSON list (written by ``label-rbac compile`` with the entries' conditions, in one apply).
+UNJUDGED_ANNOTATION = "labelrbac.io/unjudged"
+# In ``Registration.unjudged``: the list could not be read, so any resource may be left out.
+UNKNOWN = "*"
+# The resource keys a registration may leave out: plural resource names and API group names as
+# the API server serves them (DNS labels and subdomains). Anything else stays judged, so a key
+# is always a plain literal wherever it is written (a CEL string, an annotation).
+_KEY = re.compile(r"[a-z0-9]([-a-z0-9.]{0,316}[a-z0-9])?")
+
+
+def is_key(text: object) -> bool:
+    """Whether ``text`` is a key a registration may leave out (a plain DNS-style literal)."""
+    return isinstance(text, str) and _KEY.fullmatch(text) is not None
+
+
+def registered_unjudged(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The keys a ValidatingWebhookConfiguration's annotation lists; ``{UNKNOWN}`` when the
+    annotation is there but is not a JSON list of keys (fail closed: anything may be left out)."""
+    raw = annotations_of(obj).get(UNJUDGED_ANNOTATION)
+    if raw is None:
+        return frozenset()
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return frozenset({UNKNOWN})
+    if not isinstance(found, list) or not all(is_key(item) for item in found):
+        return frozenset({UNKNOWN})
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What the API server's webhook registration leaves unjudged, as the webhook last saw it.
+
+    ``unjudged``: resource keys (``configmaps``, ``widgets.example.com``) the label-rule entries
+    do not send to the webhook (``app.engine.coverage``); ``referred``: the roles some binding
+    refers to, whether the role exists yet or not.
+    """
+
+    unjudged: frozenset[str] = frozenset()
+    referred: Container[RoleRef] = frozenset()
+
+
 @dataclass(frozen=True)
 class Context:
     """What a check may read besides the request."""
@@ -94,6 +140,9 @@ class Context:
     metadata: MetadataLookup = no_metadata_lookup
     # Set when the node authorizer is on; None: no graph, so no node reaches anything.
     nodes: NodeRelations | None = None
+    # The webhook registration as the live cluster has it; None (static mode): every resource
+    # is sent to the webhook, nothing needs fencing.
+    registration: Registration | None = None
 
 
 # A rule: ``(Request, Context) -> Decision | None`` (None: no objection).

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from app.engine.context import Check, Context
+from app.engine.coverage import check_coverage
 from app.engine.escalation import check_escalation
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
 from app.engine.labels import check_labels
@@ -63,6 +64,7 @@ PRE_CHECKS: tuple[Check, ...] = (
     check_node,
     check_role_annotation,  # an invalid annotation is refused before it is compared
     check_escalation,
+    check_coverage,  # a widening write waits until the registration covers what it restricts
 )
 
 # Checks run after the label rule let the write itself through: what the write makes controllers

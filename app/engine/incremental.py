@@ -163,7 +163,10 @@ class LiveSnapshot:
                 # (name, annotations) or (name, uid): the snapshot maps the name to the second.
                 value = None if new is None else new[1]
                 _put(namespaces if category == NAMESPACES else nodes, key, value)
-        resolved: immutables.Map[RoleRef, CompiledRole] = roles.finish()
+        # Unchanged roles keep their map, so a reader can tell a bindings-only batch at once.
+        resolved: immutables.Map[RoleRef, CompiledRole] = (
+            roles.finish() if changed_roles else snapshot.roles
+        )
         index = _Editor(snapshot.bindings)
         referrers = self.referrers.mutate()
         done: set[tuple[str, str]] = set()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.context import registered_unjudged
 from app.engine.nodegraph import compile_attachment, compile_pod, compile_volume
 from app.engine.rbac import RBAC_GROUP, Binding, CompiledRole, Compiler, Snapshot
 
@@ -53,6 +54,14 @@ VOLUME_ATTACHMENT = KindSpec(
     "VolumeAttachment", "storage.k8s.io", "volumeattachments", lambda c, o: compile_attachment(o)
 )
 GRAPH_KINDS: tuple[KindSpec, ...] = (POD, PERSISTENT_VOLUME, VOLUME_ATTACHMENT)
+
+# The webhook's own registration, watched by name: what its label-rule entries leave out.
+WEBHOOK_CONFIGURATION = KindSpec(
+    "ValidatingWebhookConfiguration",
+    "admissionregistration.k8s.io",
+    "validatingwebhookconfigurations",
+    lambda c, o: registered_unjudged(o),
+)
 
 ROLE_KINDS: tuple[KindSpec, ...] = (ROLE, CLUSTER_ROLE)
 BINDING_KINDS: tuple[KindSpec, ...] = (ROLE_BINDING, CLUSTER_ROLE_BINDING)

@@ -439,6 +439,7 @@ class KubeClient:
         each: Callable[[dict[str, Any]], T],
         *,
         metadata_only: bool = False,
+        selector: Query = (),
     ) -> tuple[list[T], str]:
         """``list``, with ``each`` applied to every item as its page arrives: what it keeps of an
         object is all that is held of it, so a large list's pages are never all held at once."""
@@ -446,7 +447,7 @@ class KubeClient:
         items: list[T] = []
         token = ""
         while True:
-            query = [("limit", str(page_size))]
+            query = [*selector, ("limit", str(page_size))]
             if token:
                 query.append(("continue", token))
             page = self.get(path, query, timeout, accept=accept)
@@ -473,12 +474,14 @@ class KubeClient:
         timeout: Timeout,
         *,
         metadata_only: bool = False,
+        selector: Query = (),
     ) -> WatchStream:
         """Open a watch from ``resource_version``; the server ends it after ``timeout_seconds``.
 
         ``metadata_only``: the events carry ``PartialObjectMetadata`` objects.
         """
         query = [
+            *selector,
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.engine.context import ObjectRef
+from app.engine.context import ObjectRef, Registration
 from app.engine.model import Request
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Snapshot
@@ -45,6 +45,9 @@ class RbacSource(Protocol):
 
     def status(self) -> SourceStatus:
         """Whether the source is synced and how stale it is."""
+
+    def registration(self) -> Registration | None:
+        """What the API server's webhook registration leaves unjudged (None: nothing can be)."""
 
     def fetch_parent(self, request: Request) -> Mapping[str, Any]:
         """The parent object of a subresource/CONNECT request.

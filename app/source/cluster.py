@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.engine.context import ObjectRef, ParentUnavailable
+from app.engine.context import ObjectRef, ParentUnavailable, Registration
 from app.engine.incremental import Change, LiveSnapshot
 from app.engine.kinds import (
     GRAPH_KINDS,
@@ -31,6 +31,7 @@ from app.engine.kinds import (
     PERSISTENT_VOLUME,
     POD,
     VOLUME_ATTACHMENT,
+    WEBHOOK_CONFIGURATION,
 )
 from app.engine.model import Request, Resource
 from app.engine.nodegraph import NodeGraph
@@ -156,6 +157,7 @@ class ClusterSource:
         watched_labels: frozenset[tuple[str, str]] = WATCHED_RESOURCES,
         node_graph: NodeGraph | None = None,
         on_applied: Callable[[LiveSnapshot, list[Change]], None] | None = None,
+        webhook_configuration: str | None = None,
     ) -> None:
         self._client = client
         # Told every batch of changes once applied (the compiler re-renders what they touch).
@@ -200,6 +202,23 @@ class ClusterSource:
                 )
                 for spec in GRAPH_KINDS
             )
+        # The webhook's own registration, watched by name (read-only): what it leaves unjudged.
+        # Listed before the first snapshot like every kind, so a decision never runs without it.
+        self._unjudged: frozenset[str] | None = None
+        if webhook_configuration is not None:
+            self.informers += (
+                Informer(
+                    WEBHOOK_CONFIGURATION,
+                    client,
+                    partial(WEBHOOK_CONFIGURATION.compile, compiler),
+                    self._changed,
+                    self._tuning,
+                    self._observer,
+                    on_update=self._registration_updated,
+                    field_selector=f"metadata.name={webhook_configuration}",
+                ),
+            )
+            self._unjudged = frozenset()
         self._snapshot: Snapshot | None = None
         # Changes reported by the informers, in order, until the builder applies them.
         self._changes: deque[Change] = deque()
@@ -224,6 +243,7 @@ class ClusterSource:
             max_staleness=settings.max_staleness,
             node_graph=NodeGraph() if settings.node_authorizer else None,
             watched_labels=WATCHED_RESOURCES | settings.watched_labels,
+            webhook_configuration=settings.webhook_configuration,
         )
 
     # RbacSource
@@ -261,6 +281,13 @@ class ClusterSource:
 
     def node_graph(self) -> NodeGraph | None:
         return self._graph
+
+    def registration(self) -> Registration | None:
+        unjudged = self._unjudged
+        if unjudged is None:
+            return None
+        # Every binding's role, existing or not: a role created after its binding is bound.
+        return Registration(unjudged, self._live.referrers)
 
     def status(self) -> SourceStatus:
         pending = [i for i in self.informers if not i.synced]
@@ -369,6 +396,10 @@ class ClusterSource:
     def _updated(self, kind: str, old: object, new: object) -> None:
         # On the informer thread; deque appends are atomic, and the builder pops from the left.
         self._changes.append((kind, old, new))
+
+    def _registration_updated(self, old: object, new: object) -> None:
+        # One object (selected by name): absent means nothing is left out.
+        self._unjudged = new if isinstance(new, frozenset) else frozenset()
 
     def _graph_listed(self) -> None:
         if not self._synced.is_set():

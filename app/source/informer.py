@@ -149,8 +149,11 @@ class Informer:
         tuning: Tuning | None = None,
         observer: InformerObserver | None = None,
         on_update: Update | None = None,
+        field_selector: str = "",
     ) -> None:
         self.spec = spec
+        # A field selector (``metadata.name=x``) narrows the kind to the objects it selects.
+        self._selector = (("fieldSelector", field_selector),) if field_selector else ()
         self._path = object_path(spec.group, spec.version, spec.resource)
         self._client = client
         self._compile = compile
@@ -315,6 +318,7 @@ class Informer:
                 (t.connect_timeout, t.list_timeout),
                 keep,
                 metadata_only=self.metadata_only,
+                selector=self._selector,
             )
             new = {key: cached for key, cached in kept if cached is not None}
         changed = new.keys() != old.keys() or any(new[k].value != old[k].value for k in new)
@@ -355,6 +359,7 @@ class Informer:
             timeout_seconds,
             (t.connect_timeout, timeout_seconds + t.read_grace),
             metadata_only=self.metadata_only,
+            selector=self._selector,
         )
         self._stream = stream
         if self._stop.is_set() or self._resync.is_set():

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from app.engine.context import ObjectRef, no_metadata_lookup, no_parent_lookup
+from app.engine.context import ObjectRef, Registration, no_metadata_lookup, no_parent_lookup
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Request
 from app.engine.nodegraph import NodeGraph
@@ -113,6 +113,10 @@ class StaticSource:
 
     def snapshot(self) -> Snapshot | None:
         return self._snapshot
+
+    def registration(self) -> Registration | None:
+        """Static mode: the webhook is registered as shipped, every resource is sent to it."""
+        return None
 
     def node_graph(self) -> NodeGraph | None:
         return self._graph

@@ -18,6 +18,7 @@ FLAGS = {
     "soak": ("--minutes", "--max-requests", "--churn"),
     "vap": ("--bindings", "--connections", "--seconds", "--rounds", "--json"),
     "ha": ("--steady", "--soak-minutes"),
+    "domain": ("--sizes", "--seconds"),
 }
 
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app.engine.context import ObjectRef, ParentUnavailable
-from app.engine.kinds import KINDS
+from app.engine.context import UNJUDGED_ANNOTATION, UNKNOWN, ObjectRef, ParentUnavailable
+from app.engine.kinds import KINDS, WEBHOOK_CONFIGURATION
 from app.engine.model import Request, Resource
+from app.engine.rbac import RoleRef
 from app.engine.workloads import METADATA_RESOURCES
 from app.server import Decider, create_app
 from app.settings import Settings
@@ -300,12 +301,22 @@ def test_object_paths() -> None:
 
 def test_deployed_clusterrole_grants_exactly_what_the_source_uses() -> None:
     """list/watch on the six kinds and the resources whose labels are watched; get only on the
-    parents and metadata looked up (no more)."""
+    parents and metadata looked up; list/watch of its own registration, by name (no more)."""
     documents = yaml.safe_load_all((ROOT / "manifests" / "deploy" / "rbac.yaml").read_text())
     (role,) = [d for d in documents if d["kind"] == "ClusterRole"]
+    named = [rule for rule in role["rules"] if "resourceNames" in rule]
+    assert named == [
+        {
+            "apiGroups": [WEBHOOK_CONFIGURATION.group],
+            "resources": [WEBHOOK_CONFIGURATION.resource],
+            "resourceNames": [Settings.webhook_configuration],
+            "verbs": ["list", "watch"],
+        }
+    ]
     granted = {
         (group, resource, verb)
         for rule in role["rules"]
+        if rule not in named
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
@@ -317,3 +328,49 @@ def test_deployed_clusterrole_grants_exactly_what_the_source_uses() -> None:
         (group, resource, v) for group, resource in WATCHED_RESOURCES for v in ("list", "watch")
     }
     assert granted == watched | parents | metadata | labels
+
+
+def _registration(annotation: str | None) -> dict[str, Any]:
+    annotations = {} if annotation is None else {UNJUDGED_ANNOTATION: annotation}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "label-rbac", "annotations": annotations},
+        "webhooks": [],
+    }
+
+
+def test_the_registration_is_read_from_the_watched_configuration(
+    kubeapi: FakeKubeAPI, make_source: MakeSource
+) -> None:
+    """What the live configuration leaves out follows its annotation; an unreadable one means
+    anything may be left out; no configuration, nothing. Without the option: no registration."""
+    assert make_source().registration() is None
+    source = make_source(webhook_configuration="label-rbac")
+
+    def unjudged() -> frozenset[str] | None:
+        registration = source.registration()
+        return None if registration is None else registration.unjudged
+
+    assert unjudged() == frozenset()
+    kubeapi.apply("validatingwebhookconfigurations", _registration('["widgets.example.com"]'))
+    wait_until(lambda: unjudged() == {"widgets.example.com"}, what="the listed resource")
+    kubeapi.apply("validatingwebhookconfigurations", _registration('{"not": "a list"}'))
+    wait_until(lambda: unjudged() == {UNKNOWN}, what="an unreadable list")
+    kubeapi.apply("validatingwebhookconfigurations", _registration('["Bad Key"]'))
+    wait_until(lambda: unjudged() == {UNKNOWN}, what="a list of non-keys")
+    kubeapi.delete("validatingwebhookconfigurations", "label-rbac")
+    wait_until(lambda: unjudged() == frozenset(), what="nothing once deleted")
+
+
+def test_the_registration_knows_roles_bound_before_they_exist(
+    kubeapi: FakeKubeAPI, make_source: MakeSource
+) -> None:
+    source = make_source(webhook_configuration="label-rbac")
+    kubeapi.apply("rolebindings", rolebinding("bob-future", "bob", role="future"))
+
+    def referred() -> bool:
+        registration = source.registration()
+        return registration is not None and RoleRef("default", "future") in registration.referred
+
+    wait_until(referred, what="the binding's role among those referred to")

@@ -49,7 +49,8 @@ def test_snapshot_is_none_until_every_kind_is_listed(
 def test_requests_are_authenticated_gets_and_watches_ask_for_bookmarks(
     kubeapi: FakeKubeAPI, make_source: MakeSource
 ) -> None:
-    make_source(node_graph=NodeGraph())  # every collection the fake serves is watched
+    # Every collection the fake serves is watched; the registration by name.
+    make_source(node_graph=NodeGraph(), webhook_configuration="label-rbac")
     for resource in kubeapi.collections:
         wait_until(lambda r=resource: kubeapi.recorded(r, watch=True), what=f"{resource} watch")
     requests = kubeapi.recorded()
@@ -57,8 +58,11 @@ def test_requests_are_authenticated_gets_and_watches_ask_for_bookmarks(
     assert {r.authorization for r in requests} == {f"Bearer {TOKEN}"}
     for resource in kubeapi.collections:
         (listed,) = kubeapi.recorded(resource, watch=False)
-        assert listed.query == {"limit": "500"}
+        named = {"fieldSelector": "metadata.name=label-rbac"}
+        selector = named if resource == "validatingwebhookconfigurations" else {}
+        assert listed.query == {**selector, "limit": "500"}
         watch = kubeapi.recorded(resource, watch=True)[0].query
+        assert {k: watch[k] for k in selector} == selector
         assert watch["resourceVersion"] == "212"
         assert watch["allowWatchBookmarks"] == "true"
         assert 300 <= int(watch["timeoutSeconds"]) <= 450
@@ -322,7 +326,11 @@ def test_malformed_line_relists(kubeapi: FakeKubeAPI, make_source: MakeSource, l
 def test_periodic_resync_relists_and_reuses_unchanged_objects(
     kubeapi: FakeKubeAPI, make_source: MakeSource
 ) -> None:
-    source = make_source(tuning=replace(FAST, resync_interval=0.6), node_graph=NodeGraph())
+    source = make_source(
+        tuning=replace(FAST, resync_interval=0.6),
+        node_graph=NodeGraph(),
+        webhook_configuration="label-rbac",
+    )
     before = source.snapshot()
     assert before is not None
     kubeapi.change_silently("rolebindings", rolebinding("hank-a", "hank"))
