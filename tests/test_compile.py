@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,7 +16,7 @@ from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.params import MARK
+from app.engine.params import MARK, NAME
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError
@@ -33,6 +34,8 @@ class Client:
         self.writes: list[tuple[str, str, Mapping[str, Any], list[tuple[str, str]]]] = []
         self.types: list[str] = []
         self.missing: set[str] = set()  # paths answered 404
+        self.meet: threading.Barrier | None = None  # parameter writes wait for each other
+        self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
         if path == LEASE:
@@ -44,8 +47,11 @@ class Client:
     def send(
         self, method: str, path: str, body: Mapping[str, Any], query: Any = (), *a: Any
     ) -> Any:
-        self.writes.append((method, path, body, list(query)))
-        self.types.append(a[0] if a else "")
+        with self._lock:
+            self.writes.append((method, path, body, list(query)))
+            self.types.append(a[0] if a else "")
+        if self.meet is not None and path.endswith(f"/labelrbacparams/{NAME}"):
+            self.meet.wait()
         if path in self.missing:
             raise ApiError(404, "NotFound")
         if "leases" in path:
@@ -133,6 +139,14 @@ def test_a_replica_that_does_not_hold_the_lease_writes_nothing() -> None:
     lease = next(b for m, p, b, _ in client.writes if p == LEASE)
     assert lease["spec"]["holderIdentity"] == "me"
     assert lease["metadata"]["resourceVersion"] == "7"  # an update of the version read
+
+
+def test_namespaces_are_written_at_the_same_time() -> None:
+    client, clock = Client(), [0.0]
+    # Each namespace's write waits for the other's: one at a time, the barrier would break.
+    client.meet = threading.Barrier(2, timeout=10)
+    assert writer(client, clock).step(live(*OBJECTS).snapshot) == 2
+    assert not client.meet.broken
 
 
 def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegating() -> None:
