@@ -19,6 +19,7 @@ BENCHMARKS = {
     "globs": "bench.globs",
     "soak": "bench.soak",
     "vap": "bench.vap",
+    "compile": "bench.compile",
     "ha": "bench.ha",
 }
 
