@@ -1,7 +1,7 @@
-"""Tenant creates through a real kube-apiserver: the compiled policy, no policy, a trivial one.
+"""Tenant creates through a real kube-apiserver: the compiled policy, the webhook, no admission.
 
-The compiled label rule is measured against no admission and against a trivial
-ValidatingAdmissionPolicy, in the same run.
+The compiled label rule is measured against no admission, a trivial ValidatingAdmissionPolicy
+and label-rbac's webhook, in the same run.
 
 A loopback control plane (tests/kube/controlplane.py: etcd and kube-apiserver) holds a tenant,
 alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings in her namespace
@@ -11,11 +11,19 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
 - ``none``: no policy bound (RBAC only);
 - ``trivial``: one policy matching the same writes, one constant expression (the floor of any
   policy);
-- ``compiled``: manifests/compiled/policy.yaml with the parameters ``label-rbac compile`` writes.
+- ``compiled``: manifests/compiled/policy.yaml with the parameters ``label-rbac compile`` writes;
+- ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
+  ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
+  served by the real ``python -m app serve`` process watching this API server.
 
-Setups alternate within each round and every figure is the median of the rounds. Prints p50
-latency and throughput per setup, the p50 each policy adds over ``none`` and the throughput ratio
-to ``none``; ``--json FILE`` writes the rows.
+Setups alternate within each round and every figure is the median of the rounds. Per setup:
+p50 latency and throughput, the p50 added over ``none`` and the throughput ratio to ``none``,
+and the API server's CPU time per create (from /proc, which a busy machine inflates far less
+than latency; for the webhook, its own process's CPU per create too). The compiled policy's
+cost relative to the trivial one is the API server's CPU per create under ``compiled`` over that
+under ``trivial`` (``cpu_vs_trivial``; the ratio of added p50s, ``added_vs_trivial``, is printed
+too but divides two small differences of noisy figures). The load average is printed with each
+size; ``--json FILE`` writes the rows.
 
     python -m bench vap --bindings 10,5000 --connections 1,8 --seconds 5 --rounds 3
 """
@@ -23,7 +31,10 @@ to ``none``; ``--json FILE`` writes the rows.
 from __future__ import annotations
 
 import argparse
+import base64
+import copy
 import json
+import os
 import re
 import shutil
 import statistics
@@ -38,19 +49,26 @@ from typing import Any
 import yaml
 
 from app.admission_policy import COMPILER
+from app.certs import CertPaths, generate
 from app.engine.context import Options
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
 from app.engine.params import NAME, PLURAL, Target, render
 from app.settings import Settings
-from bench.core.processes import ROOT
-from tests.kube.controlplane import ADMIN, ControlPlane, User
+from bench.core.processes import ROOT, cpu_seconds, process_cpu
+from tests.kube.controlplane import ADMIN, WEBHOOK_USER, ControlPlane, User
+from tests.process import Server, launch, stop
 
 COMPILED = ROOT / "manifests" / "compiled"
 NS = "t1"
 ALICE = User("alice", ("tenants",))
 COMPILER_USER = User(COMPILER, ("system:serviceaccounts",))
-SETUPS = ("none", "trivial", "compiled")
+SETUPS = ("none", "trivial", "compiled", "webhook")
+# The Service name the webhook's serving certificate is issued for (manifests/deploy).
+SERVICE_NAME = "label-rbac.label-rbac.svc"
+# What a cluster runs instead of the manifests' Deployment, Service and cert-manager objects.
+NOT_APPLIED = {"Deployment", "Service", "Certificate", "Issuer", "ServiceMonitor",
+               "ValidatingWebhookConfiguration"}  # fmt: skip
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
 TRIVIAL = [
@@ -180,39 +198,135 @@ def write_params(cp: ControlPlane) -> int:
     return size
 
 
-def configure(cp: ControlPlane, setup: str) -> None:
-    """Bind exactly the policies of ``setup``; wait until the API server applies them."""
+def kustomize(overlay: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize manifests/<overlay>``: the objects a user's ``apply -k`` creates."""
+    done = subprocess.run(["kubectl", "kustomize", str(ROOT / "manifests" / overlay)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def webhook_configuration(docs: list[dict[str, Any]], url: str, ca: bytes) -> dict[str, Any]:
+    """The shipped ValidatingWebhookConfiguration, each entry's Service replaced by ``url``."""
+    (config,) = [copy.deepcopy(d) for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    config["metadata"].get("annotations", {}).pop("cert-manager.io/inject-ca-from", None)
+    for entry in config["webhooks"]:
+        service = entry["clientConfig"].pop("service")
+        entry["clientConfig"] = {"url": url + service.get("path", "/"),
+                                 "caBundle": base64.b64encode(ca).decode()}  # fmt: skip
+    return config
+
+
+class Webhook:
+    """label-rbac's webhook as a cluster runs it: the shipped RBAC and registration, the real
+    ``python -m app serve`` process as its ServiceAccount; registered only while measured."""
+
+    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
+        self.cp = cp
+        self.docs = kustomize("enforce")
+        cp.apply(ADMIN, [d for d in self.docs if d["kind"] not in NOT_APPLIED])
+        self.tls: CertPaths = generate(workdir / "webhook-tls",
+                                       [SERVICE_NAME, "127.0.0.1", "localhost"])  # fmt: skip
+        kubeconfig = str(cp.kubeconfig(WEBHOOK_USER.name))
+        tls = (self.tls.ca, self.tls.cert, self.tls.key)
+        self.server: Server = launch(workdir, "--kubeconfig", kubeconfig, tls=tls,
+                                     log_name="webhook.log")  # fmt: skip
+        self.server.wait_ready()
+        self.config = webhook_configuration(self.docs, self.server.base_url,
+                                            self.tls.ca.read_bytes())  # fmt: skip
+
+    def cpu(self) -> float:
+        """CPU seconds of the server's arbiter and workers so far."""
+        pid = self.server.process.pid
+        return process_cpu(pid) + cpu_seconds(pid)
+
+    def stop(self) -> None:
+        stop(self.server.process)
+
+
+def clear(cp: ControlPlane) -> None:
+    """No admission of ours: no policies, no webhook registered."""
     for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
         cp.kubectl(ADMIN, "delete", kind, "--all", "--wait=true")
+    cp.kubectl(ADMIN, "delete", "validatingwebhookconfigurations", "--all", "--wait=true")
+
+
+def configure(cp: ControlPlane, setup: str, webhook: Webhook) -> None:
+    """Admit with exactly ``setup``; wait until the API server applies it."""
+    clear(cp)
     if setup == "trivial":
         cp.apply(ADMIN, TRIVIAL)
     elif setup == "compiled":
         cp.apply(ADMIN, documents("policy.yaml"))
+    elif setup == "webhook":
+        cp.apply(ADMIN, [webhook.config])
     time.sleep(3)  # the policy informer picks bindings up within a second or two
     probe = {"metadata": {"generateName": "p-", "labels": {"team": "b"}}}
     status, _ = cp.request("alice", "POST", f"/api/v1/namespaces/{NS}/configmaps?dryRun=All", probe)
-    if (status == 403) != (setup == "compiled"):
+    if (status == 403) != (setup in ("compiled", "webhook")):
         raise RuntimeError(f"{setup}: the probe answered {status}")
 
 
-def wrk(cp: ControlPlane, connections: int, seconds: int, script: Path) -> tuple[float, float]:
-    """(p50 ms, requests/s) of POSTs as alice."""
+def wrk(
+    cp: ControlPlane, connections: int, seconds: int, script: Path, webhook: Webhook | None
+) -> dict[str, float]:
+    """p50 ms, requests/s and CPU seconds per create (the API server's; the webhook's when
+    given) of POSTs as alice."""
     url = f"{cp.url}/api/v1/namespaces/{NS}/configmaps"
+    assert cp.apiserver is not None
+    server_cpu = process_cpu(cp.apiserver.pid)
+    webhook_cpu = webhook.cpu() if webhook else 0.0
     out = subprocess.run(
         ["wrk", "-t", str(min(connections, 2)), "-c", str(connections), "-d", f"{seconds}s",
          "--latency", "-s", str(script), url],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
+    server_cpu = process_cpu(cp.apiserver.pid) - server_cpu
+    webhook_cpu = webhook.cpu() - webhook_cpu if webhook else 0.0
     p50 = re.search(r"^\s+50%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
     rate = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.M)
+    total = re.search(r"^\s+(\d+) requests in", out, re.M)
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if p50 is None or rate is None:
+    if p50 is None or rate is None or total is None:
         raise RuntimeError(f"cannot read wrk's output:\n{out}")
     if non2xx:
         raise RuntimeError(f"{non2xx.group(1)} creates failed:\n{out}")
     scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p50.group(2)]
     ok(cp, ADMIN, "DELETE", f"/api/v1/namespaces/{NS}/configmaps")  # keep etcd small
-    return float(p50.group(1)) * scale, float(rate.group(1))
+    creates = max(1, int(total.group(1)))
+    return {
+        "p50_ms": float(p50.group(1)) * scale,
+        "rps": float(rate.group(1)),
+        "cpu_ms": 1000 * server_cpu / creates,
+        "webhook_cpu_ms": 1000 * webhook_cpu / creates,
+    }
+
+
+def summarize(
+    results: dict[tuple[str, int], list[dict[str, float]]], total: int, size: int, c: int
+) -> list[dict[str, Any]]:
+    """One row per setup: medians of the rounds, against ``none`` and ``trivial``."""
+
+    def med(setup: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[(setup, c)])
+
+    base_p50, base_rate = med("none", "p50_ms"), med("none", "rps")
+    rows = []
+    for setup in SETUPS:
+        p50, rate = med(setup, "p50_ms"), med(setup, "rps")
+        added = p50 - base_p50
+        trivial_added = med("trivial", "p50_ms") - base_p50
+        rows.append({
+            "bindings": total, "params_bytes": size, "connections": c, "setup": setup,
+            "p50_ms": round(p50, 3), "rps": round(rate, 1),
+            "added_p50_ms": round(added, 3),
+            "throughput_ratio": round(rate / base_rate, 3),
+            "cpu_ms_per_create": round(med(setup, "cpu_ms"), 4),
+            "webhook_cpu_ms_per_create": round(med(setup, "webhook_cpu_ms"), 4),
+            "cpu_vs_trivial": round(med(setup, "cpu_ms") / med("trivial", "cpu_ms"), 3),
+            "added_vs_trivial": round(added / trivial_added, 2) if trivial_added > 0 else None,
+            "load_average": round(os.getloadavg()[0], 2),
+        })  # fmt: skip
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,9 +341,12 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m bench vap: wrk is not installed", file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="bench-vap-"))
-    cp = ControlPlane(workdir, users=(User(ADMIN, ("system:masters",)), ALICE, COMPILER_USER))
+    users = (User(ADMIN, ("system:masters",)), ALICE, COMPILER_USER, WEBHOOK_USER)
+    cp = ControlPlane(workdir, users=users)
     cp.start()
+    webhook: Webhook | None = None
     rows: list[dict[str, Any]] = []
+    connections = [int(n) for n in args.connections.split(",")]
     try:
         script = workdir / "post.lua"
         script.write_text(LUA.replace("TOKEN", cp.users["alice"].token))
@@ -240,35 +357,35 @@ def main(argv: list[str] | None = None) -> int:
         cp.apply(ADMIN, documents("rbac.yaml"))
         cp.apply(ADMIN, [role(f"team-{i}", str(i)) for i in range(10)] + [role("team-a", "a")])
         cp.apply(ADMIN, [role_binding("alice", "team-a", "alice")])
+        webhook = Webhook(cp, workdir)
         for total in (int(n) for n in args.bindings.split(",")):
+            clear(cp)
             grow_bindings(cp, total)
             size = write_params(cp)
-            results: dict[tuple[str, int], list[tuple[float, float]]] = {}
+            print(f"bindings={total}: load average {os.getloadavg()[0]:.2f}", flush=True)
+            results: dict[tuple[str, int], list[dict[str, float]]] = {}
             for _ in range(args.rounds):
                 for setup in SETUPS:
-                    configure(cp, setup)
-                    for c in (int(n) for n in args.connections.split(",")):
-                        results.setdefault((setup, c), []).append(wrk(cp, c, args.seconds, script))
-            for c in (int(n) for n in args.connections.split(",")):
-                base_p50 = statistics.median(r[0] for r in results[("none", c)])
-                base_rate = statistics.median(r[1] for r in results[("none", c)])
-                for setup in SETUPS:
-                    p50 = statistics.median(r[0] for r in results[(setup, c)])
-                    rate = statistics.median(r[1] for r in results[(setup, c)])
-                    row = {
-                        "bindings": total, "params_bytes": size, "connections": c,
-                        "setup": setup, "p50_ms": round(p50, 3), "rps": round(rate, 1),
-                        "added_p50_ms": round(p50 - base_p50, 3),
-                        "throughput_ratio": round(rate / base_rate, 3),
-                    }  # fmt: skip
+                    configure(cp, setup, webhook)
+                    for c in connections:
+                        run = wrk(cp, c, args.seconds, script, webhook)
+                        results.setdefault((setup, c), []).append(run)
+            for c in connections:
+                for row in summarize(results, total, size, c):
                     rows.append(row)
+                    extra = (f" + webhook {row['webhook_cpu_ms_per_create']:.2f}"
+                             if row["setup"] == "webhook" else "")  # fmt: skip
                     print(
-                        f"bindings={total:<5} params={size:>8} B  C={c}  {setup:<8} "
-                        f"p50 {p50:6.2f} ms (+{p50 - base_p50:5.2f})  {rate:7.0f} req/s "
-                        f"({rate / base_rate:.2f}x)",
+                        f"bindings={total:<5} params={size:>8} B  C={c}  {row['setup']:<8} "
+                        f"p50 {row['p50_ms']:6.2f} ms (+{row['added_p50_ms']:5.2f})  "
+                        f"{row['rps']:7.0f} req/s ({row['throughput_ratio']:.2f}x)  "
+                        f"API server CPU/create {row['cpu_ms_per_create']:.2f} ms{extra} "
+                        f"({row['cpu_vs_trivial']:.2f}x trivial)",
                         flush=True,
                     )
     finally:
+        if webhook is not None:
+            webhook.stop()
         cp.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
