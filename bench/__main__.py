@@ -20,6 +20,7 @@ BENCHMARKS = {
     "soak": "bench.soak",
     "vap": "bench.vap",
     "compile": "bench.compile",
+    "freshness": "bench.freshness",
     "ha": "bench.ha",
 }
 

@@ -12,6 +12,8 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
 - ``trivial``: one policy matching the same writes, one constant expression (the floor of any
   policy);
 - ``compiled``: manifests/compiled/policy.yaml with the parameters ``label-rbac compile`` writes;
+- ``params`` (only with ``--setups``): the compiled policy judging nothing (its validations one
+  constant expression), to tell its parameters' cost from its expressions';
 - ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
   ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
   served by the real ``python -m app serve`` process watching this API server.
@@ -64,6 +66,10 @@ NS = "t1"
 ALICE = User("alice", ("tenants",))
 COMPILER_USER = User(COMPILER, ("system:serviceaccounts",))
 SETUPS = ("none", "trivial", "compiled", "webhook")
+# Not measured unless asked for (``--setups``): the compiled policy with its validations replaced
+# by one constant expression, its variables then never evaluated (CEL variables are lazy): what
+# the parameters' plumbing costs (paramKind, paramRef, matchConditions) without the rule.
+EXTRA = ("params",)
 # The Service name the webhook's serving certificate is issued for (manifests/deploy).
 SERVICE_NAME = "label-rbac.label-rbac.svc"
 # What a cluster runs instead of the manifests' Deployment, Service and cert-manager objects.
@@ -198,6 +204,15 @@ def write_params(cp: ControlPlane) -> int:
     return size
 
 
+def params_only() -> list[dict[str, Any]]:
+    """The compiled policy and its bindings, its validations one constant expression."""
+    docs = documents("policy.yaml")
+    for doc in docs:
+        if doc["kind"] == "ValidatingAdmissionPolicy" and doc["metadata"]["name"] == "label-rbac":
+            doc["spec"]["validations"] = [{"expression": "true"}]
+    return docs
+
+
 def kustomize(overlay: str) -> list[dict[str, Any]]:
     """``kubectl kustomize manifests/<overlay>``: the objects a user's ``apply -k`` creates."""
     done = subprocess.run(["kubectl", "kustomize", str(ROOT / "manifests" / overlay)],
@@ -257,6 +272,8 @@ def configure(cp: ControlPlane, setup: str, webhook: Webhook) -> None:
         cp.apply(ADMIN, TRIVIAL)
     elif setup == "compiled":
         cp.apply(ADMIN, documents("policy.yaml"))
+    elif setup == "params":
+        cp.apply(ADMIN, params_only())
     elif setup == "webhook":
         cp.apply(ADMIN, [webhook.config])
     time.sleep(3)  # the policy informer picks bindings up within a second or two
@@ -302,7 +319,11 @@ def wrk(
 
 
 def summarize(
-    results: dict[tuple[str, int], list[dict[str, float]]], total: int, size: int, c: int
+    results: dict[tuple[str, int], list[dict[str, float]]],
+    total: int,
+    size: int,
+    c: int,
+    setups: list[str],
 ) -> list[dict[str, Any]]:
     """One row per setup: medians of the rounds, against ``none`` and ``trivial``."""
 
@@ -311,7 +332,7 @@ def summarize(
 
     base_p50, base_rate = med("none", "p50_ms"), med("none", "rps")
     rows = []
-    for setup in SETUPS:
+    for setup in setups:
         p50, rate = med(setup, "p50_ms"), med(setup, "rps")
         added = p50 - base_p50
         trivial_added = med("trivial", "p50_ms") - base_p50
@@ -335,11 +356,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", default="1,8")
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--setups",
+        default=",".join(SETUPS),
+        help=f"of {', '.join(SETUPS + EXTRA)}; none and trivial always",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("python -m bench vap: wrk is not installed", file=sys.stderr)
         return 2
+    asked = [name for name in args.setups.split(",") if name]
+    unknown = set(asked) - set(SETUPS + EXTRA)
+    if unknown:
+        parser.error(f"unknown setups: {', '.join(sorted(unknown))}")
+    setups = ["none", "trivial", *(name for name in asked if name not in ("none", "trivial"))]
     workdir = Path(tempfile.mkdtemp(prefix="bench-vap-"))
     users = (User(ADMIN, ("system:masters",)), ALICE, COMPILER_USER, WEBHOOK_USER)
     cp = ControlPlane(workdir, users=users)
@@ -365,13 +396,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bindings={total}: load average {os.getloadavg()[0]:.2f}", flush=True)
             results: dict[tuple[str, int], list[dict[str, float]]] = {}
             for _ in range(args.rounds):
-                for setup in SETUPS:
+                for setup in setups:
                     configure(cp, setup, webhook)
                     for c in connections:
                         run = wrk(cp, c, args.seconds, script, webhook)
                         results.setdefault((setup, c), []).append(run)
             for c in connections:
-                for row in summarize(results, total, size, c):
+                for row in summarize(results, total, size, c, setups):
                     rows.append(row)
                     extra = (f" + webhook {row['webhook_cpu_ms_per_create']:.2f}"
                              if row["setup"] == "webhook" else "")  # fmt: skip
