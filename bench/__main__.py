@@ -19,9 +19,9 @@ BENCHMARKS = {
     "globs": "bench.globs",
     "soak": "bench.soak",
     "vap": "bench.vap",
+    "ha": "bench.ha",
     "compile": "bench.compile",
     "freshness": "bench.freshness",
-    "ha": "bench.ha",
 }
 
 

@@ -16,8 +16,10 @@ FLAGS = {
     "traffic": ("--hour", "--relist-max", "--workers"),
     "globs": ("--seconds", "--stars"),
     "soak": ("--minutes", "--max-requests", "--churn"),
-    "vap": ("--bindings", "--connections", "--seconds", "--rounds", "--json"),
+    "vap": ("--bindings", "--connections", "--seconds", "--rounds", "--setups", "--json"),
     "ha": ("--steady", "--soak-minutes"),
+    "compile": ("--sizes", "--rounds", "--sample", "--profile", "--json"),
+    "freshness": ("--objects", "--rate", "--seconds", "--every", "--cluster-roles", "--json"),
 }
 
 
