@@ -13,7 +13,9 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
   policy);
 - ``compiled``: manifests/compiled/policy.yaml with the parameters ``label-rbac compile`` writes;
 - ``params`` (only with ``--setups``): the compiled policy judging nothing (its validations one
-  constant expression), to tell its parameters' cost from its expressions';
+  constant expression), to tell its parameters' cost from its expressions'; ``found``,
+  ``applicable``, ``unlisted``, ``denied``: its validations one expression reading only that
+  variable (and what it depends on), to tell what each part costs;
 - ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
   ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
   served by the real ``python -m app serve`` process watching this API server.
@@ -64,9 +66,17 @@ ALICE = User("alice", ("tenants",))
 COMPILER_USER = User(COMPILER, ("system:serviceaccounts",))
 SETUPS = ("none", "trivial", "compiled", "webhook")
 # Not measured unless asked for (``--setups``): the compiled policy with its validations replaced
-# by one constant expression, its variables then never evaluated (CEL variables are lazy): what
-# the parameters' plumbing costs (paramKind, paramRef, matchConditions) without the rule.
-EXTRA = ("params",)
+# by one expression reading some of its variables, which CEL evaluates lazily, once per request:
+# what its parameters' plumbing costs (paramKind, paramRef, matchConditions) without the rule
+# (``params``), and what each part of the rule adds.
+PARTS = {
+    "params": "true",
+    "found": "variables.found.size() >= 0",
+    "applicable": "variables.applicable.size() >= 0",
+    "unlisted": "!variables.unlisted",
+    "denied": "!variables.denied",
+}
+EXTRA = tuple(PARTS)
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
 TRIVIAL = [
@@ -192,12 +202,12 @@ def write_params(cp: ControlPlane) -> int:
     return size
 
 
-def params_only() -> list[dict[str, Any]]:
-    """The compiled policy and its bindings, its validations one constant expression."""
+def part_of_policy(expression: str) -> list[dict[str, Any]]:
+    """The compiled policy and its bindings, its validations the one ``expression``."""
     docs = documents("policy.yaml")
     for doc in docs:
         if doc["kind"] == "ValidatingAdmissionPolicy" and doc["metadata"]["name"] == "label-rbac":
-            doc["spec"]["validations"] = [{"expression": "true"}]
+            doc["spec"]["validations"] = [{"expression": expression, "reason": "Forbidden"}]
     return docs
 
 
@@ -215,14 +225,14 @@ def configure(cp: ControlPlane, setup: str, webhook: Webhook) -> None:
         cp.apply(ADMIN, TRIVIAL)
     elif setup == "compiled":
         cp.apply(ADMIN, documents("policy.yaml"))
-    elif setup == "params":
-        cp.apply(ADMIN, params_only())
+    elif setup in PARTS:
+        cp.apply(ADMIN, part_of_policy(PARTS[setup]))
     elif setup == "webhook":
         cp.apply(ADMIN, [webhook.config])
     time.sleep(3)  # the policy informer picks bindings up within a second or two
     probe = {"metadata": {"generateName": "p-", "labels": {"team": "b"}}}
     status, _ = cp.request("alice", "POST", f"/api/v1/namespaces/{NS}/configmaps?dryRun=All", probe)
-    if (status == 403) != (setup in ("compiled", "webhook")):
+    if (status == 403) != (setup in ("compiled", "webhook", "denied")):
         raise RuntimeError(f"{setup}: the probe answered {status}")
 
 
