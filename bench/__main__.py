@@ -21,6 +21,8 @@ BENCHMARKS = {
     "vap": "bench.vap",
     "ha": "bench.ha",
     "domain": "bench.domain",
+    "compile": "bench.compile",
+    "freshness": "bench.freshness",
 }
 
 

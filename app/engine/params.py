@@ -215,6 +215,10 @@ def _names(role: CompiledRole, verbs: Sequence[str], res: Resource) -> tuple[str
     return tuple(name for name in candidates if role.grants(verbs, res, name))
 
 
+# A grant as the table keys it: the role, the resource, and the names it is limited to.
+_GrantKey = tuple[RoleRef, Resource, "tuple[str, ...] | None"]
+
+
 class _Grants:
     """A namespace's grant table: one id per (role, resource, names), in order of first use.
 
@@ -224,7 +228,7 @@ class _Grants:
 
     def __init__(self) -> None:
         self.table: dict[str, dict[str, Any]] = {}
-        self._ids: dict[tuple[RoleRef, Resource, tuple[str, ...] | None], str] = {}
+        self._ids: dict[_GrantKey, str] = {}
         self._names: dict[tuple[RoleRef, Resource, str], tuple[str, ...] | None] = {}
 
     def names(self, role: CompiledRole, res: Resource, operation: str) -> tuple[str, ...] | None:
@@ -238,11 +242,25 @@ class _Grants:
         found = self._ids.get(key)
         if found is None:
             found = self._ids[key] = _short_id(len(self._ids))
-            grant = _grant_of(role, res)
-            if names is not None:
-                grant["names"] = list(names)
-            self.table[found] = grant
+            self.table[found] = _grant_with_names(role, res, names)
         return found
+
+    def id_of(self, key: _GrantKey, grant: Mapping[str, Any]) -> str:
+        """The id of an already classified grant (the cluster scope's, resolved once)."""
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = _short_id(len(self._ids))
+            self.table[found] = dict(grant)
+        return found
+
+
+def _grant_with_names(
+    role: CompiledRole, res: Resource, names: tuple[str, ...] | None
+) -> dict[str, Any]:
+    grant = _grant_of(role, res)
+    if names is not None:
+        grant["names"] = list(names)
+    return grant
 
 
 def _short_id(n: int) -> str:
@@ -268,15 +286,18 @@ def _restricts(role: CompiledRole, res: Resource) -> bool:
     return classify((role,), res).unrestricted is None
 
 
-def _limited(scopes: Iterable[Scope], resources: Sequence[Resource]) -> list[Resource]:
-    """The resources some restricted or void role bound in ``scopes`` grants a write of."""
+def _limited(scope: Scope | None, resources: Sequence[Resource]) -> frozenset[Resource]:
+    """The resources some restricted or void role bound in ``scope`` grants a write of."""
+    if scope is None:
+        return frozenset()
     roles: dict[RoleRef, CompiledRole] = {}
-    for scope in scopes:
-        for key in scope.limited:
-            for _, role in scope.entries[key]:
-                if limits(role):
-                    roles.setdefault(role.ref, role)
-    return [res for res in resources if any(_restricts(role, res) for role in roles.values())]
+    for key in scope.limited:
+        for _, role in scope.entries[key]:
+            if limits(role):
+                roles.setdefault(role.ref, role)
+    return frozenset(
+        res for res in resources if any(_restricts(role, res) for role in roles.values())
+    )
 
 
 def _scope_index(
@@ -302,21 +323,97 @@ def _scope_index(
     return found
 
 
+@dataclass(frozen=True)
+class _Resolved:
+    """One scope's index of one resource, its grants not yet numbered: ``grants`` are the
+    classified grants in order of first use (as ``_scope_index`` meets them), and ``index`` is
+    operation → kind → subject → positions in ``grants``."""
+
+    index: Mapping[str, Mapping[str, Mapping[str, Sequence[int]]]]
+    grants: Sequence[tuple[_GrantKey, Mapping[str, Any]]]
+
+    @classmethod
+    def of(cls, scope: Scope, res: Resource) -> _Resolved:
+        local = _Grants()
+        numbered = _scope_index(scope, res, local)
+        order = list(local._ids)  # the keys in order of first use, as the ids were given
+        position = {local._ids[key]: n for n, key in enumerate(order)}
+        index = {
+            op: {kind: {s: [position[i] for i in ids] for s, ids in subjects.items()}
+                 for kind, subjects in kinds.items()}
+            for op, kinds in numbered.items()
+        }  # fmt: skip
+        return cls(index, [(key, local.table[local._ids[key]]) for key in order])
+
+    def numbered(self, grants: _Grants) -> dict[str, dict[str, dict[str, list[str]]]]:
+        """The index with ``grants``' ids: new grants are numbered in order of first use, so
+        the ids are those ``_scope_index`` would give."""
+        ids = [grants.id_of(key, grant) for key, grant in self.grants]
+        return {
+            op: {kind: {s: [ids[n] for n in found] for s, found in subjects.items()}
+                 for kind, subjects in kinds.items()}
+            for op, kinds in self.index.items()
+        }  # fmt: skip
+
+
+class _ClusterScope:
+    """The ClusterRoleBindings resolved once for every namespace's render.
+
+    They are copied into every namespace's parameters, and resolving them again for each one
+    made a full render cost (namespaces) x (cluster bindings) x (resources). What is kept depends on
+    the cluster scope alone (the same object until a ClusterRoleBinding or a role it binds
+    changes); each namespace only numbers the grants in its own table.
+    """
+
+    def __init__(self, scope: Scope | None) -> None:
+        self.scope = scope
+        self._limited: dict[tuple[Resource, ...], frozenset[Resource]] = {}
+        self._resolved: dict[Resource, _Resolved] = {}
+
+    def limited(self, resources: tuple[Resource, ...]) -> frozenset[Resource]:
+        found = self._limited.get(resources)
+        if found is None:
+            found = self._limited[resources] = _limited(self.scope, resources)
+        return found
+
+    def index(self, res: Resource, grants: _Grants) -> dict[str, dict[str, dict[str, list[str]]]]:
+        if self.scope is None:
+            return {}
+        found = self._resolved.get(res)
+        if found is None:
+            found = self._resolved[res] = _Resolved.of(self.scope, res)
+        return found.numbered(grants)
+
+
+_cluster = _ClusterScope(None)
+
+
+def _cluster_scope(snapshot: Snapshot) -> _ClusterScope:
+    """The resolved cluster scope of ``snapshot``: the last one, when its scope is the same."""
+    global _cluster
+    scope = snapshot.bindings.scopes.get("")
+    current = _cluster
+    if current.scope is not scope:
+        current = _cluster = _ClusterScope(scope)
+    return current
+
+
 def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
     """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding."""
-    scopes = [
-        s
-        for s in (snapshot.bindings.scopes.get(namespace), snapshot.bindings.scopes.get(""))
-        if s is not None
-    ]
+    own = snapshot.bindings.scopes.get(namespace)
+    cluster = _cluster_scope(snapshot)
+    limited = _limited(own, target.resources) | cluster.limited(target.resources)
     grants = _Grants()
     rules: dict[str, dict[str, dict[str, dict[str, list[str]]]]] = {}
-    for res in _limited(scopes, target.resources):
+    for res in (r for r in target.resources if r in limited):
         # operation → users|groups|clusterUsers|clusterGroups → subject → grant ids
         operations: dict[str, dict[str, dict[str, list[str]]]] = {}
-        for scope_name, name in (("namespace", namespace), ("cluster", "")):
+        for scope_name in ("namespace", "cluster"):
             users, groups = SUBJECT_FIELDS[scope_name]
-            found = _scope_index(snapshot.bindings.scopes.get(name), res, grants)
+            if scope_name == "namespace":
+                found = _scope_index(own, res, grants)
+            else:
+                found = cluster.index(res, grants)
             for operation, subjects in found.items():
                 entry = operations.setdefault(operation, {})
                 if "User" in subjects:

@@ -16,9 +16,11 @@ FLAGS = {
     "traffic": ("--hour", "--relist-max", "--workers"),
     "globs": ("--seconds", "--stars"),
     "soak": ("--minutes", "--max-requests", "--churn"),
-    "vap": ("--bindings", "--connections", "--seconds", "--rounds", "--json"),
+    "vap": ("--bindings", "--connections", "--seconds", "--rounds", "--setups", "--json"),
     "ha": ("--steady", "--soak-minutes"),
     "domain": ("--sizes", "--seconds"),
+    "compile": ("--sizes", "--rounds", "--sample", "--profile", "--json"),
+    "freshness": ("--objects", "--rate", "--seconds", "--every", "--cluster-roles", "--json"),
 }
 
 
@@ -26,10 +28,11 @@ def test_help_lists_every_benchmark_with_its_summary() -> None:
     result = run_bench("--help", timeout=60)
     assert result.returncode == 0, result.stderr
     listed = result.stdout.split("benchmarks:\n")[1].splitlines()
-    names = [line.split()[0] for line in listed if line.startswith("  ")]
-    assert names == list(BENCHMARKS) == list(FLAGS)
-    assert "  http     HTTP benchmark: label-rbac against a no-op" in result.stdout
-    assert "  scale    Scale benchmark: load time, memory" in result.stdout
+    summaries = dict(line.split(None, 1) for line in listed if line.startswith("  "))
+    assert list(summaries) == list(BENCHMARKS) == list(FLAGS)
+    assert summaries["http"].startswith("HTTP benchmark: label-rbac against a no-op")
+    assert summaries["scale"].startswith("Scale benchmark: load time, memory")
+    assert summaries["compile"].startswith("Compile time and parameter bytes")
 
 
 @pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in FLAGS])

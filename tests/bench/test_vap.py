@@ -12,20 +12,27 @@ from tests.bench import run_bench
 from tests.kube.conftest import require_control_plane
 
 
-def test_a_tiny_vap_run_measures_every_setup_against_no_policy(tmp_path: Path) -> None:
+def test_a_tiny_vap_run_measures_every_setup_against_no_admission(tmp_path: Path) -> None:
     require_control_plane()
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (apt-get install wrk)")
     out = tmp_path / "vap.json"
     result = run_bench(
         "vap", "--bindings", "3", "--connections", "1", "--seconds", "1", "--rounds", "1",
-        "--json", str(out), timeout=300,
+        "--setups", "compiled,webhook,params,denied", "--json", str(out), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(out.read_text())
-    assert [row["setup"] for row in rows] == ["none", "trivial", "compiled"]
+    # (The parts of the compiled policy: judging nothing, and denying by labels only.)
+    setups = ["none", "trivial", "compiled", "webhook", "params", "denied"]
+    assert [row["setup"] for row in rows] == setups
     for row in rows:
         assert row["bindings"] == 3 and row["connections"] == 1
         assert row["p50_ms"] > 0 and row["rps"] > 0 and row["params_bytes"] > 0
-    # Ratios are against the no-policy run of the same round.
-    assert rows[0]["throughput_ratio"] == 1.0 and rows[0]["added_p50_ms"] == 0.0
+        assert row["cpu_ms_per_create"] > 0 and row["load_average"] >= 0
+    # Ratios are against the no-admission run of the same round, and the trivial policy's.
+    none, trivial, _, webhook, _, _ = rows
+    assert none["throughput_ratio"] == 1.0 and none["added_p50_ms"] == 0.0
+    assert trivial["cpu_vs_trivial"] == 1.0
+    # Only the webhook setup sends reviews to the webhook process.
+    assert webhook["webhook_cpu_ms_per_create"] > 0

@@ -274,3 +274,35 @@ def test_a_change_touches_the_namespaces_whose_parameters_it_may_alter(
     }
     assert found == ALL or changed <= found
     assert changed, "the change must alter some namespace's parameters"
+
+
+CLUSTER_CHANGES = [
+    (None, binding("all-a", "view-a", "Group:tenants")),
+    (
+        BASE[8],
+        role("view-a", "", [rule("*", "configmaps")], {"configmaps": {"team": ["q", "r*"]}}),
+    ),
+    (None, role("edit-all", "", [rule("create", "configmaps secrets")])),
+    (None, binding("edit-all", "edit-all", "User:alice", "Group:tenants")),
+    (binding("all-a", "view-a", "Group:tenants"), None),
+]
+
+
+def test_cluster_bindings_resolved_once_follow_every_change_and_every_snapshot() -> None:
+    # The cluster scope is resolved once for all namespaces of a snapshot: after each change,
+    # and for snapshots rendered in any order, every namespace is what a snapshot indexed whole
+    # from the same objects renders.
+    lives = [live_of(BASE)]
+    for old, new in CLUSTER_CHANGES:
+        kind = (old or new)[0]  # type: ignore[index]
+        change = (kind, compiled(old) if old else None, compiled(new) if new else None)
+        lives.append(lives[-1].apply([change], whole=False))
+    for live in [*lives, *reversed(lives)]:
+        whole = LiveSnapshot.of(live.objects)
+        for namespace in sorted(namespaces_of(live.snapshot)):
+            ours = render(live.snapshot, namespace, TARGET).spec
+            assert ours == render(whole.snapshot, namespace, TARGET).spec
+    # The changes did reach the cluster-wide subjects.
+    first, last = (render(live.snapshot, "t1", TARGET).spec for live in (lives[0], lives[-1]))
+    assert "clusterUsers" not in first["rules"]["configmaps"]["CREATE"]
+    assert "alice" in last["rules"]["configmaps"]["CREATE"]["clusterUsers"]

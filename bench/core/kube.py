@@ -1,0 +1,79 @@
+"""label-rbac's pieces in a loopback control plane, for the benchmarks that run a real one.
+
+The compiled component's manifests (``manifests/compiled``) as objects, and the webhook as a
+cluster runs it: the shipped RBAC and ValidatingWebhookConfiguration of ``manifests/enforce``
+(its Service replaced by the loopback address, as tests/kube/cluster.py installs it) and the
+real ``python -m app serve`` process as its ServiceAccount.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.certs import CertPaths, generate
+from bench.core.processes import ROOT, cpu_seconds, process_cpu
+from tests.kube.controlplane import ADMIN, WEBHOOK_USER, ControlPlane
+from tests.process import Server, launch, stop
+
+COMPILED = ROOT / "manifests" / "compiled"
+# The Service name the webhook's serving certificate is issued for (manifests/deploy).
+SERVICE_NAME = "label-rbac.label-rbac.svc"
+# What a cluster runs instead of the manifests' Deployment, Service and cert-manager objects.
+NOT_APPLIED = {"Deployment", "Service", "Certificate", "Issuer", "ServiceMonitor",
+               "ValidatingWebhookConfiguration"}  # fmt: skip
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    """The objects of manifests/compiled/``name``."""
+    return [d for d in yaml.safe_load_all((COMPILED / name).read_text()) if d]
+
+
+def kustomize(overlay: str) -> list[dict[str, Any]]:
+    """``kubectl kustomize manifests/<overlay>``: the objects a user's ``apply -k`` creates."""
+    done = subprocess.run(["kubectl", "kustomize", str(ROOT / "manifests" / overlay)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def webhook_configuration(docs: list[dict[str, Any]], url: str, ca: bytes) -> dict[str, Any]:
+    """The shipped ValidatingWebhookConfiguration, each entry's Service replaced by ``url``."""
+    (config,) = [copy.deepcopy(d) for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    config["metadata"].get("annotations", {}).pop("cert-manager.io/inject-ca-from", None)
+    for entry in config["webhooks"]:
+        service = entry["clientConfig"].pop("service")
+        entry["clientConfig"] = {"url": url + service.get("path", "/"),
+                                 "caBundle": base64.b64encode(ca).decode()}  # fmt: skip
+    return config
+
+
+class Webhook:
+    """label-rbac's webhook as a cluster runs it: the shipped RBAC and registration, the real
+    ``python -m app serve`` process as its ServiceAccount; registered only while measured."""
+
+    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
+        self.cp = cp
+        self.docs = kustomize("enforce")
+        cp.apply(ADMIN, [d for d in self.docs if d["kind"] not in NOT_APPLIED])
+        self.tls: CertPaths = generate(workdir / "webhook-tls",
+                                       [SERVICE_NAME, "127.0.0.1", "localhost"])  # fmt: skip
+        kubeconfig = str(cp.kubeconfig(WEBHOOK_USER.name))
+        tls = (self.tls.ca, self.tls.cert, self.tls.key)
+        self.server: Server = launch(workdir, "--kubeconfig", kubeconfig, tls=tls,
+                                     log_name="webhook.log")  # fmt: skip
+        self.server.wait_ready()
+        self.config = webhook_configuration(self.docs, self.server.base_url,
+                                            self.tls.ca.read_bytes())  # fmt: skip
+
+    def cpu(self) -> float:
+        """CPU seconds of the server's arbiter and workers so far."""
+        pid = self.server.process.pid
+        return process_cpu(pid) + cpu_seconds(pid)
+
+    def stop(self) -> None:
+        stop(self.server.process)

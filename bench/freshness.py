@@ -1,0 +1,516 @@
+"""RBAC change to enforcement under churn, through a real kube-apiserver: compiled and webhook.
+
+A loopback control plane (tests/kube/controlplane.py: etcd and kube-apiserver) with the compiled
+component installed (manifests/compiled: CRD, the compiler's RBAC, the policies) is loaded with
+about ``--objects`` RBAC objects of the scale benchmark's layout (``bench.core.layout``), by
+parallel clients; the time it took is printed. Then run, as a cluster runs them:
+
+- the compiler, ``python -m app compile`` as its ServiceAccount (as tests/kube/test_compile.py
+  starts it); the time until every namespace has parameters is printed;
+- the webhook, ``python -m app serve`` as its ServiceAccount, watching the same API server (not
+  registered: it is asked directly, over HTTPS, as the API server would ask it).
+
+RBAC then changes at ``--rate`` changes per second for ``--seconds`` (per ten: three Role
+annotation edits, three RoleBinding subject edits, two RoleBindings created and one deleted ten
+changes later, spread over the namespaces). Among them, every ``--every`` seconds, a measured
+change in a namespace the churn leaves alone, alternating:
+
+- **bound**: a new RoleBinding gives a new user a label-restricted Role; enforced once the API
+  server's answer to that user's dry-run create with a label the Role does not allow is the
+  label denial (before: RBAC's refusal, or the policy's "do not list this user yet");
+- **narrowed**: a bound Role's annotation loses a value; enforced at the first denial of a
+  dry-run create with that value (the API server: the compiled policy; the webhook: its
+  ``/validate`` answer, from its watch cache, the baseline).
+
+Latency runs from the moment the change's request was sent; probes poll every 20 ms (every
+250 ms after the first second), each setup in a thread of its own; a change not enforced within
+a minute counts as a failure. Where the compiled policy's time goes is read from the API
+server's audit log: change → the compiler's write of the namespace's parameters (watch, queue,
+render) → the write's end (server-side apply) → enforcement (the API server's informer).
+
+The cluster-wide part of the layout is cut to ``--cluster-roles``
+ClusterRoles with wildcard annotations and their bindings (the scale layout's one per 500
+objects would copy hundreds of cluster-wide bindings into every namespace's parameters:
+``python -m bench compile`` measures that), and the churn edits no ClusterRole (a ClusterRole
+bound cluster-wide renders every namespace again: also measured there).
+
+    python -m bench freshness --objects 100000 --rate 50 --seconds 60 [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import itertools
+import json
+import os
+import shutil
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from app.admission_policy import COMPILER
+from bench.core.kube import Webhook, documents
+from bench.core.layout import ANNOTATION, cluster_objects, layout, namespace_objects
+from bench.core.processes import ROOT, process_cpu
+from bench.core.stats import percentile
+from tests.kube.controlplane import ADMIN, WEBHOOK_USER, ControlPlane, User
+from tests.process import stop
+from tests.support import make_review
+
+RBAC = "rbac.authorization.k8s.io"
+COMPILER_USER = User(COMPILER, ("system:serviceaccounts", "system:serviceaccounts:label-rbac"))
+PARAMS = "/apis/labelrbac.io/v1alpha1/labelrbacparams"
+PROBE_EVERY = 0.02
+TIMEOUT = 60.0
+
+
+class Client:
+    """One keep-alive HTTPS connection per thread to a server, as one user (or none)."""
+
+    def __init__(self, url: str, ca: Path, token: str | None = None) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 443
+        self.context = ssl.create_default_context(cafile=str(ca))
+        self.token = token
+        self.local = threading.local()
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        found = getattr(self.local, "connection", None)
+        if found is None:
+            found = self.local.connection = http.client.HTTPSConnection(
+                self.host, self.port, context=self.context, timeout=30
+            )
+        return found
+
+    def send(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        if self.token:
+            sent["Authorization"] = f"Bearer {self.token}"
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in range(2):
+            connection = self._connection()
+            try:
+                connection.request(method, path, data, sent)
+                response = connection.getresponse()
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                self.local.connection = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def objects_of(objects: int, cluster_roles: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(collection path, object) of the layout, namespaces first, bindings last."""
+    namespaces, _ = layout(objects)
+    cluster = cluster_objects(cluster_roles)
+    docs = [namespace_objects(i, cluster_roles) for i in range(namespaces)]
+    for obj in (d[0] for d in docs):
+        yield "/api/v1/namespaces", obj
+    for obj in cluster:
+        yield f"/apis/{RBAC}/v1/{obj['kind'].lower()}s", obj
+    for kind in ("Role", "RoleBinding"):
+        for group in docs:
+            for obj in group:
+                if obj["kind"] == kind:
+                    ns = obj["metadata"]["namespace"]
+                    yield f"/apis/{RBAC}/v1/namespaces/{ns}/{kind.lower()}s", obj
+
+
+def load(admin: Client, objects: int, cluster_roles: int, clients: int) -> tuple[int, float]:
+    """Create the layout's objects with ``clients`` parallel connections: (count, seconds)."""
+    started = time.monotonic()
+    items = list(objects_of(objects, cluster_roles))
+    kinds = ["Namespace", "cluster", "Role", "RoleBinding"]
+
+    def create(item: tuple[str, dict[str, Any]]) -> None:
+        status, answer = admin.send("POST", *item)
+        if status >= 300 and status != 409:
+            raise RuntimeError(f"POST {item[0]}: {status} {answer}")
+
+    def phase(item: tuple[str, dict[str, Any]]) -> str:
+        kind = item[1]["kind"]
+        return "cluster" if kind.startswith("Cluster") else kind
+
+    with ThreadPoolExecutor(clients) as pool:
+        for kind in kinds:  # each kind after the kinds it refers to
+            list(pool.map(create, (item for item in items if phase(item) == kind)))
+    return len(items), time.monotonic() - started
+
+
+def count(admin: Client, path: str) -> int:
+    """How many objects the collection at ``path`` holds (one item listed)."""
+    status, answer = admin.send("GET", f"{path}?limit=1")
+    if status != 200:
+        return 0
+    return len(answer["items"]) + int(answer["metadata"].get("remainingItemCount", 0))
+
+
+@dataclass
+class Measured:
+    kind: str  # bound | narrowed
+    setup: str  # compiled | webhook
+    seconds: float
+    namespace: str
+    sent_at: float  # wall clock, as the API server's audit log has it
+
+
+class Freshness:
+    """The churn, the measured changes and their probes, against one control plane."""
+
+    def __init__(self, cp: ControlPlane, webhook: Webhook, objects: int, reserved: int) -> None:
+        self.cp = cp
+        self.admin = Client(cp.url, cp.ca, cp.users[ADMIN].token)
+        self.webhook = Client(webhook.server.base_url, webhook.tls.ca)
+        self.namespaces, _ = layout(objects)
+        self.reserved = reserved  # tenant-0 .. tenant-<reserved-1>: measured changes only
+        self.results: list[Measured] = []
+        self.failures: list[str] = []
+        self.lock = threading.Lock()
+
+    # -- churn ---------------------------------------------------------------------------------
+
+    def churn_step(self, k: int, added: list[tuple[str, str]]) -> None:
+        spread = self.namespaces - self.reserved
+        i = self.reserved + (k * 7919) % spread
+        ns = f"tenant-{i}"
+        kind = k % 10
+        base = f"/apis/{RBAC}/v1/namespaces/{ns}"
+        merge = {"Content-Type": "application/merge-patch+json"}
+        if kind < 3:
+            annotation = json.dumps({"configmaps": {"team": [f"t{i}-*", f"c{k}"]},
+                                     "pods": {"team": [f"t{i}-*"]}})  # fmt: skip
+            body: Any = {"metadata": {"annotations": {ANNOTATION: annotation}}}
+            self.admin.send("PATCH", f"{base}/roles/team-own", body, merge)
+        elif kind < 6 or kind == 9:
+            subjects = [{"apiGroup": RBAC, "kind": "User", "name": f"user-{i}-{u}"}
+                        for u in range(3)] + [{"apiGroup": RBAC, "kind": "User",
+                                               "name": f"churn-{k}"}]  # fmt: skip
+            self.admin.send("PATCH", f"{base}/rolebindings/team-shared",
+                            {"subjects": subjects}, merge)  # fmt: skip
+        elif kind < 8:
+            binding = {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
+                       "metadata": {"name": f"churn-{k}", "namespace": ns},
+                       "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "team-shared"},
+                       "subjects": [{"apiGroup": RBAC, "kind": "User",
+                                     "name": f"new-{k}"}]}  # fmt: skip
+            self.admin.send("POST", f"{base}/rolebindings", binding)
+            with self.lock:
+                added.append((ns, f"churn-{k}"))
+        else:
+            with self.lock:
+                found = added.pop(0) if len(added) > 2 else None
+            if found is not None:
+                self.admin.send("DELETE", f"/apis/{RBAC}/v1/namespaces/{found[0]}/rolebindings/"
+                                f"{found[1]}")  # fmt: skip
+
+    def churn(self, rate: float, seconds: float) -> int:
+        """Changes at ``rate`` per second for ``seconds`` (four clients); the changes made."""
+        added: list[tuple[str, str]] = []
+        count = int(rate * seconds)
+        started = time.monotonic()
+
+        def at(k: int) -> None:
+            delay = started + k / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self.churn_step(k, added)
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(at, range(count)))
+        return count
+
+    # -- measured changes ----------------------------------------------------------------------
+
+    def vap_denies(self, user: str, ns: str, team: str) -> str:
+        """The API server's answer to ``user``'s dry-run create labeled ``team``: its message,
+        "" when allowed."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"generateName": "f-", "labels": {"team": team}}}  # fmt: skip
+        status, answer = self.admin.send(
+            "POST", f"/api/v1/namespaces/{ns}/configmaps?dryRun=All", body,
+            {"Impersonate-User": user},
+        )  # fmt: skip
+        return "" if status < 300 else str((answer or {}).get("message", status))
+
+    def webhook_denies(self, user: str, ns: str, team: str) -> str:
+        review = make_review(user, "CREATE", "configmaps", namespace=ns, labels={"team": team})
+        status, answer = self.webhook.send("POST", "/validate", review)
+        response = (answer or {}).get("response", {})
+        if status != 200 or response.get("allowed", False):
+            return ""
+        return str(response.get("status", {}).get("message", "denied"))
+
+    def probe(
+        self, kind: str, setup: str, sent: tuple[float, float], ns: str, check: Callable[[], bool]
+    ) -> None:
+        while time.monotonic() - sent[0] < TIMEOUT:
+            if check():
+                seconds = time.monotonic() - sent[0]
+                with self.lock:
+                    self.results.append(Measured(kind, setup, seconds, ns, sent[1]))
+                return
+            # Past the goal of a second, a quarter of a second is precision enough (and spares
+            # the server the probes of every change still waiting).
+            time.sleep(PROBE_EVERY if time.monotonic() - sent[0] < 1 else 0.25)
+        with self.lock:
+            self.failures.append(f"{kind} {setup}: not enforced within {TIMEOUT:.0f} s")
+
+    def bound(self, n: int) -> list[threading.Thread]:
+        """A new user bound to tenant-<j>'s restricted Role: until judged by its labels."""
+        j = n % self.reserved
+        ns, user = f"tenant-{j}", f"fresh-{n}"
+        binding = {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
+                   "metadata": {"name": f"fresh-{n}", "namespace": ns},
+                   "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "team-own"},
+                   "subjects": [{"apiGroup": RBAC, "kind": "User", "name": user}]}  # fmt: skip
+        denial = "is not permitted ("
+        sent = (time.monotonic(), time.time())
+        status, answer = self.admin.send(
+            "POST", f"/apis/{RBAC}/v1/namespaces/{ns}/rolebindings", binding
+        )
+        if status >= 300:
+            raise RuntimeError(f"binding {user}: {status} {answer}")
+        checks = {
+            "compiled": lambda: denial in self.vap_denies(user, ns, "nobody"),
+            "webhook": lambda: denial in self.webhook_denies(user, ns, "nobody"),
+        }
+        return self.start_probes("bound", sent, ns, checks)
+
+    def narrowed(self, n: int) -> list[threading.Thread]:
+        """tenant-<j>'s Role ``team-own`` loses a value its user used: until denied."""
+        j = n % self.reserved
+        ns, user, team = f"tenant-{j}", f"user-{j}-3", f"t{j}-n{n}"
+        path = f"/apis/{RBAC}/v1/namespaces/{ns}/roles/team-own"
+        merge = {"Content-Type": "application/merge-patch+json"}
+
+        def annotate(values: list[str]) -> None:
+            annotation = json.dumps({"configmaps": {"team": values}})
+            body = {"metadata": {"annotations": {ANNOTATION: annotation}}}
+            status, answer = self.admin.send("PATCH", path, body, merge)
+            if status >= 300:
+                raise RuntimeError(f"PATCH {path}: {status} {answer}")
+
+        annotate([f"t{j}-*"])  # allows ``team``: wait until both say so
+        deadline = time.monotonic() + TIMEOUT
+        while self.vap_denies(user, ns, team) or self.webhook_denies(user, ns, team):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{user} is not allowed {team} in {ns}")
+            time.sleep(PROBE_EVERY)
+        sent = (time.monotonic(), time.time())
+        annotate([f"t{j}-x"])
+        checks = {
+            "compiled": lambda: bool(self.vap_denies(user, ns, team)),
+            "webhook": lambda: bool(self.webhook_denies(user, ns, team)),
+        }
+        return self.start_probes("narrowed", sent, ns, checks)
+
+    def start_probes(
+        self, kind: str, sent: tuple[float, float], ns: str, checks: dict[str, Callable[[], bool]]
+    ) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self.probe, args=(kind, setup, sent, ns, check))
+                   for setup, check in checks.items()]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def measure(self, every: float, seconds: float) -> None:
+        """Measured changes every ``every`` seconds for ``seconds``, alternating kinds."""
+        threads: list[threading.Thread] = []
+        started = time.monotonic()
+        for n in itertools.count():
+            if time.monotonic() - started > seconds:
+                break
+            threads += self.bound(n) if n % 2 == 0 else self.narrowed(n)
+            time.sleep(max(0.0, started + (n + 1) * every - time.monotonic()))
+        for thread in threads:
+            thread.join()
+
+
+def figures(results: list[Measured], kind: str, setup: str) -> dict[str, Any]:
+    values = sorted(r.seconds for r in results if r.kind == kind and r.setup == setup)
+    if not values:
+        return {"kind": kind, "setup": setup, "count": 0}
+    return {
+        "kind": kind, "setup": setup, "count": len(values),
+        "p50_ms": round(1000 * statistics.median(values), 1),
+        "p99_ms": round(1000 * percentile(values, 0.99), 1),
+        "max_ms": round(1000 * values[-1], 1),
+    }  # fmt: skip
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def hops(results: list[Measured], events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a compiled change's time goes, from the API server's audit log: from the change
+    to the compiler's write of the namespace's parameters (its watch, its queue, the render),
+    the write itself (server-side apply), and from the write to enforcement (the API server's
+    informer of the parameters, and the probe's 20 ms)."""
+    writes: dict[str, list[tuple[float, float]]] = {}
+    for event in events:
+        ref = event.get("objectRef", {})
+        if (
+            event.get("stage") == "ResponseComplete"
+            and event.get("verb") == "patch"
+            and ref.get("resource") == "labelrbacparams"
+            and not ref.get("subresource")
+        ):
+            received = stamp(event["requestReceivedTimestamp"])
+            writes.setdefault(ref.get("namespace", ""), []).append(
+                (received, stamp(event["stageTimestamp"]))
+            )
+    pieces: dict[str, list[float]] = {"to_write": [], "write": [], "after_write": []}
+    for r in results:
+        if r.setup != "compiled":
+            continue
+        later = [w for w in sorted(writes.get(r.namespace, ())) if w[0] >= r.sent_at]
+        if not later:
+            continue
+        received, done = later[0]
+        pieces["to_write"].append(received - r.sent_at)
+        pieces["write"].append(done - received)
+        pieces["after_write"].append(r.seconds - (done - r.sent_at))
+    return {
+        name: {"p50_ms": round(1000 * statistics.median(values), 1),
+               "p99_ms": round(1000 * percentile(values, 0.99), 1)}
+        for name, values in pieces.items() if values
+    }  # fmt: skip
+
+
+def start_compiler(cp: ControlPlane, workdir: Path) -> subprocess.Popen[bytes]:
+    with (workdir / "compiler.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app", "compile", "--kubeconfig",
+             str(cp.kubeconfig(COMPILER)), "--identity", "bench"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": ""}, start_new_session=True,
+        )  # fmt: skip
+
+
+def wait_compiled(admin: Client, timeout: float) -> float:
+    """Seconds until every namespace has parameters."""
+    started = time.monotonic()
+    while count(admin, PARAMS) < count(admin, "/api/v1/namespaces"):
+        if time.monotonic() - started > timeout:
+            raise RuntimeError("the parameters of every namespace were not written in time")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--objects", type=int, default=100_000)
+    parser.add_argument("--cluster-roles", type=int, default=2)
+    parser.add_argument("--rate", type=float, default=50, help="RBAC changes per second")
+    parser.add_argument("--seconds", type=float, default=60, help="of churn")
+    parser.add_argument("--every", type=float, default=0.5, help="seconds between measured")
+    parser.add_argument("--clients", type=int, default=8, help="parallel clients loading")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", action="store_true", help="keep the logs (printed: where)")
+    args = parser.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-freshness-"))
+    users = (User(ADMIN, ("system:masters",)), COMPILER_USER, WEBHOOK_USER)
+    cp = ControlPlane(workdir, users=users)
+    cp.start(timeout=180)
+    webhook: Webhook | None = None
+    compiler: subprocess.Popen[bytes] | None = None
+    out: dict[str, Any] = {"load_average_before": round(os.getloadavg()[0], 2)}
+    try:
+        admin = Client(cp.url, cp.ca, cp.users[ADMIN].token)
+        admin.send("POST", "/api/v1/namespaces", {"metadata": {"name": "label-rbac"}})
+        cp.apply(ADMIN, documents("crd.yaml"))
+        time.sleep(3)
+        cp.apply(ADMIN, documents("rbac.yaml"))
+        count, seconds = load(admin, args.objects, args.cluster_roles, args.clients)
+        out.update(objects=count, load_s=round(seconds, 1))
+        print(f"loaded {count} RBAC objects in {seconds:.1f} s ({args.clients} clients)",
+              flush=True)  # fmt: skip
+        namespaces, _ = layout(args.objects)
+        started = time.monotonic()
+        webhook = Webhook(cp, workdir)  # (its manifests first: the policy would refuse them)
+        compiler = start_compiler(cp, workdir)
+        out["webhook_ready_s"] = round(time.monotonic() - started, 1)
+        wait_compiled(admin, 3600)
+        out["compiled_s"] = round(time.monotonic() - started, 1)
+        cp.apply(ADMIN, documents("policy.yaml"))
+        time.sleep(3)  # the policy informer picks bindings up within a second or two
+        print(f"webhook ready after {out['webhook_ready_s']} s; parameters of every "
+              f"namespace after {out['compiled_s']} s (both from the webhook's start)",
+              flush=True)  # fmt: skip
+        # Even: bound users (even changes) and narrowed roles (odd ones) never share a namespace.
+        reserved = max(2, 2 * (min(50, namespaces // 4) // 2))
+        fresh = Freshness(cp, webhook, args.objects, reserved)
+        assert cp.apiserver is not None
+        cpu = {"apiserver": process_cpu(cp.apiserver.pid), "compiler": process_cpu(compiler.pid)}
+
+        def churn_all() -> None:
+            out["changes"] = fresh.churn(args.rate, args.seconds)
+
+        churn = threading.Thread(target=churn_all)
+        churn_started = time.monotonic()
+        churn.start()
+        fresh.measure(args.every, args.seconds)
+        churn.join()
+        churn_s = time.monotonic() - churn_started
+        out["load_average_after"] = round(os.getloadavg()[0], 2)
+        out["churn_rate"] = round(out["changes"] / churn_s, 1)
+        out["apiserver_cpu_share"] = round(
+            (process_cpu(cp.apiserver.pid) - cpu["apiserver"]) / churn_s, 2)  # fmt: skip
+        out["compiler_cpu_share"] = round(
+            (process_cpu(compiler.pid) - cpu["compiler"]) / churn_s, 2)  # fmt: skip
+        out["failures"] = fresh.failures
+        out["rows"] = [
+            figures(fresh.results, kind, setup)
+            for kind in ("bound", "narrowed")
+            for setup in ("compiled", "webhook")
+        ]
+        print(f"{out['changes']} changes in {churn_s:.1f} s ({out['churn_rate']}/s); load "
+              f"average {out['load_average_before']} before, {out['load_average_after']} after; "
+              f"CPU share during churn: API server {out['apiserver_cpu_share']}, compiler "
+              f"{out['compiler_cpu_share']}", flush=True)  # fmt: skip
+        for row in out["rows"]:
+            if row["count"]:
+                print(f"{row['kind']:<9} {row['setup']:<9} n={row['count']:<4} "
+                      f"p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
+                      f"max {row['max_ms']:7.1f} ms", flush=True)  # fmt: skip
+        out["compiled_hops"] = hops(fresh.results, cp.audit_events())
+        for name, hop in out["compiled_hops"].items():
+            print(f"compiled, {name.replace('_', ' ')}: p50 {hop['p50_ms']} ms, "
+                  f"p99 {hop['p99_ms']} ms", flush=True)  # fmt: skip
+        for failure in fresh.failures:
+            print(f"FAILED: {failure}", flush=True)
+    finally:
+        if compiler is not None:
+            stop(compiler)
+        if webhook is not None:
+            webhook.stop()
+        cp.stop()
+        if args.keep:
+            print(f"logs kept in {workdir}", flush=True)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 1 if out.get("failures") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
