@@ -321,7 +321,7 @@ def _marked(operator: str) -> dict[str, Any]:
 
 
 def webhook_patch(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The patch splitting the webhook's label rule (``manifests/compiled/webhook.yaml``).
+    """The patch splitting the webhook's label rule (``manifests/compiled/split/webhook.yaml``).
 
     ``config`` is the shipped ValidatingWebhookConfiguration: its label-rule entry keeps the
     namespaces not marked compiled, and a copy of it, failing closed, takes the marked ones for
@@ -581,7 +581,10 @@ def shipped_webhook() -> dict[str, Any]:
 FILES = {
     "": ("manifests/compiled/policy.yaml", manifests),
     "--modes": ("manifests/compiled/modes/policy.yaml", mode_manifests),
-    "--webhook": ("manifests/compiled/webhook.yaml", lambda: [webhook_patch(shipped_webhook())]),
+    "--webhook": (
+        "manifests/compiled/split/webhook.yaml",
+        lambda: [webhook_patch(shipped_webhook())],
+    ),
 }
 
 

@@ -41,17 +41,21 @@ def every() -> list[dict[str, Any]]:
 def test_the_shipped_policies_are_the_generated_ones() -> None:
     assert (COMPILED / "policy.yaml").read_text() == render_yaml()
     assert (COMPILED / "modes" / "policy.yaml").read_text() == render_yaml("--modes")
-    assert (COMPILED / "webhook.yaml").read_text() == render_yaml("--webhook")
+    assert (COMPILED / "split" / "webhook.yaml").read_text() == render_yaml("--webhook")
     assert documents("policy.yaml") == manifests()
 
 
-@pytest.mark.parametrize("directory", [COMPILED, COMPILED / "modes"], ids=["compiled", "modes"])
+@pytest.mark.parametrize(
+    "directory",
+    [COMPILED, COMPILED / "modes", COMPILED / "split"],
+    ids=["compiled", "modes", "split"],
+)
 def test_each_component_ships_every_file(directory: Path) -> None:
     (kustomization,) = yaml.safe_load_all((directory / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Component"
     files = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"}
     patches = {patch["path"] for patch in kustomization.get("patches", ())}
-    assert set(kustomization["resources"]) | patches == files
+    assert set(kustomization.get("resources", ())) | patches == files
 
 
 def test_the_crd_serves_the_kind_the_policies_read() -> None:
