@@ -280,14 +280,10 @@ def _binding(request: Request, obj: Any, ctx: Context, unjudged: frozenset[str])
     role = ctx.snapshot.roles.get(binding.role)
     if role is None or (role.error is None and role.permissions is None):
         return None  # grants nothing now, or nothing the label rule restricts
-    if request.operation == "UPDATE" and request.old_object is not None:
-        old = compiler.binding(request.old_object, kind)
-        if (
-            old is not None
-            and old.role == binding.role
-            and set(binding.subjects) <= set(old.subjects)
-        ):
-            return None  # hands the role to nobody new
+    replaced = request.old_object if request.operation == "UPDATE" else None
+    old = compiler.binding(replaced, kind) if replaced is not None else None
+    if not binding.hands_out_more_than(old):
+        return None
     try:
         pending = _pending(role, unjudged)
     except _TooLarge:

@@ -440,15 +440,10 @@ def _binding_target(request: Request, obj: Mapping[str, Any], ctx: Context) -> T
     if role is None or role.error is not None:
         # It grants nothing now. Whoever later writes (or repairs) the role is checked then.
         return None
-    if request.operation == "UPDATE" and request.old_object is not None:
-        old = compiler.binding(request.old_object, kind)
-        # Dropping subjects (or changing nothing) hands the role to nobody new.
-        if (
-            old is not None
-            and old.role == binding.role
-            and set(binding.subjects) <= set(old.subjects)
-        ):
-            return None
+    replaced = request.old_object if request.operation == "UPDATE" else None
+    old = compiler.binding(replaced, kind) if replaced is not None else None
+    if not binding.hands_out_more_than(old):
+        return None
     return Target(
         rules=role.rules,
         permissions=role.permissions,

@@ -170,6 +170,11 @@ class Binding:
             return f"rolebinding {self.namespace}/{self.name}"
         return f"clusterrolebinding {self.name}"
 
+    def hands_out_more_than(self, old: Binding | None) -> bool:
+        """Whether this binding, replacing ``old``, gives its role to someone new: always on a
+        create, or when the role or a subject changed (dropping subjects hands out nothing)."""
+        return old is None or old.role != self.role or not set(self.subjects) <= set(old.subjects)
+
 
 @dataclass(frozen=True)
 class Compiler:

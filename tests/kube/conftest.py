@@ -64,10 +64,12 @@ def namespace(kube: LabelRbacCluster) -> Iterator[str]:
     kube.kubectl(ADMIN, "delete", "namespace", name, "--wait=false")
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 30) -> float:
-    """Seconds until ``check`` held."""
+def wait_for(
+    check: Callable[[], bool], what: str, timeout: float = 30, every: float = 0.05
+) -> float:
+    """Seconds until ``check`` held, asked every ``every`` seconds."""
     start = time.monotonic()
     while not check():
         assert time.monotonic() - start < timeout, f"timed out waiting for {what}"
-        time.sleep(0.05)
+        time.sleep(every)
     return time.monotonic() - start

@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from app.admission_policy import COMPILER, REGISTRATION_GUARD
 from app.coverage import API, CONDITION, expression
 from app.engine.context import UNJUDGED_ANNOTATION
 from tests.kube.cluster import LabelRbacCluster, kustomize, webhook_configuration
-from tests.kube.conftest import require_control_plane
+from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, DEFAULT_USERS, User
 from tests.process import stop
 from tests.support import ROOT, binding, role, rule
@@ -90,14 +90,6 @@ GADGETS_A = role("gadgets-a", NS, [rule(WRITES, "gadgets", GROUP)], {GADGETS: TE
 def probe(restricted: bool) -> dict[str, Any]:
     pattern = GADGETS if restricted else WIDGETS
     return rbac(role("probe", NS, [rule(WRITES, "gadgets", GROUP)], {pattern: TEAM_A}))
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 30) -> float:
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < timeout, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return time.monotonic() - start
 
 
 class Compiler:
@@ -327,7 +319,7 @@ def test_latency_from_a_stored_restriction_to_the_webhook_judging(
         started = time.monotonic()
         status, answer = cp.request(ADMIN, "PUT", path, probe(True))
         assert status == 200, answer
-        wait_for(lambda: create(kube, "bob", "gadgets", "b")[0] == 403, "bob judged", 30)
+        wait_for(lambda: create(kube, "bob", "gadgets", "b")[0] == 403, "bob judged", every=0.02)
         latencies.append(time.monotonic() - started)
         assert cp.request(ADMIN, "PUT", path, probe(False))[0] == 200
     ms = sorted(1000 * s for s in latencies)
