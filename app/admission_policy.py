@@ -45,7 +45,7 @@ import yaml
 from app.coverage import ANNOTATION_SHAPE, CONDITION, LABEL_ENTRIES, SHAPE
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.model import AUDIT, ENFORCE, WARN
-from app.engine.params import API_VERSION, KIND, MARK, NAME, WEBHOOK_RESOURCES
+from app.engine.params import API_VERSION, DEFAULT, KIND, MARK, NAME, WEBHOOK_RESOURCES
 
 POLICY = "label-rbac"
 # Per policy: the mode of the denials it judges and the binding's validation action.
@@ -94,24 +94,32 @@ COMPILED_ENTRY = "labels-compiled.labelrbac.io"
 WEBHOOK_YAML = Path(__file__).resolve().parent.parent / "manifests" / "deploy" / "webhook.yaml"
 
 
-def _lookup(field: str, subject: str, operation: str = "variables.op") -> str:
-    """Grant ids of one subject; the optional chain stays inline (a variable holding an optional
-    would lose ``?.`` semantics)."""
-    return f"params.spec.?rules[?variables.key][?{operation}].?{field}[?{subject}].orValue([])"
-
-
-def _ids(operation: str = "variables.op") -> str:
-    """The user's grant ids in the webhook's order: the namespace's bindings (user, then each
-    group), then the cluster's."""
-    groups = "request.userInfo.groups.map(g, {}).flatten()"
+def _role_ids() -> str:
+    """The ids of the roles bound to the user, in the webhook's order: the namespace's bindings
+    (the user, then each group), then the cluster's. The optional chains stay inline (a variable
+    holding an optional would lose ``?.`` semantics)."""
+    user = "params.spec.?{}[?request.userInfo.username].orValue([])"
+    groups = "request.userInfo.groups.map(g, params.spec.?{}[?g].orValue([])).flatten()"
     return " + ".join(
         (
-            _lookup("users", "request.userInfo.username", operation),
-            groups.format(_lookup("groups", "g", operation)),
-            _lookup("clusterUsers", "request.userInfo.username", operation),
-            groups.format(_lookup("clusterGroups", "g", operation)),
+            user.format("users"),
+            groups.format("groups"),
+            user.format("clusterUsers"),
+            groups.format("clusterGroups"),
         )
     )
+
+
+def _grants(operation: str) -> str:
+    """The grants of the user's roles for ``operation`` of the requested resource."""
+    return (
+        f"variables.entries.filter(m, {operation} in m).map(m, params.spec.grants[m[{operation}]])"
+    )
+
+
+def _distinct(strings: str) -> str:
+    """The list ``strings`` without repeats, in order of first appearance."""
+    return f"{strings}.transformList(i, s, {strings}.indexOf(s) == i, s)"
 
 
 def _permitted(labels: str) -> str:
@@ -155,8 +163,15 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ),
     ("delegated", "has(params.spec.delegated)"),
     ("marked", f"namespaceObject.metadata.?labels[?'{MARK}'].orValue('') == 'true'"),
-    ("indexed", "params.spec.?rules[?variables.key].hasValue()"),
-    ("found", f"({_ids()}).map(id, params.spec.grants[id])"),
+    ("indexed", "variables.key in params.spec.?indexed.orValue([])"),
+    (
+        # Per role bound to the user: operation → grant id for the requested resource (a role's
+        # DEFAULT entry covers the indexed resources it does not name).
+        "entries",
+        f"variables.indexed ? ({_role_ids()}).map(r, params.spec.roles[r][?variables.key]"
+        f".orValue(params.spec.roles[r][?'{DEFAULT}'].orValue({{}}))) : []",
+    ),
+    ("found", _grants("variables.op")),
     (
         # A rule with resourceNames grants a create only to a user who may also update or patch
         # that name (a PUT or an apply creating it): model.authorizations.
@@ -165,19 +180,14 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         "variables.found.filter(g, !has(g.names) || variables.requested in g.names) : "
         "variables.found.filter(g, !has(g.names)) + "
         "(variables.found.exists(g, has(g.names) && variables.requested in g.names) && "
-        f"({_ids(repr('UPDATE'))}).map(id, params.spec.grants[id])"
-        ".exists(g, !has(g.names) || variables.requested in g.names) ? "
+        f"{_grants(repr('UPDATE'))}.exists(g, !has(g.names) || variables.requested in g.names) ? "
         "variables.found.filter(g, has(g.names) && variables.requested in g.names) : [])",
     ),
-    ("roles", "variables.granting.map(g, g.role)"),
-    (
-        # Each role once, where it first appears (a role bound twice is one grant).
-        "applicable",
-        "variables.granting.transformList(i, g, variables.roles.indexOf(g.role) == i, g)",
-    ),
-    ("unrestricted", "variables.applicable.exists(g, has(g.unrestricted))"),
-    ("restricted", "variables.applicable.filter(g, has(g.labels))"),
-    ("invalid", "variables.applicable.filter(g, has(g.invalid))"),
+    # A role bound twice (to the user and a group, say) is granting twice: harmless to the
+    # verdict, and said once in the message (``allows``, ``broken``).
+    ("unrestricted", "variables.granting.exists(g, has(g.unrestricted))"),
+    ("restricted", "variables.granting.filter(g, has(g.labels))"),
+    ("invalid", "variables.granting.filter(g, has(g.invalid))"),
     (
         "newLabels",
         "variables.op == 'CREATE' || variables.op == 'UPDATE' ? "
@@ -199,7 +209,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ),
     (
         "denied",
-        "!variables.delegated && variables.applicable.size() > 0 && !variables.unrestricted && "
+        "!variables.delegated && variables.granting.size() > 0 && !variables.unrestricted && "
         "(variables.restricted.size() == 0 || !variables.oldOk || !variables.newOk)",
     ),
     (
@@ -225,7 +235,11 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ),
     (
         "broken",
-        "variables.invalid.map(g, g.invalid).join('; ')",
+        _distinct("variables.invalid.map(g, g.invalid)") + ".join('; ')",
+    ),
+    (
+        "allows",
+        _distinct("variables.restricted.map(g, g.allows)") + ".join('; ')",
     ),
     (
         "message",
@@ -233,14 +247,14 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         "variables.who + ': ' + (!variables.oldOk ? "
         f"{_violation('variables.oldLabels', True)} : "
         f"{_violation('variables.newLabels', False)}) + "
-        "' (' + variables.restricted.map(g, g.allows).join('; ') + "
+        "' (' + variables.allows + "
         "(variables.invalid.size() > 0 ? '; ' + variables.broken : '') + ')'",
     ),
     (
         # Authorized by RBAC for an indexed resource, yet unknown to the parameters: they are
         # older than the binding. Asked only in that case (variables are evaluated lazily).
         "unlisted",
-        "!variables.delegated && variables.indexed && variables.applicable.size() == 0 && "
+        "!variables.delegated && variables.indexed && variables.granting.size() == 0 && "
         f"!('{SUPERUSERS}' in request.userInfo.groups) && "
         "(variables.op == 'CREATE' ? authorizer.requestResource.check('create').allowed() : "
         "variables.op == 'UPDATE' ? "

@@ -4,7 +4,10 @@ The compiler watches RBAC through the webhook's own cluster source (``ClusterSou
 informers and incremental snapshot) and renders parameters with ``app.engine.params``. Each batch
 of changes the source applies marks the namespaces it touches (``params.touched``); the writer
 renders only those and writes each with server-side apply under its own field manager, skipping
-an object whose content did not change. A namespace too large to compile is written
+an object whose content did not change. Writes are a pipeline of ``WRITERS`` at a time: a
+namespace touched while others are written is taken as soon as a writer is free, never after a
+whole batch, and the statuses (which enforcement does not read) take only the writers the
+parameters leave free. A namespace too large to compile is written
 ``delegated`` and an Event says so. A compiled namespace is labeled ``labelrbac.io/compiled``
 (``params.MARK``) once its parameters are written, and the label is taken off before they are
 written delegated: with the label, the webhook leaves the namespace's plain writes to the policy.
@@ -13,7 +16,8 @@ Exactly one replica writes: the one holding the ``coordination.k8s.io`` Lease (`
 acquired and renewed as client-go's leader election does, expiry judged on the local clock from
 when the record was last seen to change, so clock skew between replicas does not matter). A
 replica writes only while its lease is current; one that gains the lease renders every namespace
-again, so nothing its predecessor had not written yet is lost.
+again, so nothing its predecessor had not written yet is lost, and writes only those whose stored
+parameters differ (namespaces a change touches first).
 
 The leader also keeps the webhook registration's ``skip-unjudged`` conditions in step with the
 roles and the served resources (``app.coverage.CoverageWriter``).
@@ -26,8 +30,8 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Mapping, Set
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -59,6 +63,7 @@ log = logging.getLogger("label_rbac.compile")
 
 FIELD_MANAGER = "label-rbac-compiler"
 APPLY = "application/apply-patch+yaml"
+_APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 # The Namespace mark is merge-patched: unlike an apply, a merge patch never creates the object
 # (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
 MERGE = "application/merge-patch+json"
@@ -69,6 +74,9 @@ DISCOVERY_INTERVAL = 60.0
 # many at a time: one by one, a batch of changes touching a hundred namespaces waited for two
 # hundred round trips, each behind the one before.
 WRITERS = 8
+# Page size and (connect, read) timeouts of the lists a new leader reads.
+LIST_PAGE = 500
+LIST_TIMEOUT = (10.0, 60.0)
 
 
 def _now() -> str:
@@ -197,6 +205,59 @@ class Written:
     marked: bool
 
 
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _stored_params(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """(namespace, spec text as ``ParamsWriter._due`` compares it, delegated) of a stored
+    ``LabelRbacParams``; a namespace of "" for another object than the compiler's."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec")
+    if meta.get("name") != NAME or not isinstance(spec, dict):
+        return "", "", False
+    return str(meta.get("namespace") or ""), json.dumps(spec, sort_keys=True), "delegated" in spec
+
+
+class PendingNamespaces:
+    """The namespaces to render again: those a change touched, oldest first, then (after ``ALL``)
+    every other one, so a change is never queued behind the whole cluster's render."""
+
+    def __init__(self) -> None:
+        self._everything = True
+        self._touched: dict[str, None] = {}
+        self._rest: dict[str, None] = {}
+
+    def add(self, names: Iterable[str]) -> None:
+        if set(names) >= ALL:
+            self._everything = True
+        else:
+            self._touched.update(dict.fromkeys(names))
+
+    def take(self, known: Set[str], busy: Set[str], most: int) -> list[str]:
+        """Up to ``most`` of the pending namespaces in ``known`` and not in ``busy`` (those stay
+        pending); namespaces no longer known are dropped."""
+        if self._everything:
+            self._everything = False
+            self._rest = dict.fromkeys(sorted(known))
+        taken: list[str] = []
+        for queue in (self._touched, self._rest):
+            dropped: list[str] = []
+            for name in queue:  # from the oldest, only as far as needed
+                if len(taken) >= most:
+                    break
+                if name not in known:
+                    dropped.append(name)
+                elif name not in busy and name not in taken:
+                    taken.append(name)
+            for name in dropped:
+                del queue[name]
+        for name in taken:
+            self._touched.pop(name, None)
+            self._rest.pop(name, None)
+        return taken
+
+
 class ParamsWriter:
     """Renders the namespaces that changes touched and writes them while the lease is held."""
 
@@ -208,8 +269,12 @@ class ParamsWriter:
         max_bytes: int = MAX_BYTES,
         discover: Callable[[KubeClient], Iterable[Resource]] = served_resources,
         coverage: CoverageWriter | None = None,
+        snapshots: Callable[[], Snapshot | None] | None = None,
     ) -> None:
         self._client = client
+        # The newest snapshot, for namespaces touched while a step is writing (by default the
+        # one the step was given).
+        self._snapshots = snapshots
         self._lease = lease
         self._options = options
         self._max_bytes = max_bytes
@@ -219,10 +284,12 @@ class ParamsWriter:
         # The namespaced resources discovery last listed (the coverage is computed over them).
         self.served: tuple[Resource, ...] = ()
         self._discovered_at = -DISCOVERY_INTERVAL
-        self._pending: set[str] = set(ALL)
+        self._pending = PendingNamespaces()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._written: dict[str, Written] = {}
+        # Statuses not written yet, the newest per namespace, in order of first queueing.
+        self._statuses: dict[str, dict[str, Any]] = {}
         self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="params-writer")
         self._version = ""
         self.leading = False
@@ -231,7 +298,7 @@ class ParamsWriter:
         """Called by the cluster source's builder after each batch: mark what it touches."""
         found = touched(live, changes)
         with self._lock:
-            self._pending |= found
+            self._pending.add(found)
             self._version = version or self._version
         self._wake.set()
 
@@ -241,21 +308,19 @@ class ParamsWriter:
         if leading and not self.leading:
             log.info("leading (lease %s/%s): rendering every namespace", *self._lease_name())
             with self._lock:
-                self._pending = set(ALL)
-            self._written.clear()
+                self._pending.add(ALL)
+            self._written = self._stored()
             if self._coverage is not None:
                 self._coverage.reset()
         elif self.leading and not leading:
             log.info("lost the lease; no longer writing")
+            with self._lock:
+                self._statuses.clear()  # the next leader writes its own
         self.leading = leading
         if not leading or snapshot is None:
             return 0
         target = self._refresh_target()
-        with self._lock:
-            pending, self._pending = self._pending, set()
-        names = namespaces_of(snapshot) if pending >= ALL else pending & namespaces_of(snapshot)
-        rendered = (render(snapshot, namespace, target) for namespace in sorted(names))
-        done = self._write_all([(r, text) for r in rendered if (text := self._due(r))])
+        done = self._write_pending(snapshot, target)
         if done:
             log.info("wrote the parameters of %d namespaces", done)
         if self._coverage is not None and self._lease.current():
@@ -264,6 +329,28 @@ class ParamsWriter:
             except KubeError as exc:
                 log.warning("could not update %s: %s", self._coverage.name, exc)
         return done
+
+    def _stored(self) -> dict[str, Written]:
+        """What the parameters already say, as written: a replica taking the lease over renders
+        every namespace, and writes only those that differ. Empty (write them all) when they
+        cannot be read."""
+        marked = f"{MARK}=true"
+        try:
+            compiled, _ = self._client.list_each(
+                "/api/v1/namespaces", LIST_PAGE, LIST_TIMEOUT, _name, metadata_only=True,
+                selector=[("labelSelector", marked)],
+            )  # fmt: skip
+            stored, _ = self._client.list_each(
+                f"/apis/{API_VERSION}/{PLURAL}", LIST_PAGE, LIST_TIMEOUT, _stored_params
+            )
+        except KubeError as exc:
+            log.warning("could not read the parameters written so far: %s", exc)
+            return {}
+        return {
+            namespace: Written(text, delegated, namespace in compiled)
+            for namespace, text, delegated in stored
+            if namespace
+        }
 
     def _lease_name(self) -> tuple[str, str]:
         return self._lease.namespace, self._lease.name
@@ -275,7 +362,7 @@ class ParamsWriter:
             target = Target.of(self.served, self._options, self._max_bytes)
             if self._target is not None and target != self._target:
                 with self._lock:
-                    self._pending = set(ALL)
+                    self._pending.add(ALL)
             self._target, self._discovered_at = target, now
         return self._target
 
@@ -291,29 +378,74 @@ class ParamsWriter:
         )
         return "" if unchanged else text
 
-    def _write_all(self, due: Sequence[tuple[Rendered, str]]) -> int:
-        """Write ``due`` (each with its spec's text), ``WRITERS`` namespaces at a time; the
-        namespaces written. One that fails, or is left because the lease may have moved on,
-        stays pending."""
+    def _take(self, snapshot: Snapshot, busy: set[str], most: int) -> list[str]:
+        """Up to ``most`` pending namespaces of ``snapshot`` not being written now, no longer
+        pending."""
+        with self._lock:
+            return self._pending.take(namespaces_of(snapshot), busy, most)
+
+    def _write_pending(self, snapshot: Snapshot, target: Target) -> int:
+        """Render and write the pending namespaces, ``WRITERS`` requests at a time, as a
+        pipeline: a namespace touched meanwhile is taken as soon as a writer is free (one being
+        written is taken again after its write, so each namespace's writes stay in order), for
+        up to a third of the lease, so the lease is renewed. Statuses, which enforcement does not
+        read, take the writers the parameters leave free. The parameters written; a namespace
+        that fails, or is left because the lease may have moved on, is pending again for the
+        next step."""
         done = 0
-        futures = {
-            self._pool.submit(self._write, r, text, self._written.get(r.namespace)): r
-            for r, text in due
-        }
-        for future in as_completed(futures):
-            namespace = futures[future].namespace
-            try:
-                written = future.result()
-            except KubeError as exc:
-                log.warning("could not write the parameters of %s: %s", namespace, exc)
-                written = None
-            if written is None:
-                with self._lock:
-                    self._pending.add(namespace)
-            else:
-                self._written[namespace] = written
-                done += 1
-        return done
+        failed: set[str] = set()
+        deadline = time.monotonic() + self._lease.duration / 3
+        running: dict[Future[Written | None], str] = {}  # "" for a status
+        while True:
+            if time.monotonic() < deadline and self._lease.current():
+                current = (self._snapshots() if self._snapshots else None) or snapshot
+                busy = set(running.values()) | failed
+                for namespace in self._take(current, busy, WRITERS - len(running)):
+                    rendered = render(current, namespace, target)
+                    if text := self._due(rendered):
+                        previous = self._written.get(namespace)
+                        future = self._pool.submit(self._write, rendered, text, previous)
+                        running[future] = namespace
+                while len(running) < WRITERS and (status := self._next_status()):
+                    running[self._pool.submit(self._write_status, *status)] = ""
+            if not running:
+                return done
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                namespace = running.pop(future)
+                if not namespace:
+                    continue
+                if (result := self._result(namespace, future)) is None:
+                    with self._lock:
+                        self._pending.add((namespace,))
+                    failed.add(namespace)  # not before the next step
+                else:
+                    self._written[namespace] = result
+                    done += 1
+
+    @staticmethod
+    def _result(namespace: str, future: Future[Written | None]) -> Written | None:
+        try:
+            return future.result()
+        except KubeError as exc:
+            log.warning("could not write the parameters of %s: %s", namespace, exc)
+            return None
+
+    def _next_status(self) -> tuple[str, dict[str, Any]] | None:
+        """The status queued first (the newest of its namespace), or None."""
+        with self._lock:
+            if not self._statuses:
+                return None
+            path = next(iter(self._statuses))
+            return path, self._statuses.pop(path)
+
+    def _write_status(self, path: str, body: dict[str, Any]) -> None:
+        if not self._lease.current():
+            return  # the next leader writes its own
+        try:
+            self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+        except KubeError as exc:
+            log.warning("could not write %s: %s", path, exc)
 
     def _write(self, rendered: Rendered, text: str, previous: Written | None) -> Written | None:
         """Write a namespace's parameters, and its mark after them (before them when it loses
@@ -326,9 +458,9 @@ class ParamsWriter:
         if delegated and marked:
             marked = self._mark(rendered.namespace, False)
         path = f"/apis/{API_VERSION}/namespaces/{rendered.namespace}/{PLURAL}/{NAME}"
-        query = [("fieldManager", FIELD_MANAGER), ("force", "true")]
-        self._client.send("PATCH", path, rendered.manifest(), query, APPLY)
-        self._client.send("PATCH", f"{path}/status", self._status(rendered), query, APPLY)
+        self._client.send("PATCH", path, rendered.manifest(), _APPLY_QUERY, APPLY)
+        with self._lock:
+            self._statuses[f"{path}/status"] = self._status(rendered)
         if delegated and (previous is None or not previous.delegated):
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked):
@@ -409,7 +541,14 @@ def run(
 ) -> None:
     """Watch, render and write until ``stop`` is set."""
     coverage = CoverageWriter(client, FIELD_MANAGER, settings.webhook_configuration)
-    writer = ParamsWriter(client, lease, settings.engine_options, max_bytes, coverage=coverage)
+    writer = ParamsWriter(
+        client,
+        lease,
+        settings.engine_options,
+        max_bytes,
+        coverage=coverage,
+        snapshots=lambda: source.snapshot(),
+    )
 
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:
         writer.applied(live, changes, _rbac_version(source))

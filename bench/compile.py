@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--rounds", type=int, default=3, help="medians of this many renders")
-    parser.add_argument("--json", type=Path, default=Path("bench-compile.json"))
+    parser.add_argument("--json", type=Path, help="also write the rows to this file")
     parser.add_argument(
         "--sample",
         type=int,
@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{inc['seconds'] * 1000:.2f} ms of CPU", flush=True)  # fmt: skip
         if f["delegated"]:
             print(f"{'':>8} {f['delegated']} namespaces over the size limit (delegated)")
-    args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
     if args.profile:
         print(profile(max(sizes), 25, args.sample))
     return 0

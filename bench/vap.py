@@ -14,7 +14,7 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
 - ``compiled``: manifests/compiled/policy.yaml with the parameters ``label-rbac compile`` writes;
 - ``params`` (only with ``--setups``): the compiled policy judging nothing (its validations one
   constant expression), to tell its parameters' cost from its expressions'; ``found``,
-  ``applicable``, ``unlisted``, ``denied``: its validations one expression reading only that
+  ``granting``, ``unlisted``, ``denied``: its validations one expression reading only that
   variable (and what it depends on), to tell what each part costs;
 - ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
   ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
@@ -72,7 +72,7 @@ SETUPS = ("none", "trivial", "compiled", "webhook")
 PARTS = {
     "params": "true",
     "found": "variables.found.size() >= 0",
-    "applicable": "variables.applicable.size() >= 0",
+    "granting": "variables.granting.size() >= 0",
     "unlisted": "!variables.unlisted",
     "denied": "!variables.denied",
 }

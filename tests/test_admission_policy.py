@@ -67,9 +67,9 @@ def test_the_crd_serves_the_kind_the_policies_read() -> None:
     assert crd["spec"]["scope"] == "Namespaced"
     assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == [version]
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    # One managed-fields entry for the index, however many subjects it holds.
-    assert spec["properties"]["rules"]["x-kubernetes-map-type"] == "atomic"
-    assert spec["properties"]["grants"]["x-kubernetes-map-type"] == "atomic"
+    # One managed-fields entry per map of the index, however many subjects it holds.
+    for field in ("users", "groups", "clusterUsers", "clusterGroups", "roles", "grants"):
+        assert spec["properties"][field]["x-kubernetes-map-type"] == "atomic", field
 
 
 def test_each_mode_has_its_policy_binding_and_action() -> None:

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from app.compile import FIELD_MANAGER, MERGE, LeaderLease, ParamsWriter
+from app.compile import FIELD_MANAGER, MERGE, LeaderLease, ParamsWriter, PendingNamespaces
 from app.coverage import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.params import MARK, NAME
+from app.engine.params import ALL, MARK, NAME
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
-from app.source.api import ApiError
+from app.source.api import ApiError, Unreachable
 from tests.support import binding, role, rule
 
 COMPILER = Compiler((DEFAULT_ANNOTATION_KEY,))
@@ -35,6 +35,8 @@ class Client:
         self.types: list[str] = []
         self.missing: set[str] = set()  # paths answered 404
         self.meet: threading.Barrier | None = None  # parameter writes wait for each other
+        self.during: Callable[[str], None] | None = None  # called once a parameter write is sent
+        self.listed: dict[str, list[dict[str, Any]]] = {}  # what the API server lists, by path
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -52,11 +54,19 @@ class Client:
             self.types.append(a[0] if a else "")
         if self.meet is not None and path.endswith(f"/labelrbacparams/{NAME}"):
             self.meet.wait()
+        if self.during is not None and path.endswith(f"/labelrbacparams/{NAME}"):
+            during, self.during = self.during, None
+            during(path.split("/")[5])
         if path in self.missing:
             raise ApiError(404, "NotFound")
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
         return body
+
+    def list_each(
+        self, path: str, page: int, timeout: Any, each: Callable[[Any], Any], **kw: Any
+    ) -> tuple[list[Any], str]:
+        return [each(item) for item in self.listed.get(path, [])], "1"
 
     def params_written(self) -> list[str]:
         return [p.split("/")[5] for m, p, _, _ in self.writes if "labelrbacparams" in p and
@@ -70,6 +80,10 @@ def live(*objects: tuple[str, dict[str, Any]]) -> LiveSnapshot:
     return LiveSnapshot.build(by_kind)
 
 
+def compiled(kind_obj: tuple[str, dict[str, Any]]) -> Any:
+    return BY_KIND[kind_obj[0]].compile(COMPILER, kind_obj[1])
+
+
 def namespace(name: str) -> tuple[str, dict[str, Any]]:
     return "Namespace", {"kind": "Namespace", "metadata": {"name": name}}
 
@@ -79,7 +93,12 @@ OBJECTS = (TEAM, binding("a", "team-a", "User:alice", namespace="t1"), namespace
            namespace("t2"))  # fmt: skip
 
 
-def writer(client: Client, clock: list[float], max_bytes: int = 1_400_000) -> ParamsWriter:
+def writer(
+    client: Client,
+    clock: list[float],
+    max_bytes: int = 1_400_000,
+    snapshots: Callable[[], Snapshot | None] | None = None,
+) -> ParamsWriter:
     lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
     return ParamsWriter(
         client,  # type: ignore[arg-type]
@@ -87,6 +106,7 @@ def writer(client: Client, clock: list[float], max_bytes: int = 1_400_000) -> Pa
         Options(),
         max_bytes,
         discover=lambda _: [Resource("", "configmaps")],
+        snapshots=snapshots,
     )
 
 
@@ -124,6 +144,34 @@ def test_the_leader_writes_every_namespace_then_only_what_a_change_touches() -> 
     assert status["status"]["observedResourceVersion"] == "42"
 
 
+def test_a_new_leader_writes_only_the_parameters_that_differ_from_those_stored() -> None:
+    first, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    writer(first, clock).step(state.snapshot)
+    stored = [b for _, p, b, _ in first.writes if p.endswith(f"/labelrbacparams/{NAME}")]
+    # Another replica takes over after RBAC changed in t2 (t1's parameters are as it renders
+    # them, and t1 is marked): it writes t2 alone, and does not mark t1 again.
+    client = Client()
+    client.listed = {
+        "/apis/labelrbac.io/v1alpha1/labelrbacparams": stored,
+        "/api/v1/namespaces": [{"metadata": {"name": "t1"}}],
+    }
+    t2_team = role("team-a", "t2", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}})
+    changed = live(*OBJECTS, t2_team, bound("carol", "t2"))
+    assert writer(client, clock).step(changed.snapshot) == 1
+    assert client.params_written() == ["t2"]
+    assert story(client, "t1") == []
+    # Unreadable, they are all written again.
+    client = Client()
+    client.listed = {"/api/v1/namespaces": [{"metadata": {"name": "t1"}}]}
+    client.list_each = _unreachable  # type: ignore[method-assign]
+    assert writer(client, clock).step(changed.snapshot) == 2
+
+
+def _unreachable(*args: Any, **kwargs: Any) -> Any:
+    raise Unreachable("connection refused")
+
+
 def test_a_replica_that_does_not_hold_the_lease_writes_nothing() -> None:
     client, clock = Client(), [0.0]
     client.lease = {
@@ -149,13 +197,44 @@ def test_namespaces_are_written_at_the_same_time() -> None:
     assert not client.meet.broken
 
 
+def bound(user: str, namespace: str) -> tuple[str, dict[str, Any]]:
+    return binding(user, "team-a", f"User:{user}", namespace=namespace)
+
+
+def test_a_namespace_touched_while_others_are_written_is_written_in_the_same_step() -> None:
+    client, clock = Client(), [0.0]
+    t2_team = role("team-a", "t2", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}})
+    steps = [(*OBJECTS, t2_team), (*OBJECTS, t2_team, bound("bob", "t1"))]
+    steps.append((*steps[1], bound("dave", "t1"), bound("carol", "t2")))
+    state = [live(*steps[0])]
+    params = writer(client, clock, snapshots=lambda: state[0].snapshot)
+
+    def move(to: int, *added: tuple[str, dict[str, Any]]) -> None:
+        state[0] = live(*steps[to])
+        params.applied(state[0], [("RoleBinding", None, compiled(b)) for b in added], str(to))
+
+    params.step(state[0].snapshot)
+    client.writes.clear()
+    client.types.clear()
+    move(1, bound("bob", "t1"))
+    # While t1's parameters are written, RBAC changes in t1 again and in t2.
+    client.during = lambda namespace: move(2, bound("dave", "t1"), bound("carol", "t2"))
+    assert params.step(state[0].snapshot) == 3
+    # Both without waiting for another step, t1 twice and in order: the second write is newer.
+    written = client.params_written()
+    assert sorted(written) == ["t1", "t1", "t2"] and written[0] == "t1"
+    t1 = [b["spec"] for _, p, b, _ in client.writes if p.endswith(f"t1/labelrbacparams/{NAME}")]
+    assert ("bob" in t1[0]["users"], "dave" in t1[0]["users"]) == (True, False)
+    assert {"bob", "dave"} <= set(t1[1]["users"])
+
+
 def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegating() -> None:
     client, clock = Client(), [0.0]
     state = live(*OBJECTS)
     params = writer(client, clock)
     params.step(state.snapshot)
     # Marked once the policy can read what it needs; never marked again while unchanged.
-    assert story(client, "t1") == ["params", "status", "mark=true"]
+    assert story(client, "t1") == ["params", "mark=true", "status"]
     client.writes.clear()
     client.types.clear()
     assert params.step(state.snapshot) == 0 and client.writes == []
@@ -178,7 +257,7 @@ def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> N
     change = ("Namespace", None, ("t2", {}))
     params.applied(state, [change], "43")
     params.step(state.snapshot)
-    assert story(client, "t2") == ["params", "status", "mark=true"]
+    assert story(client, "t2") == ["params", "mark=true", "status"]
 
 
 def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> None:
@@ -211,3 +290,26 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     clock[0] = 6.0  # past a renewal period: the lease is read again, and is someone else's
     params.step(state)
     assert len(seen) == 1
+
+
+def test_pending_namespaces_are_taken_oldest_first_a_few_at_a_time() -> None:
+    pending = PendingNamespaces()  # every namespace, at first
+    known = {"a", "b", "c", "d"}
+    assert pending.take(known, set(), 3) == ["a", "b", "c"]
+    pending.add(["b", "gone"])
+    # d was touched first; b is being written, so it waits; a namespace no longer known goes.
+    assert pending.take(known, {"b"}, 8) == ["d"]
+    assert pending.take(known - {"gone"}, set(), 8) == ["b"]
+    assert pending.take(known, set(), 8) == []
+    pending.add(ALL)
+    assert pending.take(known, {"a"}, 8) == ["b", "c", "d"]
+    assert pending.take(known, set(), 8) == ["a"]
+
+
+def test_a_touched_namespace_goes_before_the_rest_of_a_full_render() -> None:
+    pending = PendingNamespaces()
+    known = {f"n{i}" for i in range(10)}
+    assert pending.take(known, set(), 2) == ["n0", "n1"]
+    pending.add(["n7"])
+    assert pending.take(known, set(), 2) == ["n7", "n2"]
+    assert pending.take(known, set(), 10) == ["n3", "n4", "n5", "n6", "n8", "n9"]

@@ -9,22 +9,28 @@ agree on which roles grant a request and what they permit. ``spec``::
 
     mode: enforce | warn | audit          # the global mode
     allowUnlabeled: false
-    rules:                                # resource → operation → subject → grant ids
-      configmaps:
-        CREATE: {users: {alice: [a]}, groups: {tenants: [b]},
-                 clusterUsers: {...}, clusterGroups: {...}}
+    indexed: [configmaps]                 # the resources judged here
+    users: {alice: ["0"]}                 # subject → role ids, from the namespace's RoleBindings
+    groups: {tenants: ["1"]}
+    clusterUsers: {}                      # ... and from the ClusterRoleBindings
+    clusterGroups: {ops: [c0]}
+    roles:                                # role id → resource → operation → grant id
+      "0": {configmaps: {CREATE: a, UPDATE: a, DELETE: a, DELETECOLLECTION: a}}
+      c0: {"*": {CREATE: c0, UPDATE: c0, ...}}    # "*": every indexed resource not named
     grants:
       a: {role: role t1/team-a, mode: enforce, allows: "role t1/team-a allows team in [a]",
           labels: [{key: team, exact: [a], patterns: []}], names: [...]}
-      b: {role: clusterrole edit, unrestricted: true}
-      c: {role: role t1/broken, invalid: "role t1/broken grants nothing here: ..."}
+      c0: {role: clusterrole edit, unrestricted: true}
+      b: {role: role t1/broken, invalid: "role t1/broken grants nothing here: ..."}
 
-Lookups are by subject, so the policy's time does not grow with the bindings in a namespace.
-Subject lists keep the webhook's order (a namespace's RoleBindings before ClusterRoleBindings,
-each by binding name), so denial messages name the roles in the same order. Only resources some
-restricted (or void) role grants in the namespace are indexed; for those every granting role is,
-unrestricted ones included, so a subject RBAC authorizes but the index does not know can only
-mean parameters older than RBAC (the policy then denies: see ``admission_policy``).
+A subject appears once per namespace, a role once however many subjects it is bound to, and a
+grant once however many roles' resources and operations share it; lookups are by key, so the
+policy's time does not grow with the bindings in a namespace. Subject lists keep the webhook's
+order (a namespace's RoleBindings before ClusterRoleBindings, each by binding name), so denial
+messages name the roles in the same order. Only resources some restricted (or void) role grants
+in the namespace are indexed; for those every granting role is, unrestricted ones included, so a
+subject RBAC authorizes but the index does not know can only mean parameters older than RBAC (the
+policy then denies: see ``admission_policy``).
 
 Globs become anchored RE2 patterns for CEL ``matches``: every character but the two wildcards is
 escaped, so a pattern is a plain sequence of literals, ``.`` and ``.*``, which RE2 matches in
@@ -35,6 +41,7 @@ rendered ``delegated`` (the policy stands aside and the webhook keeps judging it
 from __future__ import annotations
 
 import json
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,11 +102,6 @@ OPERATION_VERBS: Mapping[str, tuple[str, ...]] = {
     UPDATE: ("update", "patch"),
     DELETE: ("delete",),
     DELETECOLLECTION: ("deletecollection",),
-}
-# Per scope: where a subject's grant ids go, for users and for groups.
-SUBJECT_FIELDS: Mapping[str, tuple[str, str]] = {
-    "namespace": ("users", "groups"),
-    "cluster": ("clusterUsers", "clusterGroups"),
 }
 
 
@@ -215,54 +217,6 @@ def _names(role: CompiledRole, verbs: Sequence[str], res: Resource) -> tuple[str
     return tuple(name for name in candidates if role.grants(verbs, res, name))
 
 
-# A grant as the table keys it: the role, the resource, and the names it is limited to.
-_GrantKey = tuple[RoleRef, Resource, "tuple[str, ...] | None"]
-
-
-class _Grants:
-    """A namespace's grant table: one id per (role, resource, names), in order of first use.
-
-    What a role means for a resource and operation is worked out once per render, whatever the
-    number of bindings referring to it.
-    """
-
-    def __init__(self) -> None:
-        self.table: dict[str, dict[str, Any]] = {}
-        self._ids: dict[_GrantKey, str] = {}
-        self._names: dict[tuple[RoleRef, Resource, str], tuple[str, ...] | None] = {}
-
-    def names(self, role: CompiledRole, res: Resource, operation: str) -> tuple[str, ...] | None:
-        key = (role.ref, res, operation)
-        if key not in self._names:
-            self._names[key] = _names(role, OPERATION_VERBS[operation], res)
-        return self._names[key]
-
-    def id_for(self, role: CompiledRole, res: Resource, names: tuple[str, ...] | None) -> str:
-        key = (role.ref, res, names)
-        found = self._ids.get(key)
-        if found is None:
-            found = self._ids[key] = _short_id(len(self._ids))
-            self.table[found] = _grant_with_names(role, res, names)
-        return found
-
-    def id_of(self, key: _GrantKey, grant: Mapping[str, Any]) -> str:
-        """The id of an already classified grant (the cluster scope's, resolved once)."""
-        found = self._ids.get(key)
-        if found is None:
-            found = self._ids[key] = _short_id(len(self._ids))
-            self.table[found] = dict(grant)
-        return found
-
-
-def _grant_with_names(
-    role: CompiledRole, res: Resource, names: tuple[str, ...] | None
-) -> dict[str, Any]:
-    grant = _grant_of(role, res)
-    if names is not None:
-        grant["names"] = list(names)
-    return grant
-
-
 def _short_id(n: int) -> str:
     """0 → "0", 35 → "z", 36 → "10": ids stay short, the index repeats them."""
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -300,75 +254,107 @@ def _limited(scope: Scope | None, resources: Sequence[Resource]) -> frozenset[Re
     )
 
 
-def _scope_index(
-    scope: Scope | None, res: Resource, grants: _Grants
-) -> dict[str, dict[str, dict[str, list[str]]]]:
-    """operation → {"User"|"Group" → subject → grant ids} for one scope's bindings of ``res``."""
-    found: dict[str, dict[str, dict[str, list[str]]]] = {}
-    if scope is None:
-        return found
-    for (kind, subject), pairs in sorted(scope.entries.items()):
-        for operation in OPERATION_VERBS:
+# A role's entry: resource key → operation → grant id; under DEFAULT, the operations of every
+# indexed resource the entry does not name.
+Operations = dict[str, str]
+DEFAULT = "*"
+
+
+class _Part:
+    """One scope's share of a namespace's parameters: its subjects' role ids (in binding order),
+    the roles' entries for the indexed resources, and the grants they point to.
+
+    A role is entered once however many bindings refer to it, and a grant once however many
+    roles, resources and operations share it (equal content, one id). ``prefix`` keeps the ids
+    of the cluster scope's part, shared by every namespace, apart from the namespace's own.
+    """
+
+    def __init__(self, scope: Scope | None, resources: Sequence[Resource], prefix: str) -> None:
+        self.resources = resources
+        self.prefix = prefix
+        self.subjects: dict[str, dict[str, list[str]]] = {"User": {}, "Group": {}}
+        self.roles: dict[str, dict[str, Operations]] = {}
+        self.grants: dict[str, dict[str, Any]] = {}
+        self._role_ids: dict[RoleRef, str | None] = {}
+        self._grant_ids: dict[str, str] = {}
+        if scope is None:
+            return
+        for (kind, subject), pairs in sorted(scope.entries.items()):
             ids: list[str] = []
             for _, role in pairs:  # already in binding-name order
-                names = grants.names(role, res, operation)
-                # A collection delete names no object: a rule with resourceNames never grants it.
-                if names is not None and (not names or operation == DELETECOLLECTION):
-                    continue
-                grant = grants.id_for(role, res, names)
-                if grant not in ids:
-                    ids.append(grant)
+                found = self._role_id(role)
+                if found is not None and found not in ids:
+                    ids.append(found)
             if ids:
-                found.setdefault(operation, {}).setdefault(kind, {})[subject] = ids
-    return found
+                self.subjects[kind][subject] = ids
+
+    def _role_id(self, role: CompiledRole) -> str | None:
+        """The id of ``role``'s entry; None when it grants no write of an indexed resource."""
+        if role.ref not in self._role_ids:
+            entry = _with_default(
+                {resource_key(r): self._operations(role, r) for r in self.resources}
+            )
+            found = None
+            if entry:
+                found = self.prefix + _short_id(len(self.roles))
+                self.roles[found] = entry
+            self._role_ids[role.ref] = found
+        return self._role_ids[role.ref]
+
+    def _operations(self, role: CompiledRole, res: Resource) -> Operations:
+        """operation → grant id, for the operations ``role`` grants on ``res``."""
+        found: Operations = {}
+        base: dict[str, Any] | None = None
+        for operation, verbs in OPERATION_VERBS.items():
+            names = _names(role, verbs, res)
+            # A collection delete names no object: a rule with resourceNames never grants it.
+            if names is not None and (not names or operation == DELETECOLLECTION):
+                continue
+            if base is None:
+                base = _grant_of(role, res)
+            grant = base if names is None else {**base, "names": list(names)}
+            found[operation] = self._grant_id(grant)
+        return found
+
+    def _grant_id(self, grant: dict[str, Any]) -> str:
+        key = json.dumps(grant, sort_keys=True)
+        found = self._grant_ids.get(key)
+        if found is None:
+            found = self._grant_ids[key] = self.prefix + _short_id(len(self.grants))
+            self.grants[found] = grant
+        return found
 
 
-@dataclass(frozen=True)
-class _Resolved:
-    """One scope's index of one resource, its grants not yet numbered: ``grants`` are the
-    classified grants in order of first use (as ``_scope_index`` meets them), and ``index`` is
-    operation → kind → subject → positions in ``grants``."""
-
-    index: Mapping[str, Mapping[str, Mapping[str, Sequence[int]]]]
-    grants: Sequence[tuple[_GrantKey, Mapping[str, Any]]]
-
-    @classmethod
-    def of(cls, scope: Scope, res: Resource) -> _Resolved:
-        local = _Grants()
-        numbered = _scope_index(scope, res, local)
-        order = list(local._ids)  # the keys in order of first use, as the ids were given
-        position = {local._ids[key]: n for n, key in enumerate(order)}
-        index = {
-            op: {kind: {s: [position[i] for i in ids] for s, ids in subjects.items()}
-                 for kind, subjects in kinds.items()}
-            for op, kinds in numbered.items()
-        }  # fmt: skip
-        return cls(index, [(key, local.table[local._ids[key]]) for key in order])
-
-    def numbered(self, grants: _Grants) -> dict[str, dict[str, dict[str, list[str]]]]:
-        """The index with ``grants``' ids: new grants are numbered in order of first use, so
-        the ids are those ``_scope_index`` would give."""
-        ids = [grants.id_of(key, grant) for key, grant in self.grants]
-        return {
-            op: {kind: {s: [ids[n] for n in found] for s, found in subjects.items()}
-                 for kind, subjects in kinds.items()}
-            for op, kinds in self.index.items()
-        }  # fmt: skip
+def _with_default(entry: Mapping[str, Operations]) -> dict[str, Operations]:
+    """``entry`` without the resources the role does not grant, and with the operations most
+    resources share under ``DEFAULT`` when that spares lines: a role granting every indexed
+    resource alike (a ``*`` rule) is one line. Empty when the role grants none of them."""
+    counts = Counter(tuple(ops.items()) for ops in entry.values())  # in OPERATION_VERBS order
+    common: Operations = {}
+    if counts:
+        items, count = counts.most_common(1)[0]
+        common = dict(items) if count > 1 else {}
+    if not common:
+        return {key: ops for key, ops in entry.items() if ops}
+    # Under a default, a resource the role does not grant is written empty.
+    return {DEFAULT: common, **{key: ops for key, ops in entry.items() if ops != common}}
 
 
 class _ClusterScope:
-    """The ClusterRoleBindings resolved once for every namespace's render.
+    """The ClusterRoleBindings' part, shared by every namespace's render.
 
     They are copied into every namespace's parameters, and resolving them again for each one
-    made a full render cost (namespaces) x (cluster bindings) x (resources). What is kept depends on
-    the cluster scope alone (the same object until a ClusterRoleBinding or a role it binds
-    changes); each namespace only numbers the grants in its own table.
+    made a full render cost (namespaces) x (cluster bindings) x (resources). A part depends on
+    the cluster scope (the same object until a ClusterRoleBinding or a role it binds changes) and
+    the indexed resources (the same in most namespaces); the last few are kept.
     """
+
+    KEPT = 16
 
     def __init__(self, scope: Scope | None) -> None:
         self.scope = scope
         self._limited: dict[tuple[Resource, ...], frozenset[Resource]] = {}
-        self._resolved: dict[Resource, _Resolved] = {}
+        self._parts: OrderedDict[tuple[Resource, ...], _Part] = OrderedDict()
 
     def limited(self, resources: tuple[Resource, ...]) -> frozenset[Resource]:
         found = self._limited.get(resources)
@@ -376,15 +362,18 @@ class _ClusterScope:
             found = self._limited[resources] = _limited(self.scope, resources)
         return found
 
-    def index(self, res: Resource, grants: _Grants) -> dict[str, dict[str, dict[str, list[str]]]]:
-        if self.scope is None:
-            return {}
-        found = self._resolved.get(res)
+    def part(self, indexed: tuple[Resource, ...]) -> _Part:
+        found = self._parts.get(indexed)
         if found is None:
-            found = self._resolved[res] = _Resolved.of(self.scope, res)
-        return found.numbered(grants)
+            found = self._parts[indexed] = _Part(self.scope, indexed, CLUSTER_PREFIX)
+            if len(self._parts) > self.KEPT:
+                self._parts.popitem(last=False)
+        self._parts.move_to_end(indexed)
+        return found
 
 
+# Ids of the cluster scope's roles and grants ("c0", ...), apart from a namespace's own ("0").
+CLUSTER_PREFIX = "c"
 _cluster = _ClusterScope(None)
 
 
@@ -400,38 +389,30 @@ def _cluster_scope(snapshot: Snapshot) -> _ClusterScope:
 
 def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
     """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding."""
-    own = snapshot.bindings.scopes.get(namespace)
-    cluster = _cluster_scope(snapshot)
-    limited = _limited(own, target.resources) | cluster.limited(target.resources)
-    grants = _Grants()
-    rules: dict[str, dict[str, dict[str, dict[str, list[str]]]]] = {}
-    for res in (r for r in target.resources if r in limited):
-        # operation → users|groups|clusterUsers|clusterGroups → subject → grant ids
-        operations: dict[str, dict[str, dict[str, list[str]]]] = {}
-        for scope_name in ("namespace", "cluster"):
-            users, groups = SUBJECT_FIELDS[scope_name]
-            if scope_name == "namespace":
-                found = _scope_index(own, res, grants)
-            else:
-                found = cluster.index(res, grants)
-            for operation, subjects in found.items():
-                entry = operations.setdefault(operation, {})
-                if "User" in subjects:
-                    entry[users] = subjects["User"]
-                if "Group" in subjects:
-                    entry[groups] = subjects["Group"]
-        rules[resource_key(res)] = {
-            op: operations[op] for op in OPERATION_VERBS if op in operations
-        }
+    own_scope = snapshot.bindings.scopes.get(namespace)
+    cluster_scope = _cluster_scope(snapshot)
+    limited = _limited(own_scope, target.resources) | cluster_scope.limited(target.resources)
+    indexed = tuple(r for r in target.resources if r in limited)
+    own, cluster = _Part(own_scope, indexed, ""), cluster_scope.part(indexed)
+    grants = {**own.grants, **cluster.grants}
     base: dict[str, Any] = {
         "mode": target.options.mode,
         "allowUnlabeled": target.options.allow_unlabeled,
     }
     if target.options.mode != ENFORCE or any(
-        g.get("mode", ENFORCE) != ENFORCE for g in grants.table.values()
+        g.get("mode", ENFORCE) != ENFORCE for g in grants.values()
     ):
         base["softened"] = True  # the warn and audit policies look further only then
-    spec = {**base, "rules": rules, "grants": grants.table}
+    spec = {
+        **base,
+        "indexed": [resource_key(r) for r in indexed],
+        "users": own.subjects["User"],
+        "groups": own.subjects["Group"],
+        "clusterUsers": cluster.subjects["User"],
+        "clusterGroups": cluster.subjects["Group"],
+        "roles": {**own.roles, **cluster.roles},
+        "grants": grants,
+    }
     size = _size(spec)
     if size > target.max_bytes:
         reason = (
@@ -439,8 +420,8 @@ def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
             f"limit of {target.max_bytes}: the webhook keeps judging its writes"
         )
         delegated = {**base, "delegated": reason}
-        return Rendered(namespace, delegated, len(grants.table), _size(delegated), reason)
-    return Rendered(namespace, spec, len(grants.table), size)
+        return Rendered(namespace, delegated, len(grants), _size(delegated), reason)
+    return Rendered(namespace, spec, len(grants), size)
 
 
 def _size(spec: Mapping[str, Any]) -> int:

@@ -18,6 +18,7 @@ from app.engine.kinds import BY_KIND
 from app.engine.model import AUDIT, WARN, Resource
 from app.engine.params import (
     ALL,
+    DEFAULT,
     WEBHOOK_RESOURCES,
     Target,
     glob_pattern,
@@ -59,23 +60,48 @@ def spec_of(*objects: tuple[str, dict[str, Any]], namespace: str = "t1", **kw: A
     return render(snapshot(*objects), namespace, Target.of(TARGET.resources, **kw)).spec
 
 
-def grant_roles(spec: Any, ids: list[str]) -> list[str]:
-    return [spec["grants"][i]["role"] for i in ids]
+def granted(
+    spec: Any, field: str, subject: str, key: str = "configmaps", op: str = "CREATE"
+) -> list[dict[str, Any]]:
+    """The grants ``spec`` gives ``subject`` (under ``field``) for ``op`` of ``key``, looked up
+    as the policy looks them up."""
+    if key not in spec["indexed"]:
+        return []
+    found = []
+    for role_id in spec[field].get(subject, []):
+        entry = spec["roles"][role_id]
+        operations = entry.get(key, entry.get(DEFAULT, {}))
+        if op in operations:
+            found.append(spec["grants"][operations[op]])
+    return found
 
 
-def test_subjects_are_indexed_by_resource_operation_and_name_in_binding_order() -> None:
+def grant_roles(spec: Any, field: str, subject: str, op: str = "CREATE") -> list[str]:
+    return [g["role"] for g in granted(spec, field, subject, op=op)]
+
+
+def test_subjects_are_indexed_by_name_in_binding_order() -> None:
     spec = spec_of(*OBJECTS)
-    create = spec["rules"]["configmaps"]["CREATE"]
-    assert grant_roles(spec, create["users"]["alice"]) == ["role t1/team-a"]
-    assert grant_roles(spec, create["groups"]["tenants"]) == ["role t1/shared"]
+    assert grant_roles(spec, "users", "alice") == ["role t1/team-a"]
+    assert grant_roles(spec, "groups", "tenants") == ["role t1/shared"]
     # A ServiceAccount subject is its user name; an omitted namespace would be the binding's.
-    assert grant_roles(spec, create["users"]["system:serviceaccount:ci:builder"]) == [
-        "role t1/team-a"
-    ]
+    assert grant_roles(spec, "users", "system:serviceaccount:ci:builder") == ["role t1/team-a"]
     # carol-a sorts before carol-editor: the webhook's order, so messages agree.
-    assert grant_roles(spec, create["users"]["carol"]) == ["role t1/team-a", "role t1/editor"]
+    assert grant_roles(spec, "users", "carol") == ["role t1/team-a", "role t1/editor"]
     # shared grants create only.
-    assert "groups" not in spec["rules"]["configmaps"]["UPDATE"]
+    assert grant_roles(spec, "groups", "tenants", op="UPDATE") == []
+
+
+def test_each_subject_role_and_grant_is_written_once() -> None:
+    many = [binding(f"u{i}", "team-a", f"User:u{i}", namespace="t1") for i in range(50)]
+    spec = spec_of(*OBJECTS, *many)
+    # Fifty more subjects of one role: fifty short lists, no more roles or grants.
+    assert spec["roles"] == spec_of(*OBJECTS)["roles"]
+    assert spec["grants"] == spec_of(*OBJECTS)["grants"]
+    assert {tuple(spec["users"][f"u{i}"]) for i in range(50)} == {tuple(spec["users"]["alice"])}
+    # team-a grants every operation alike: one grant for all four.
+    (team_a,) = spec["users"]["alice"]
+    assert len(set(spec["roles"][team_a]["configmaps"].values())) == 1
 
 
 def test_grants_carry_what_the_webhook_judges_and_says() -> None:
@@ -95,8 +121,13 @@ def test_grants_carry_what_the_webhook_judges_and_says() -> None:
 
 def test_only_resources_a_restricted_role_grants_are_indexed() -> None:
     # secrets are granted by the editor alone (unrestricted): nothing for the policy to judge.
-    assert set(spec_of(*OBJECTS)["rules"]) == {"configmaps"}
-    assert spec_of(EDITOR, binding("e", "editor", "User:carol", namespace="t1"))["rules"] == {}
+    spec = spec_of(*OBJECTS)
+    assert spec["indexed"] == ["configmaps"]
+    # The editor's entry names configmaps only, as nothing else is indexed.
+    (editor,) = [r for r in spec["users"]["carol"] if r not in spec["users"]["alice"]]
+    assert set(spec["roles"][editor]) == {"configmaps"}
+    alone = spec_of(EDITOR, binding("e", "editor", "User:carol", namespace="t1"))
+    assert (alone["indexed"], alone["users"], alone["roles"]) == ([], {}, {})
 
 
 def test_cluster_role_bindings_are_copied_into_every_namespace_after_its_own() -> None:
@@ -107,9 +138,61 @@ def test_cluster_role_bindings_are_copied_into_every_namespace_after_its_own() -
     )
     for namespace in ("t1", "t2"):
         spec = spec_of(*objects, namespace=namespace)
-        create = spec["rules"]["configmaps"]["CREATE"]
-        assert grant_roles(spec, create["clusterGroups"]["tenants"]) == ["clusterrole view-a"]
-    assert "groups" not in spec_of(*objects, namespace="t2")["rules"]["configmaps"]["CREATE"]
+        assert grant_roles(spec, "clusterGroups", "tenants") == ["clusterrole view-a"]
+    assert spec_of(*objects, namespace="t2")["groups"] == {}
+
+
+def test_a_role_granting_every_indexed_resource_alike_is_one_default_entry() -> None:
+    widgets = role(
+        "widgets",
+        "t1",
+        [rule("*", "widgets", "example.com")],
+        {"widgets.example.com": {"team": ["a"]}},
+    )
+    everything = role("everything", "", [rule("*", "*", "*")])
+    spec = spec_of(
+        *OBJECTS,
+        widgets,
+        binding("w", "widgets", "User:alice", namespace="t1"),
+        everything,
+        binding("root", "everything", "User:root"),
+    )
+    assert spec["indexed"] == ["configmaps", "widgets.example.com"]
+    (root,) = spec["clusterUsers"]["root"]
+    assert set(spec["roles"][root]) == {DEFAULT}
+    for key in spec["indexed"]:
+        (grant,) = granted(spec, "clusterUsers", "root", key=key)
+        assert grant == {"role": "clusterrole everything", "unrestricted": True}
+    # team-a grants configmaps alone: widgets are left out of its entry, not written empty.
+    (team_a,) = spec["users"]["alice"][:1]
+    assert (
+        granted(spec, "users", "alice", key="widgets.example.com")[0]["role"] == "role t1/widgets"
+    )
+    assert DEFAULT not in spec["roles"][team_a]
+
+
+def test_under_a_default_a_resource_the_role_does_not_grant_is_written_empty() -> None:
+    restricts = role(
+        "restricts",
+        "t1",
+        [rule("*", "secrets"), rule("*", "widgets", "example.com")],
+        {"*": {"team": ["a"]}},
+    )
+    two = role("two", "", [rule("*", "configmaps secrets")])
+    spec = spec_of(
+        *OBJECTS,
+        restricts,
+        binding("r", "restricts", "User:alice", namespace="t1"),
+        two,
+        binding("two", "two", "User:two"),
+    )
+    assert spec["indexed"] == ["configmaps", "secrets", "widgets.example.com"]
+    (two_id,) = spec["clusterUsers"]["two"]
+    assert spec["roles"][two_id]["widgets.example.com"] == {}
+    assert set(spec["roles"][two_id]) == {DEFAULT, "widgets.example.com"}
+    for key in ("configmaps", "secrets"):
+        assert [g["role"] for g in granted(spec, "clusterUsers", "two", key)] == ["clusterrole two"]
+    assert granted(spec, "clusterUsers", "two", "widgets.example.com") == []
 
 
 def test_a_role_with_an_invalid_annotation_is_void_with_the_webhooks_words() -> None:
@@ -142,8 +225,9 @@ def test_resource_names_are_carried_per_operation(
     )
     spec = spec_of(named, binding("n", "named", "User:erin", namespace="t1"))
     found = {
-        op: spec["grants"][entry["users"]["erin"][0]].get("names")
-        for op, entry in spec["rules"]["configmaps"].items()
+        op: grants[0].get("names")
+        for op in ("CREATE", "UPDATE", "DELETE", "DELETECOLLECTION")
+        if (grants := granted(spec, "users", "erin", op=op))
     }
     assert found == expected
 
@@ -304,5 +388,5 @@ def test_cluster_bindings_resolved_once_follow_every_change_and_every_snapshot()
             assert ours == render(whole.snapshot, namespace, TARGET).spec
     # The changes did reach the cluster-wide subjects.
     first, last = (render(live.snapshot, "t1", TARGET).spec for live in (lives[0], lives[-1]))
-    assert "clusterUsers" not in first["rules"]["configmaps"]["CREATE"]
-    assert "alice" in last["rules"]["configmaps"]["CREATE"]["clusterUsers"]
+    assert "alice" not in first["clusterUsers"]
+    assert grant_roles(last, "clusterUsers", "alice") == ["clusterrole edit-all"]
