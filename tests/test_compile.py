@@ -10,7 +10,14 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from app.compile import FIELD_MANAGER, MERGE, LeaderLease, ParamsWriter, PendingNamespaces
+from app.compile import (
+    FIELD_MANAGER,
+    MERGE,
+    WRITERS,
+    LeaderLease,
+    ParamsWriter,
+    PendingNamespaces,
+)
 from app.coverage import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
@@ -313,3 +320,14 @@ def test_a_touched_namespace_goes_before_the_rest_of_a_full_render() -> None:
     pending.add(["n7"])
     assert pending.take(known, set(), 2) == ["n7", "n2"]
     assert pending.take(known, set(), 10) == ["n3", "n4", "n5", "n6", "n8", "n9"]
+
+
+def test_statuses_wait_while_parameters_are_pending() -> None:
+    client, clock = Client(), [0.0]
+    many = [namespace(f"n{i:02}") for i in range(3 * WRITERS)]
+    writer(client, clock).step(live(*OBJECTS, *many).snapshot)
+    kinds = ["status" if p.endswith("/status") else "params" for _, p, _, _ in client.writes
+             if "labelrbacparams" in p]  # fmt: skip
+    # Every namespace's parameters first (the statuses, not read by the policy, wait), then
+    # every status.
+    assert kinds == ["params"] * (len(many) + 2) + ["status"] * (len(many) + 2)
