@@ -47,9 +47,9 @@ from app.engine.params import (
     MAX_BYTES,
     NAME,
     PLURAL,
+    Namespaces,
     Rendered,
     Target,
-    namespaces_of,
     render,
     touched,
 )
@@ -382,7 +382,7 @@ class ParamsWriter:
         """Up to ``most`` pending namespaces of ``snapshot`` not being written now, no longer
         pending."""
         with self._lock:
-            return self._pending.take(namespaces_of(snapshot), busy, most)
+            return self._pending.take(Namespaces(snapshot), busy, most)
 
     def _write_pending(self, snapshot: Snapshot, target: Target) -> int:
         """Render and write the pending namespaces, ``WRITERS`` requests at a time, as a

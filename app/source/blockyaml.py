@@ -67,6 +67,8 @@ def implicit_tag(text: str) -> str | None:
         if regexp.match(text):
             return tag
     return None
+
+
 # Everything libyaml reads as printable, less tabs, carriage returns, NEL, the line and paragraph
 # separators (line breaks to YAML 1.1) and the byte order mark.
 _OUTSIDE = re.compile(

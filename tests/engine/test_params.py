@@ -20,6 +20,7 @@ from app.engine.params import (
     ALL,
     DEFAULT,
     WEBHOOK_RESOURCES,
+    Namespaces,
     Target,
     glob_pattern,
     in_scope,
@@ -390,3 +391,12 @@ def test_cluster_bindings_resolved_once_follow_every_change_and_every_snapshot()
     first, last = (render(live.snapshot, "t1", TARGET).spec for live in (lives[0], lives[-1]))
     assert "alice" not in first["clusterUsers"]
     assert grant_roles(last, "clusterUsers", "alice") == ["clusterrole edit-all"]
+
+
+def test_the_namespaces_view_is_the_set_of_namespaces_getting_parameters() -> None:
+    state = live_of(BASE).snapshot
+    view = Namespaces(state)
+    assert set(view) == namespaces_of(state) == {"t1", "t2", "t3", "t4"}
+    assert all(name in view for name in namespaces_of(state))
+    # The cluster scope ("") and a namespace with neither a Namespace nor a RoleBinding are not.
+    assert "" not in view and "t9" not in view and len(view) == 4
