@@ -4,10 +4,11 @@ The compiler watches RBAC through the webhook's own cluster source (``ClusterSou
 informers and incremental snapshot) and renders parameters with ``app.engine.params``. Each batch
 of changes the source applies marks the namespaces it touches (``params.touched``); the writer
 renders only those and writes each with server-side apply under its own field manager, skipping
-an object whose content did not change. Writes are a pipeline of ``WRITERS`` at a time: a
-namespace touched while others are written is taken as soon as a writer is free, never after a
-whole batch, and the statuses (which enforcement does not read) take only the writers the
-parameters leave free. A namespace too large to compile is written
+an object whose content did not change. The status goes in the same apply: one request per
+namespace (the API server spends as much on a status write as on the parameters). Writes are a
+pipeline of ``WRITERS`` at a time: a namespace touched while others are written is taken as soon
+as a writer is free, never after a whole batch, and the lease is renewed with writes in flight
+(the pipeline is never drained for it). A namespace too large to compile is written
 ``delegated`` and an Event says so. A compiled namespace is labeled ``labelrbac.io/compiled``
 (``params.MARK``) once its parameters are written, and the label is taken off before they are
 written delegated: with the label, the webhook leaves the namespace's plain writes to the policy.
@@ -20,19 +21,19 @@ again, so nothing its predecessor had not written yet is lost, and writes only t
 parameters differ (namespaces a change touches first).
 
 The leader also keeps the webhook registration's ``skip-unjudged`` conditions in step with the
-roles and the served resources (``app.coverage.CoverageWriter``).
+roles and the served resources (``app.coverage.CoverageWriter``), in a thread of its own: its
+reads of the registration never hold up a namespace's parameters.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,6 +52,7 @@ from app.engine.params import (
     Rendered,
     Target,
     render,
+    spec_text,
     touched,
 )
 from app.engine.rbac import Snapshot
@@ -74,6 +76,10 @@ DISCOVERY_INTERVAL = 60.0
 # many at a time: one by one, a batch of changes touching a hundred namespaces waited for two
 # hundred round trips, each behind the one before.
 WRITERS = 8
+# How often steady writing is logged.
+REPORT_EVERY = 10.0
+# The status condition saying whether the namespace is compiled or left to the webhook.
+CONDITION = "Compiled"
 # Page size and (connect, read) timeouts of the lists a new leader reads.
 LIST_PAGE = 500
 LIST_TIMEOUT = (10.0, 60.0)
@@ -203,20 +209,25 @@ class Written:
     spec: str
     delegated: bool
     marked: bool
+    since: str = ""  # when the Compiled condition last changed (its lastTransitionTime)
 
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-def _stored_params(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
-    """(namespace, spec text as ``ParamsWriter._due`` compares it, delegated) of a stored
-    ``LabelRbacParams``; a namespace of "" for another object than the compiler's."""
+def _stored_params(obj: Mapping[str, Any]) -> tuple[str, Written | None]:
+    """(namespace, what it holds) of a stored ``LabelRbacParams``, its mark not known yet;
+    ("", None) for another object than the compiler's."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec")
     if meta.get("name") != NAME or not isinstance(spec, dict):
-        return "", "", False
-    return str(meta.get("namespace") or ""), json.dumps(spec, sort_keys=True), "delegated" in spec
+        return "", None
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    since = next((str(c.get("lastTransitionTime") or "") for c in conditions
+                  if isinstance(c, dict) and c.get("type") == CONDITION), "")  # fmt: skip
+    text = spec_text(spec)
+    return str(meta.get("namespace") or ""), Written(text, "delegated" in spec, False, since)
 
 
 class PendingNamespaces:
@@ -288,10 +299,14 @@ class ParamsWriter:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._written: dict[str, Written] = {}
-        # Statuses not written yet, the newest per namespace, in order of first queueing.
-        self._statuses: dict[str, dict[str, Any]] = {}
         self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="params-writer")
+        # Writes in flight, carried from one step to the next (a step never waits for them all).
+        self._running: dict[Future[Written | None], str] = {}
+        # The coverage runs beside the writes: its reads never hold up a touched namespace.
+        self._covering = ThreadPoolExecutor(1, thread_name_prefix="coverage")
+        self._coverage_due: Future[None] | None = None
         self._version = ""
+        self._unreported, self._reported_at = 0, 0.0
         self.leading = False
 
     def applied(self, live: LiveSnapshot, changes: list[Change], version: str) -> None:
@@ -311,24 +326,42 @@ class ParamsWriter:
                 self._pending.add(ALL)
             self._written = self._stored()
             if self._coverage is not None:
-                self._coverage.reset()
+                self._covering.submit(self._coverage.reset)  # after any check running now
         elif self.leading and not leading:
             log.info("lost the lease; no longer writing")
-            with self._lock:
-                self._statuses.clear()  # the next leader writes its own
         self.leading = leading
         if not leading or snapshot is None:
             return 0
         target = self._refresh_target()
         done = self._write_pending(snapshot, target)
-        if done:
-            log.info("wrote the parameters of %d namespaces", done)
-        if self._coverage is not None and self._lease.current():
-            try:
-                self._coverage.step(snapshot, self.served)
-            except KubeError as exc:
-                log.warning("could not update %s: %s", self._coverage.name, exc)
+        self._report(done)
+        if self._coverage_due is None or self._coverage_due.done():
+            self._coverage_due = self._covering.submit(self._cover, snapshot)
         return done
+
+    def _report(self, done: int) -> None:
+        """Log how many namespaces were written: when the writes in flight are done, or every
+        ``REPORT_EVERY`` seconds of steady churn (a step ends at every finished write)."""
+        self._unreported += done
+        now = time.monotonic()
+        if self._unreported and (not self._running or now - self._reported_at > REPORT_EVERY):
+            log.info("wrote the parameters of %d namespaces", self._unreported)
+            self._unreported, self._reported_at = 0, now
+
+    def _cover(self, snapshot: Snapshot) -> None:
+        """Bring the registration's coverage in step with ``snapshot`` (the coverage thread)."""
+        if self._coverage is None or not self._lease.current():
+            return
+        try:
+            self._coverage.step(snapshot, self.served)
+        except KubeError as exc:
+            log.warning("could not update %s: %s", self._coverage.name, exc)
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait for the writes in flight and the coverage check (tests; shutting down)."""
+        wait(list(self._running), timeout)
+        if self._coverage_due is not None:
+            wait([self._coverage_due], timeout)
 
     def _stored(self) -> dict[str, Written]:
         """What the parameters already say, as written: a replica taking the lease over renders
@@ -347,9 +380,9 @@ class ParamsWriter:
             log.warning("could not read the parameters written so far: %s", exc)
             return {}
         return {
-            namespace: Written(text, delegated, namespace in compiled)
-            for namespace, text, delegated in stored
-            if namespace
+            namespace: replace(written, marked=namespace in compiled)
+            for namespace, written in stored
+            if written is not None
         }
 
     def _lease_name(self) -> tuple[str, str]:
@@ -369,7 +402,7 @@ class ParamsWriter:
     def _due(self, rendered: Rendered) -> str:
         """The spec's text when ``rendered`` differs from what was last written (content or
         mark), else ""."""
-        text = json.dumps(rendered.spec, sort_keys=True)
+        text = rendered.text
         previous = self._written.get(rendered.namespace)
         unchanged = (
             previous is not None
@@ -387,17 +420,17 @@ class ParamsWriter:
     def _write_pending(self, snapshot: Snapshot, target: Target) -> int:
         """Render and write the pending namespaces, ``WRITERS`` requests at a time, as a
         pipeline: a namespace touched meanwhile is taken as soon as a writer is free (one being
-        written is taken again after its write, so each namespace's writes stay in order), for
-        up to a third of the lease, so the lease is renewed. Statuses, which enforcement does not
-        read, take the writers the parameters leave free. The parameters written; a namespace
-        that fails, or is left because the lease may have moved on, is pending again for the
-        next step."""
+        written is taken again after its write, so each namespace's writes stay in order). Returns
+        when nothing is pending or in flight, or after a third of the lease (so the lease is
+        renewed) with the writes in flight still running: the pipeline is never drained to
+        renew. The parameters written; a namespace that fails, or is left because the lease may
+        have moved on, is pending again for the next step."""
         done = 0
         failed: set[str] = set()
         deadline = time.monotonic() + self._lease.duration / 3
-        running: dict[Future[Written | None], str] = {}  # "" for a status
+        running = self._running
         while True:
-            if time.monotonic() < deadline and self._lease.current():
+            if self._lease.current():
                 current = (self._snapshots() if self._snapshots else None) or snapshot
                 busy = set(running.values()) | failed
                 for namespace in self._take(current, busy, WRITERS - len(running)):
@@ -405,16 +438,14 @@ class ParamsWriter:
                     if text := self._due(rendered):
                         previous = self._written.get(namespace)
                         future = self._pool.submit(self._write, rendered, text, previous)
+                        future.add_done_callback(lambda _: self._wake.set())
                         running[future] = namespace
-                while len(running) < WRITERS and (status := self._next_status()):
-                    running[self._pool.submit(self._write_status, *status)] = ""
-            if not running:
+            left = deadline - time.monotonic()
+            if not running or left <= 0:
                 return done
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            finished, _ = wait(running, left, FIRST_COMPLETED)
             for future in finished:
                 namespace = running.pop(future)
-                if not namespace:
-                    continue
                 if (result := self._result(namespace, future)) is None:
                     with self._lock:
                         self._pending.add((namespace,))
@@ -431,22 +462,6 @@ class ParamsWriter:
             log.warning("could not write the parameters of %s: %s", namespace, exc)
             return None
 
-    def _next_status(self) -> tuple[str, dict[str, Any]] | None:
-        """The status queued first (the newest of its namespace), or None."""
-        with self._lock:
-            if not self._statuses:
-                return None
-            path = next(iter(self._statuses))
-            return path, self._statuses.pop(path)
-
-    def _write_status(self, path: str, body: dict[str, Any]) -> None:
-        if not self._lease.current():
-            return  # the next leader writes its own
-        try:
-            self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
-        except KubeError as exc:
-            log.warning("could not write %s: %s", path, exc)
-
     def _write(self, rendered: Rendered, text: str, previous: Written | None) -> Written | None:
         """Write a namespace's parameters, and its mark after them (before them when it loses
         it), so that at every moment the webhook or the policy judges its writes. None, writing
@@ -458,14 +473,17 @@ class ParamsWriter:
         if delegated and marked:
             marked = self._mark(rendered.namespace, False)
         path = f"/apis/{API_VERSION}/namespaces/{rendered.namespace}/{PLURAL}/{NAME}"
-        self._client.send("PATCH", path, rendered.manifest(), _APPLY_QUERY, APPLY)
-        with self._lock:
-            self._statuses[f"{path}/status"] = self._status(rendered)
+        # The condition's transition time stays while it says the same.
+        since = _now().split(".")[0] + "Z"
+        if previous is not None and previous.delegated == delegated and previous.since:
+            since = previous.since
+        body = {**rendered.manifest(), "status": self._status(rendered, since)}
+        self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
         if delegated and (previous is None or not previous.delegated):
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked):
             marked = self._mark(rendered.namespace, True)
-        return Written(text, delegated, marked)
+        return Written(text, delegated, marked, since)
 
     def _mark(self, namespace: str, compiled: bool) -> bool:
         """Label the Namespace compiled, or take the label off; whether it now carries it."""
@@ -479,22 +497,19 @@ class ParamsWriter:
             return False  # no such Namespace: nothing to mark, nothing to unmark
         return compiled
 
-    def _status(self, rendered: Rendered) -> dict[str, Any]:
+    def _status(self, rendered: Rendered, since: str) -> dict[str, Any]:
         condition = {
-            "type": "Compiled",
+            "type": CONDITION,
             "status": "False" if rendered.delegated else "True",
             "reason": "TooLarge" if rendered.delegated else "Compiled",
             "message": rendered.delegated or "the label rule of this namespace is compiled",
-            "lastTransitionTime": _now().split(".")[0] + "Z",
+            "lastTransitionTime": since,
         }
         return {
-            **{k: v for k, v in rendered.manifest().items() if k != "spec"},
-            "status": {
-                "observedResourceVersion": self._version,
-                "grants": rendered.grants,
-                "bytes": rendered.size,
-                "conditions": [condition],
-            },
+            "observedResourceVersion": self._version,
+            "grants": rendered.grants,
+            "bytes": rendered.size,
+            "conditions": [condition],
         }
 
     def _event(self, rendered: Rendered) -> None:
@@ -564,8 +579,9 @@ def run(
                 writer.step(source.snapshot())
             except KubeError as exc:
                 log.warning("compile round failed: %s", exc)
-            writer.wait(retry)
+            writer.wait(retry)  # woken by a change, or a write finished
     finally:
+        writer.settle(lease.duration)
         source.stop()
 
 

@@ -13,7 +13,6 @@ from typing import Any
 from app.compile import (
     FIELD_MANAGER,
     MERGE,
-    WRITERS,
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
@@ -44,6 +43,7 @@ class Client:
         self.meet: threading.Barrier | None = None  # parameter writes wait for each other
         self.during: Callable[[str], None] | None = None  # called once a parameter write is sent
         self.listed: dict[str, list[dict[str, Any]]] = {}  # what the API server lists, by path
+        self.hold: dict[str, threading.Event] = {}  # namespace → its parameter writes wait for it
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -59,9 +59,12 @@ class Client:
         with self._lock:
             self.writes.append((method, path, body, list(query)))
             self.types.append(a[0] if a else "")
-        if self.meet is not None and path.endswith(f"/labelrbacparams/{NAME}"):
+        params = path.endswith(f"/labelrbacparams/{NAME}")
+        if self.meet is not None and params:
             self.meet.wait()
-        if self.during is not None and path.endswith(f"/labelrbacparams/{NAME}"):
+        if params and (held := self.hold.get(path.split("/")[5])):
+            held.wait(10)
+        if self.during is not None and params:
             during, self.during = self.during, None
             during(path.split("/")[5])
         if path in self.missing:
@@ -76,8 +79,7 @@ class Client:
         return [each(item) for item in self.listed.get(path, [])], "1"
 
     def params_written(self) -> list[str]:
-        return [p.split("/")[5] for m, p, _, _ in self.writes if "labelrbacparams" in p and
-                not p.endswith("/status")]  # fmt: skip
+        return [p.split("/")[5] for m, p, _, _ in self.writes if "labelrbacparams" in p]
 
 
 def live(*objects: tuple[str, dict[str, Any]]) -> LiveSnapshot:
@@ -105,8 +107,9 @@ def writer(
     clock: list[float],
     max_bytes: int = 1_400_000,
     snapshots: Callable[[], Snapshot | None] | None = None,
+    lease_seconds: float = 15.0,
 ) -> ParamsWriter:
-    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    lease = LeaderLease(client, "label-rbac", "lead", "me", lease_seconds, clock=lambda: clock[0])  # type: ignore[arg-type]
     return ParamsWriter(
         client,  # type: ignore[arg-type]
         lease,
@@ -118,14 +121,16 @@ def writer(
 
 
 def story(client: Client, namespace: str) -> list[str]:
-    """What was written for ``namespace``, in order: params, status, or the mark set/removed."""
+    """What was written for ``namespace``, in order: params (with their status), or the mark
+    set/removed."""
     told = []
     for (method, path, body, _), kind in zip(client.writes, client.types, strict=True):
         if path == f"/api/v1/namespaces/{namespace}":
             assert (method, kind) == ("PATCH", MERGE)
             told.append(f"mark={body['metadata']['labels'][MARK]}")
         elif f"/namespaces/{namespace}/labelrbacparams" in path:
-            told.append("status" if path.endswith("/status") else "params")
+            assert not path.endswith("/status")  # the status goes with the parameters
+            told.append("params")
     return told
 
 
@@ -147,8 +152,9 @@ def test_the_leader_writes_every_namespace_then_only_what_a_change_touches() -> 
     params.applied(state, [change], "42")
     assert params.step(state.snapshot) == 1
     assert client.params_written() == ["t1"]
-    status = next(b for _, p, b, _ in client.writes if p.endswith("/status"))
-    assert status["status"]["observedResourceVersion"] == "42"
+    status = next(b for _, p, b, _ in client.writes if "labelrbacparams" in p)["status"]
+    assert status["observedResourceVersion"] == "42"
+    assert status["grants"] == 1 and status["conditions"][0]["status"] == "True"
 
 
 def test_a_new_leader_writes_only_the_parameters_that_differ_from_those_stored() -> None:
@@ -241,14 +247,14 @@ def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegati
     params = writer(client, clock)
     params.step(state.snapshot)
     # Marked once the policy can read what it needs; never marked again while unchanged.
-    assert story(client, "t1") == ["params", "mark=true", "status"]
+    assert story(client, "t1") == ["params", "mark=true"]
     client.writes.clear()
     client.types.clear()
     assert params.step(state.snapshot) == 0 and client.writes == []
     # Too large now: the mark goes first (the webhook judges again), then the delegation.
     small = writer(client, clock, max_bytes=200)
     small.step(state.snapshot)
-    assert story(client, "t1") == ["mark=None", "params", "status"]
+    assert story(client, "t1") == ["mark=None", "params"]
 
 
 def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> None:
@@ -264,7 +270,7 @@ def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> N
     change = ("Namespace", None, ("t2", {}))
     params.applied(state, [change], "43")
     params.step(state.snapshot)
-    assert story(client, "t2") == ["params", "mark=true", "status"]
+    assert story(client, "t2") == ["params", "mark=true"]
 
 
 def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> None:
@@ -289,6 +295,7 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     )
     state = live(*OBJECTS).snapshot
     params.step(state)
+    params.settle(10)  # the check runs beside the writes
     assert seen == [(state, tuple(served))]
     client.lease = {
         "metadata": {"name": "lead", "resourceVersion": "8"},
@@ -296,6 +303,7 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     }
     clock[0] = 6.0  # past a renewal period: the lease is read again, and is someone else's
     params.step(state)
+    params.settle(10)
     assert len(seen) == 1
 
 
@@ -322,12 +330,76 @@ def test_a_touched_namespace_goes_before_the_rest_of_a_full_render() -> None:
     assert pending.take(known, set(), 10) == ["n3", "n4", "n5", "n6", "n8", "n9"]
 
 
-def test_statuses_wait_while_parameters_are_pending() -> None:
+def test_the_compiled_condition_keeps_its_transition_time_while_it_says_the_same() -> None:
+    def condition(client: Client, namespace: str) -> dict[str, Any]:
+        (body,) = [b for _, p, b, _ in client.writes if f"{namespace}/labelrbacparams" in p]
+        return dict(body["status"]["conditions"][0])
+
+    first, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    writer(first, clock).step(state.snapshot)
+    stored = [b for _, p, b, _ in first.writes if p.endswith(f"/labelrbacparams/{NAME}")]
+    for obj in stored:
+        obj["status"]["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    changed = live(*OBJECTS, bound("carol", "t1"), bound("dave", "t2"))
+    # A new leader writes t1 and t2 again: still compiled, since the time it read.
+    client = Client()
+    client.listed = {"/apis/labelrbac.io/v1alpha1/labelrbacparams": stored}
+    writer(client, clock).step(changed.snapshot)
+    assert condition(client, "t1")["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+    # Too large now: the condition turns, at a new time.
+    client = Client()
+    client.listed = {"/apis/labelrbac.io/v1alpha1/labelrbacparams": stored}
+    writer(client, clock, max_bytes=200).step(changed.snapshot)
+    turned = condition(client, "t1")
+    assert (turned["status"], turned["reason"]) == ("False", "TooLarge")
+    assert turned["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+
+
+def test_a_step_leaves_a_slow_write_in_flight_and_goes_on_with_the_others() -> None:
+    """A step ends after a third of the lease without waiting for the writes in flight: a
+    namespace touched meanwhile is written while a slow one is still being written."""
     client, clock = Client(), [0.0]
-    many = [namespace(f"n{i:02}") for i in range(3 * WRITERS)]
-    writer(client, clock).step(live(*OBJECTS, *many).snapshot)
-    kinds = ["status" if p.endswith("/status") else "params" for _, p, _, _ in client.writes
-             if "labelrbacparams" in p]  # fmt: skip
-    # Every namespace's parameters first (the statuses, not read by the policy, wait), then
-    # every status.
-    assert kinds == ["params"] * (len(many) + 2) + ["status"] * (len(many) + 2)
+    client.hold["t1"] = threading.Event()
+    t2_team = role("team-a", "t2", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}})
+    state = [live(*OBJECTS, t2_team)]
+    params = writer(client, clock, snapshots=lambda: state[0].snapshot, lease_seconds=0.3)
+    assert params.step(state[0].snapshot) == 1  # t2; t1 still held
+    change = ("RoleBinding", None, compiled(bound("bob", "t2")))
+    state[0] = state[0].apply([change])
+    params.applied(state[0], [change], "2")
+    assert params.step(state[0].snapshot) == 1  # t2 again, t1 still held
+    assert client.params_written() == ["t1", "t2", "t2"]
+    client.hold["t1"].set()
+    params.settle(10)
+    assert params.step(state[0].snapshot) == 1  # t1's write, counted once finished
+
+
+def test_a_slow_coverage_check_does_not_hold_up_the_parameters() -> None:
+    client, clock = Client(), [0.0]
+    gate, checked = threading.Event(), threading.Event()
+
+    class Slow(CoverageWriter):
+        def step(self, snapshot: Snapshot, served: Sequence[Resource]) -> bool:
+            gate.wait(10)
+            checked.set()
+            return False
+
+    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    params = ParamsWriter(
+        client,  # type: ignore[arg-type]
+        lease,
+        Options(),
+        discover=lambda _: [Resource("", "configmaps")],
+        coverage=Slow(client, FIELD_MANAGER),  # type: ignore[arg-type]
+    )
+    state = live(*OBJECTS)
+    assert params.step(state.snapshot) == 2
+    change = ("RoleBinding", None, compiled(bound("bob", "t1")))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    assert params.step(state.snapshot) == 1  # while the first check still waits
+    assert not checked.is_set()
+    gate.set()
+    params.settle(10)
+    assert checked.is_set()

@@ -171,8 +171,12 @@ class Rendered:
     namespace: str
     spec: Mapping[str, Any]
     grants: int
-    size: int
+    text: str  # ``spec`` serialized by ``spec_text``: compared with what was written
     delegated: str | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.text.encode())
 
     def manifest(self) -> dict[str, Any]:
         """The object to apply (server-side) as the compiler's field manager."""
@@ -306,6 +310,7 @@ class _Part:
         """operation → grant id, for the operations ``role`` grants on ``res``."""
         found: Operations = {}
         base: dict[str, Any] | None = None
+        base_id = ""  # the id of ``base``, looked up once (its key is a serialization)
         for operation, verbs in OPERATION_VERBS.items():
             names = _names(role, verbs, res)
             # A collection delete names no object: a rule with resourceNames never grants it.
@@ -313,8 +318,11 @@ class _Part:
                 continue
             if base is None:
                 base = _grant_of(role, res)
-            grant = base if names is None else {**base, "names": list(names)}
-            found[operation] = self._grant_id(grant)
+            if names is not None:
+                found[operation] = self._grant_id({**base, "names": list(names)})
+                continue
+            base_id = base_id or self._grant_id(base)
+            found[operation] = base_id
         return found
 
     def _grant_id(self, grant: dict[str, Any]) -> str:
@@ -414,19 +422,20 @@ def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
         "roles": {**own.roles, **cluster.roles},
         "grants": grants,
     }
-    size = _size(spec)
-    if size > target.max_bytes:
+    text = spec_text(spec)
+    if (size := len(text.encode())) > target.max_bytes:
         reason = (
             f"the parameters of namespace {namespace} would take {size} bytes, over the "
             f"limit of {target.max_bytes}: the webhook keeps judging its writes"
         )
         delegated = {**base, "delegated": reason}
-        return Rendered(namespace, delegated, len(grants), _size(delegated), reason)
-    return Rendered(namespace, spec, len(grants), size)
+        return Rendered(namespace, delegated, len(grants), spec_text(delegated), reason)
+    return Rendered(namespace, spec, len(grants), text)
 
 
-def _size(spec: Mapping[str, Any]) -> int:
-    return len(json.dumps(spec, separators=(",", ":")).encode())
+def spec_text(spec: Mapping[str, Any]) -> str:
+    """``spec`` as one compact, key-sorted JSON text: its size, and what equal content shares."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
 def namespaces_of(snapshot: Snapshot) -> set[str]:
