@@ -281,8 +281,10 @@ class ParamsWriter:
         discover: Callable[[KubeClient], Iterable[Resource]] = served_resources,
         coverage: CoverageWriter | None = None,
         snapshots: Callable[[], Snapshot | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
+        self._clock = clock
         # The newest snapshot, for namespaces touched while a step is writing (by default the
         # one the step was given).
         self._snapshots = snapshots
@@ -302,9 +304,10 @@ class ParamsWriter:
         self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="params-writer")
         # Writes in flight, carried from one step to the next (a step never waits for them all).
         self._running: dict[Future[Written | None], str] = {}
-        # The coverage runs beside the writes: its reads never hold up a touched namespace.
-        self._covering = ThreadPoolExecutor(1, thread_name_prefix="coverage")
-        self._coverage_due: Future[None] | None = None
+        # Discovery and the coverage run beside the writes: their reads (a request per API group,
+        # the registration) never hold up a touched namespace.
+        self._beside = ThreadPoolExecutor(1, thread_name_prefix="beside")
+        self._beside_due: Future[None] | None = None
         self._version = ""
         self._unreported, self._reported_at = 0, 0.0
         self.leading = False
@@ -326,7 +329,7 @@ class ParamsWriter:
                 self._pending.add(ALL)
             self._written = self._stored()
             if self._coverage is not None:
-                self._covering.submit(self._coverage.reset)  # after any check running now
+                self._beside.submit(self._coverage.reset)  # after any check running now
         elif self.leading and not leading:
             log.info("lost the lease; no longer writing")
         self.leading = leading
@@ -335,8 +338,8 @@ class ParamsWriter:
         target = self._refresh_target()
         done = self._write_pending(snapshot, target)
         self._report(done)
-        if self._coverage_due is None or self._coverage_due.done():
-            self._coverage_due = self._covering.submit(self._cover, snapshot)
+        if self._beside_due is None or self._beside_due.done():
+            self._beside_due = self._beside.submit(self._check_beside, snapshot)
         return done
 
     def _report(self, done: int) -> None:
@@ -348,20 +351,27 @@ class ParamsWriter:
             log.info("wrote the parameters of %d namespaces", self._unreported)
             self._unreported, self._reported_at = 0, now
 
-    def _cover(self, snapshot: Snapshot) -> None:
-        """Bring the registration's coverage in step with ``snapshot`` (the coverage thread)."""
-        if self._coverage is None or not self._lease.current():
+    def _check_beside(self, snapshot: Snapshot) -> None:
+        """Discovery when it is due, then the registration's coverage for ``snapshot`` (in the
+        thread beside the writes)."""
+        if not self._lease.current():
             return
-        try:
-            self._coverage.step(snapshot, self.served)
-        except KubeError as exc:
-            log.warning("could not update %s: %s", self._coverage.name, exc)
+        if self._clock() - self._discovered_at > DISCOVERY_INTERVAL:
+            try:
+                self._rediscover()
+            except KubeError as exc:
+                log.warning("discovery failed: %s", exc)
+        if self._coverage is not None:
+            try:
+                self._coverage.step(snapshot, self.served)
+            except KubeError as exc:
+                log.warning("could not update %s: %s", self._coverage.name, exc)
 
     def settle(self, timeout: float | None = None) -> None:
-        """Wait for the writes in flight and the coverage check (tests; shutting down)."""
+        """Wait for the writes in flight and the checks beside them (tests; shutting down)."""
         wait(list(self._running), timeout)
-        if self._coverage_due is not None:
-            wait([self._coverage_due], timeout)
+        if self._beside_due is not None:
+            wait([self._beside_due], timeout)
 
     def _stored(self) -> dict[str, Written]:
         """What the parameters already say, as written: a replica taking the lease over renders
@@ -389,15 +399,20 @@ class ParamsWriter:
         return self._lease.namespace, self._lease.name
 
     def _refresh_target(self) -> Target:
-        now = time.monotonic()
-        if self._target is None or now - self._discovered_at > DISCOVERY_INTERVAL:
-            self.served = tuple(self._discover(self._client))
-            target = Target.of(self.served, self._options, self._max_bytes)
+        """What to render for: the first discovery is made here, the next ones beside the
+        writes (``_check_beside``)."""
+        return self._target or self._rediscover()
+
+    def _rediscover(self) -> Target:
+        """List the served resources; every namespace is rendered again when the target moved."""
+        served = tuple(self._discover(self._client))
+        target = Target.of(served, self._options, self._max_bytes)
+        with self._lock:
             if self._target is not None and target != self._target:
-                with self._lock:
-                    self._pending.add(ALL)
-            self._target, self._discovered_at = target, now
-        return self._target
+                self._pending.add(ALL)
+            self.served, self._target = served, target
+            self._discovered_at = self._clock()
+        return target
 
     def _due(self, rendered: Rendered) -> str:
         """The spec's text when ``rendered`` differs from what was last written (content or

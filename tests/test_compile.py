@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.compile import (
+    DISCOVERY_INTERVAL,
     FIELD_MANAGER,
     MERGE,
     LeaderLease,
@@ -403,3 +404,46 @@ def test_a_slow_coverage_check_does_not_hold_up_the_parameters() -> None:
     gate.set()
     params.settle(10)
     assert checked.is_set()
+
+
+def test_discovery_is_repeated_beside_the_writes_and_a_new_resource_renders_again() -> None:
+    client, clock = Client(), [0.0]
+    served = [Resource("", "configmaps")]
+    gate, listed = threading.Event(), []
+
+    def discover(_: Any) -> list[Resource]:
+        if listed:  # every discovery after the first waits for the gate
+            gate.wait(10)
+        listed.append(tuple(served))
+        return list(served)
+
+    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    params = ParamsWriter(
+        client,  # type: ignore[arg-type]
+        lease,
+        Options(),
+        discover=discover,
+        clock=lambda: clock[0],
+    )
+    secrets = role("secrets-a", "t1", [rule("*", "secrets")], {"secrets": {"team": ["a"]}})
+    state = live(*OBJECTS, secrets, binding("s", "secrets-a", "User:alice", namespace="t1"))
+    assert params.step(state.snapshot) == 2
+    params.settle(10)
+    assert len(listed) == 1
+    # A minute later secrets are served, and t1 is touched: t1 is written while discovery waits.
+    clock[0] = DISCOVERY_INTERVAL + 1
+    served.append(Resource("", "secrets"))
+    change = ("RoleBinding", None, compiled(bound("bob", "t1")))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    assert params.step(state.snapshot) == 1
+    assert len(listed) == 1
+    gate.set()
+    params.settle(10)
+    assert len(listed) == 2
+    # The new target renders every namespace again: t1 now indexes secrets; t2 is unchanged.
+    client.writes.clear()
+    assert params.step(state.snapshot) == 1
+    (body,) = [b for _, p, b, _ in client.writes if "labelrbacparams" in p]
+    assert body["metadata"]["namespace"] == "t1"
+    assert body["spec"]["indexed"] == ["configmaps", "secrets"]
