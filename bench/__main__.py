@@ -23,6 +23,7 @@ BENCHMARKS = {
     "domain": "bench.domain",
     "compile": "bench.compile",
     "freshness": "bench.freshness",
+    "writes": "bench.writes",
 }
 
 

@@ -21,6 +21,7 @@ FLAGS = {
     "domain": ("--sizes", "--seconds"),
     "compile": ("--sizes", "--rounds", "--sample", "--profile", "--json"),
     "freshness": ("--objects", "--rate", "--seconds", "--every", "--cluster-roles", "--json"),
+    "writes": ("--objects", "--writes", "--rounds", "--json"),
 }
 
 
