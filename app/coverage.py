@@ -154,22 +154,31 @@ class CoverageWriter:
         self._seen: tuple[Roles, tuple[Resource, ...]] | None = None
         self._coverage: Coverage | None = None
         self._due = 0.0  # when the live object is read again even if nothing changed
+        # What the last read found missing (the configuration, or its label-rule entries), "" if
+        # nothing: until it is looked for again there is nowhere to write, whatever changes.
+        self._missing = ""
 
     def reset(self) -> None:
         """Forget what was checked (a new leader compares the live object again)."""
-        self._seen, self._coverage, self._due = None, None, 0.0
+        self._seen, self._coverage, self._due, self._missing = None, None, 0.0, ""
 
     def step(self, snapshot: Snapshot, served: Sequence[Resource]) -> bool:
         """Apply the coverage when the live configuration does not say it yet. Whether an apply
-        was made. The live object is read when RBAC or the served resources changed, and every
-        ``RECHECK_INTERVAL`` seconds."""
+        was made. The live object is read when the coverage changed, and every
+        ``RECHECK_INTERVAL`` seconds (``RETRY_INTERVAL`` while it is missing)."""
         # Only roles (and what is served) change the coverage; a snapshot shares its roles'
         # map with the previous one when a batch changed bindings only.
         seen = (snapshot.roles, tuple(served))
         changed = self._seen is None or seen[0] is not self._seen[0] or seen[1] != self._seen[1]
-        if not changed and self._clock() < self._due:
+        early = self._clock() < self._due
+        if early and (not changed or self._missing):
             return False
         coverage = Coverage.of(unjudged(snapshot.roles.values(), served), self._limit)
+        if early and coverage == self._coverage:
+            # Most role changes leave the coverage as it was: the live object was current at the
+            # last read (or an apply of it is retried when due), so it is not read for them.
+            self._seen = seen
+            return False
         if coverage.oversized and coverage != self._coverage:
             log.warning(
                 "the skip-unjudged condition would take %d characters, over the limit of %d: "
@@ -182,18 +191,16 @@ class CoverageWriter:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            log.warning("ValidatingWebhookConfiguration %s not found; will retry", self.name)
-            return self._retry(seen, coverage)
+            return self._retry(seen, coverage, "not found")
         entries = tuple(present_entries(configuration))
         if not entries:
-            log.warning(
-                "ValidatingWebhookConfiguration %s has none of the entries %s; will retry",
-                self.name,
-                ", ".join(LABEL_ENTRIES),
+            return self._retry(
+                seen, coverage, f"has none of the entries {', '.join(LABEL_ENTRIES)}"
             )
-            return self._retry(seen, coverage)
+        if self._missing:
+            log.info("ValidatingWebhookConfiguration %s found", self.name)
         body = coverage.body(self.name, entries)
-        self._seen, self._coverage = seen, coverage
+        self._seen, self._coverage, self._missing = seen, coverage, ""
         self._due = self._clock() + RECHECK_INTERVAL
         if _current(configuration, body):
             return False
@@ -211,7 +218,12 @@ class CoverageWriter:
         )
         return True
 
-    def _retry(self, seen: tuple[Roles, tuple[Resource, ...]], coverage: Coverage) -> bool:
-        self._seen, self._coverage = seen, coverage
+    def _retry(
+        self, seen: tuple[Roles, tuple[Resource, ...]], coverage: Coverage, why: str
+    ) -> bool:
+        """Nothing to write to: look again in ``RETRY_INTERVAL`` (said once, not at each look)."""
+        if why != self._missing:
+            log.warning("ValidatingWebhookConfiguration %s %s; will retry", self.name, why)
+        self._seen, self._coverage, self._missing = seen, coverage, why
         self._due = self._clock() + RETRY_INTERVAL
         return False

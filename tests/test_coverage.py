@@ -132,9 +132,9 @@ def test_unchanged_coverage_is_not_written_again() -> None:
     assert coverage.step(state, SERVED)
     # The same snapshot and resources: not even read.
     assert not coverage.step(state, SERVED) and client.gets == 1
-    # A new snapshot meaning the same: read, found current, not written.
+    # A new snapshot meaning the same (most role changes): not read, not written.
     assert not coverage.step(restricting("secrets"), SERVED)
-    assert (client.gets, len(client.applies)) == (2, 1)
+    assert (client.gets, len(client.applies)) == (1, 1)
     # A new restriction: written.
     widgets = restricting("widgets")
     assert coverage.step(widgets, SERVED)
@@ -180,15 +180,25 @@ def test_an_expression_over_the_bound_skips_nothing(caplog: pytest.LogCaptureFix
         pytest.param(configuration("rbac.labelrbac.io"), id="no-label-entry"),
     ],
 )
-def test_a_missing_configuration_or_entry_is_never_created(stored: dict[str, Any] | None) -> None:
+def test_a_missing_configuration_or_entry_is_never_created(
+    stored: dict[str, Any] | None, caplog: pytest.LogCaptureFixture
+) -> None:
     client, clock = Client(stored), [0.0]
     coverage = writer(client, clock)
-    state = restricting("secrets")
-    assert not coverage.step(state, SERVED)
-    assert not coverage.step(state, SERVED) and client.gets == 1  # waits before looking again
-    clock[0] = RETRY_INTERVAL
-    assert not coverage.step(state, SERVED) and client.gets == 2
-    assert client.applies == []
+    with caplog.at_level(logging.INFO, "label_rbac.compile"):
+        assert not coverage.step(restricting("secrets"), SERVED)
+        # Waits before looking again, whatever RBAC does meanwhile.
+        assert not coverage.step(restricting("widgets"), SERVED) and client.gets == 1
+        clock[0] = RETRY_INTERVAL
+        assert not coverage.step(restricting("widgets"), SERVED) and client.gets == 2
+        assert client.applies == []
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "will retry" in warnings[0].getMessage()  # said once
+        # Created at last: written at the next look, and said.
+        client.stored = configuration("labels.labelrbac.io")
+        clock[0] = 2 * RETRY_INTERVAL
+        assert coverage.step(restricting("widgets"), SERVED)
+    assert "ValidatingWebhookConfiguration label-rbac found" in caplog.text
 
 
 def review(user: str, resource: str, groups: tuple[str, ...] = ()) -> dict[str, Any]:
