@@ -309,7 +309,7 @@ class ParamsWriter:
         self._beside = ThreadPoolExecutor(1, thread_name_prefix="beside")
         self._beside_due: Future[None] | None = None
         self._version = ""
-        self._unreported, self._reported_at = 0, 0.0
+        self._unreported, self._reported_at = 0, -REPORT_EVERY
         self.leading = False
 
     def applied(self, live: LiveSnapshot, changes: list[Change], version: str) -> None:
@@ -343,11 +343,12 @@ class ParamsWriter:
         return done
 
     def _report(self, done: int) -> None:
-        """Log how many namespaces were written: when the writes in flight are done, or every
-        ``REPORT_EVERY`` seconds of steady churn (a step ends at every finished write)."""
+        """Log how many namespaces were written, at most every ``REPORT_EVERY`` seconds (under
+        churn a step ends at every finished write; an idle writer still steps every few
+        seconds, so the last writes are told too)."""
         self._unreported += done
         now = time.monotonic()
-        if self._unreported and (not self._running or now - self._reported_at > REPORT_EVERY):
+        if self._unreported and now - self._reported_at > REPORT_EVERY:
             log.info("wrote the parameters of %d namespaces", self._unreported)
             self._unreported, self._reported_at = 0, now
 
