@@ -27,6 +27,7 @@ reads of the registration never hold up a namespace's parameters.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import socket
 import threading
@@ -202,11 +203,17 @@ def served_resources(client: KubeClient) -> list[Resource]:
     return found
 
 
+def digest(text: str) -> bytes:
+    """What is kept of a spec's text to tell whether it changed: a namespace's parameters can
+    take a hundred kilobytes, and a leader keeps one of these for every namespace."""
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
 @dataclass
 class Written:
     """What was last written for a namespace (to skip writes that change nothing)."""
 
-    spec: str
+    spec: bytes  # ``digest`` of the spec's text
     delegated: bool
     marked: bool
     since: str = ""  # when the Compiled condition last changed (its lastTransitionTime)
@@ -227,7 +234,9 @@ def _stored_params(obj: Mapping[str, Any]) -> tuple[str, Written | None]:
     since = next((str(c.get("lastTransitionTime") or "") for c in conditions
                   if isinstance(c, dict) and c.get("type") == CONDITION), "")  # fmt: skip
     text = spec_text(spec)
-    return str(meta.get("namespace") or ""), Written(text, "delegated" in spec, False, since)
+    return str(meta.get("namespace") or ""), Written(
+        digest(text), "delegated" in spec, False, since
+    )
 
 
 class PendingNamespaces:
@@ -415,17 +424,17 @@ class ParamsWriter:
             self._discovered_at = self._clock()
         return target
 
-    def _due(self, rendered: Rendered) -> str:
-        """The spec's text when ``rendered`` differs from what was last written (content or
-        mark), else ""."""
-        text = rendered.text
+    def _due(self, rendered: Rendered) -> bytes:
+        """The spec's digest when ``rendered`` differs from what was last written (content or
+        mark), else empty."""
+        found = digest(rendered.text)
         previous = self._written.get(rendered.namespace)
         unchanged = (
             previous is not None
-            and previous.spec == text
+            and previous.spec == found
             and previous.marked != (rendered.delegated is not None)
         )
-        return "" if unchanged else text
+        return b"" if unchanged else found
 
     def _take(self, snapshot: Snapshot, busy: set[str], most: int) -> list[str]:
         """Up to ``most`` pending namespaces of ``snapshot`` not being written now, no longer
@@ -451,9 +460,9 @@ class ParamsWriter:
                 busy = set(running.values()) | failed
                 for namespace in self._take(current, busy, WRITERS - len(running)):
                     rendered = render(current, namespace, target)
-                    if text := self._due(rendered):
+                    if spec := self._due(rendered):
                         previous = self._written.get(namespace)
-                        future = self._pool.submit(self._write, rendered, text, previous)
+                        future = self._pool.submit(self._write, rendered, spec, previous)
                         future.add_done_callback(lambda _: self._wake.set())
                         running[future] = namespace
             left = deadline - time.monotonic()
@@ -478,7 +487,7 @@ class ParamsWriter:
             log.warning("could not write the parameters of %s: %s", namespace, exc)
             return None
 
-    def _write(self, rendered: Rendered, text: str, previous: Written | None) -> Written | None:
+    def _write(self, rendered: Rendered, spec: bytes, previous: Written | None) -> Written | None:
         """Write a namespace's parameters, and its mark after them (before them when it loses
         it), so that at every moment the webhook or the policy judges its writes. None, writing
         nothing, once the lease may have moved on."""
@@ -499,7 +508,7 @@ class ParamsWriter:
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked):
             marked = self._mark(rendered.namespace, True)
-        return Written(text, delegated, marked, since)
+        return Written(spec, delegated, marked, since)
 
     def _mark(self, namespace: str, compiled: bool) -> bool:
         """Label the Namespace compiled, or take the label off; whether it now carries it."""

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -180,6 +182,27 @@ def test_a_new_leader_writes_only_the_parameters_that_differ_from_those_stored()
     client.listed = {"/api/v1/namespaces": [{"metadata": {"name": "t1"}}]}
     client.list_each = _unreachable  # type: ignore[method-assign]
     assert writer(client, clock).step(changed.snapshot) == 2
+
+
+def test_what_was_written_is_remembered_in_a_fixed_size_whatever_the_parameters() -> None:
+    """A leader remembers every namespace it wrote: at 100k RBAC objects the parameters of one
+    namespace can take a hundred kilobytes, so it keeps a digest, not the text."""
+    client, clock = Client(), [0.0]
+    many = [bound(f"user-{i:04}", "t1") for i in range(2000)]
+    state = live(*OBJECTS, *many)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    (body,) = [b for _, p, b, _ in client.writes if "/namespaces/t1/labelrbacparams" in p]
+    assert len(json.dumps(body["spec"])) > 40_000
+    kept = params._written["t1"]
+    assert sys.getsizeof(kept.spec) + sys.getsizeof(kept.since) < 200
+    # And it still tells a change from none.
+    client.writes.clear()
+    assert params.step(state.snapshot) == 0
+    change = ("RoleBinding", None, compiled(bound("one-more", "t1")))
+    changed = state.apply([change])
+    params.applied(changed, [change], "")
+    assert params.step(changed.snapshot) == 1
 
 
 def _unreachable(*args: Any, **kwargs: Any) -> Any:
