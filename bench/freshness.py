@@ -63,7 +63,7 @@ from urllib.parse import urlsplit
 from app.admission_policy import COMPILER
 from bench.core.kube import Webhook, documents
 from bench.core.layout import ANNOTATION, cluster_objects, layout, namespace_objects
-from bench.core.processes import ROOT, process_cpu
+from bench.core.processes import ROOT, peak_rss_mb, process_cpu
 from bench.core.stats import percentile
 from tests.kube.controlplane import ADMIN, WEBHOOK_USER, ControlPlane, User
 from tests.process import stop
@@ -490,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             (process_cpu(cp.apiserver.pid) - cpu["apiserver"]) / churn_s, 2)  # fmt: skip
         out["compiler_cpu_share"] = round(
             (process_cpu(compiler.pid) - cpu["compiler"]) / churn_s, 2)  # fmt: skip
+        out["compiler_peak_mb"] = round(peak_rss_mb(compiler.pid))
         out["failures"] = fresh.failures
         out["rows"] = [
             figures(fresh.results, kind, setup)
@@ -499,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{out['changes']} changes in {churn_s:.1f} s ({out['churn_rate']}/s); load "
               f"average {out['load_average_before']} before, {out['load_average_after']} after; "
               f"CPU share during churn: API server {out['apiserver_cpu_share']}, compiler "
-              f"{out['compiler_cpu_share']}", flush=True)  # fmt: skip
+              f"{out['compiler_cpu_share']}; the compiler's peak memory "
+              f"{out['compiler_peak_mb']} MB", flush=True)  # fmt: skip
         for row in out["rows"]:
             if row["count"]:
                 print(f"{row['kind']:<9} {row['setup']:<9} n={row['count']:<4} "

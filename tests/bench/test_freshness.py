@@ -23,6 +23,7 @@ def test_a_tiny_freshness_run_measures_both_changes_for_the_policy_and_the_webho
     # The layout: namespaces of eight objects and the cluster-wide roles and bindings kept.
     assert figures["objects"] == 14 * 8 + 2 * 2
     assert figures["load_s"] > 0 and figures["compiled_s"] > 0 and figures["changes"] == 15
+    assert figures["compiler_peak_mb"] > 10  # a Python process with its RBAC cache
     assert figures["failures"] == []
     rows = {(row["kind"], row["setup"]): row for row in figures["rows"]}
     assert set(rows) == {(k, s) for k in ("bound", "narrowed") for s in ("compiled", "webhook")}
