@@ -323,6 +323,10 @@ class ParamsWriter:
 
     def applied(self, live: LiveSnapshot, changes: list[Change], version: str) -> None:
         """Called by the cluster source's builder after each batch: mark what it touches."""
+        if self._coverage is not None:
+            # Known before the builder derives the next snapshot from this one, so that each
+            # derived snapshot updates them by its own role changes (``Snapshot.restrictions``).
+            live.snapshot.restrictions()
         found = touched(live, changes)
         with self._lock:
             self._pending.add(found)

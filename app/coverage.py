@@ -27,12 +27,13 @@ from typing import Any
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.coverage import unjudged
 from app.engine.model import Resource
-from app.engine.rbac import CompiledRole, RoleRef, Snapshot
+from app.engine.rbac import Restrictions, Snapshot
 from app.source.api import ApiError, KubeClient, KubeError
 
 log = logging.getLogger("label_rbac.compile")
 
-Roles = Mapping[RoleRef, CompiledRole]
+# What the coverage was computed from: the roles' restrictions and the served resources.
+Seen = tuple[Restrictions, tuple[Resource, ...]]
 
 # The label-rule entries: the shipped one, and the one for compiled namespaces.
 LABEL_ENTRIES = ("labels.labelrbac.io", "labels-compiled.labelrbac.io")
@@ -151,7 +152,7 @@ class CoverageWriter:
         self._limit = limit
         self._clock = clock
         # The snapshot and served resources last rendered, and their coverage.
-        self._seen: tuple[Roles, tuple[Resource, ...]] | None = None
+        self._seen: Seen | None = None
         self._coverage: Coverage | None = None
         self._due = 0.0  # when the live object is read again even if nothing changed
         # What the last read found missing (the configuration, or its label-rule entries), "" if
@@ -166,14 +167,14 @@ class CoverageWriter:
         """Apply the coverage when the live configuration does not say it yet. Whether an apply
         was made. The live object is read when the coverage changed, and every
         ``RECHECK_INTERVAL`` seconds (``RETRY_INTERVAL`` while it is missing)."""
-        # Only roles (and what is served) change the coverage; a snapshot shares its roles'
-        # map with the previous one when a batch changed bindings only.
-        seen = (snapshot.roles, tuple(served))
+        # Only roles (and what is served) change the coverage; a snapshot shares its
+        # restrictions with the previous one when a batch changed no role.
+        seen = (snapshot.restrictions(), tuple(served))
         changed = self._seen is None or seen[0] is not self._seen[0] or seen[1] != self._seen[1]
         early = self._clock() < self._due
         if early and (not changed or self._missing):
             return False
-        coverage = Coverage.of(unjudged(snapshot.roles.values(), served), self._limit)
+        coverage = Coverage.of(unjudged(seen[0], served), self._limit)
         if early and coverage == self._coverage:
             # Most role changes leave the coverage as it was: the live object was current at the
             # last read (or an apply of it is retried when due), so it is not read for them.
@@ -218,9 +219,7 @@ class CoverageWriter:
         )
         return True
 
-    def _retry(
-        self, seen: tuple[Roles, tuple[Resource, ...]], coverage: Coverage, why: str
-    ) -> bool:
+    def _retry(self, seen: Seen, coverage: Coverage, why: str) -> bool:
         """Nothing to write to: look again in ``RETRY_INTERVAL`` (said once, not at each look)."""
         if why != self._missing:
             log.warning("ValidatingWebhookConfiguration %s %s; will retry", self.name, why)

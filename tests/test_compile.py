@@ -331,6 +331,24 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     assert len(seen) == 1
 
 
+def test_the_writer_keeps_each_snapshots_restrictions_known_for_the_next_one() -> None:
+    """So the coverage of a snapshot derived by a batch costs that batch's role changes, not a
+    pass over every role (``Snapshot.restrictions``)."""
+    client = Client()
+    coverage = CoverageWriter(client, FIELD_MANAGER)  # type: ignore[arg-type]
+    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0)  # type: ignore[arg-type]
+    params = ParamsWriter(client, lease, Options(), coverage=coverage)  # type: ignore[arg-type]
+    state = live(*OBJECTS)
+    params.applied(state, [], "1")
+    known = state.snapshot.known_restrictions
+    assert known is not None
+    edited = compiled(role("team-a", "t1", [rule("*", "configmaps")], {"secrets": {"team": ["a"]}}))
+    change = ("Role", state.snapshot.roles[edited.ref], edited)
+    after = state.apply([change]).snapshot
+    assert after.known_restrictions is not None and after.known_restrictions is not known
+    assert after.restrictions().annotations == [edited.permissions]
+
+
 def test_pending_namespaces_are_taken_oldest_first_a_few_at_a_time() -> None:
     pending = PendingNamespaces()  # every namespace, at first
     known = {"a", "b", "c", "d"}

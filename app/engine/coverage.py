@@ -35,7 +35,7 @@ from app.engine.context import UNKNOWN, Context, is_key
 from app.engine.kinds import BINDING_KINDS, RBAC_RESOURCES, ROLE_KINDS
 from app.engine.model import ADMISSION_VERBS, ENFORCE, TOKEN_REQUEST, Decision, Request, Resource
 from app.engine.policy import Entry, Permissions
-from app.engine.rbac import RBAC_GROUP, CompiledRole, Rule
+from app.engine.rbac import RBAC_GROUP, CompiledRole, Restrictions, Rule
 from app.engine.workloads import RULES as WORKLOAD_RULES
 
 # Namespaced resources (group, resource) whose writes the admission webhook judges whatever the
@@ -125,25 +125,19 @@ class _Reach:
         return self.star or self.star_sub
 
 
-def unjudged(roles: Iterable[CompiledRole], served: Iterable[Resource]) -> tuple[str, ...]:
-    """The keys of the served namespaced resources the label rule always allows, sorted."""
+def unjudged(restrictions: Restrictions, served: Iterable[Resource]) -> tuple[str, ...]:
+    """The keys of the served namespaced resources the label rule always allows, sorted.
+
+    Linear in the distinct annotations and broken roles' rules (``Snapshot.restrictions``), not
+    in the roles: most roles share their annotation with others."""
     candidates = {
         Resource(res.group, res.resource)
         for res in served
         if (res.group, res.resource) not in ALWAYS_JUDGED
     }
     candidates = {res for res in candidates if is_key(key(res))}
-    # Roles share compiled annotations and rules (both are interned): each distinct one once.
-    annotations: dict[int, Permissions] = {}
-    broken: dict[int, Rule] = {}
-    for role in roles:
-        if role.error is not None:
-            for rule in role.rules:
-                broken.setdefault(id(rule), rule)
-        elif role.permissions is not None:
-            annotations.setdefault(id(role.permissions), role.permissions)
     patterns: dict[tuple[str, str | None], Entry] = {}
-    for permissions in annotations.values():
+    for permissions in restrictions.annotations:
         for entry in permissions.entries:
             group = entry.group.text if entry.group is not None else None
             patterns.setdefault((entry.resource.text, group), entry)
@@ -162,7 +156,7 @@ def unjudged(roles: Iterable[CompiledRole], served: Iterable[Resource]) -> tuple
             by_name[res.resource].discard(res)
         if not candidates:
             return ()
-    for reach in map(_Reach.of, broken.values()):
+    for reach in map(_Reach.of, restrictions.broken_rules):
         candidates = {res for res in candidates if not reach.reaches(res)}
     return tuple(sorted(key(res) for res in candidates))
 

@@ -33,6 +33,7 @@ from app.engine.rbac import (
     BindingIndex,
     CompiledRole,
     Pair,
+    RoleChange,
     RoleRef,
     Scope,
     Snapshot,
@@ -152,11 +153,13 @@ class LiveSnapshot:
         namespaces = snapshot.namespaces.mutate()
         nodes = snapshot.nodes.mutate()
         changed_roles: list[RoleRef] = []
+        replaced: list[RoleChange] = []
         changed_bindings: list[tuple[Binding | None, Binding | None]] = []
         for category, key, old, new in net:
             if category == ROLES:
                 _put(roles, key, new)
                 changed_roles.append(key)  # type: ignore[arg-type]
+                replaced.append((old, new))
             elif category == BINDINGS:
                 changed_bindings.append((old, new))
             else:
@@ -188,7 +191,12 @@ class LiveSnapshot:
                     index.remove(binding)
                     if role is not None:
                         index.add(binding, role)
-        updated = Snapshot(resolved, index.finish(), namespaces.finish(), nodes.finish())
+        restrictions = (
+            snapshot.restrictions_after(replaced) if replaced else snapshot.known_restrictions
+        )
+        updated = Snapshot(
+            resolved, index.finish(), namespaces.finish(), nodes.finish(), restrictions
+        )
         return LiveSnapshot(updated, objects, referring)
 
 

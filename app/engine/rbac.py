@@ -383,6 +383,62 @@ def index_bindings(
     )
 
 
+# A role replaced by another (either None: created or deleted).
+RoleChange = tuple["CompiledRole | None", "CompiledRole | None"]
+
+
+@dataclass(frozen=True)
+class Restrictions:
+    """What the roles may restrict, for the coverage (``app.engine.coverage.unjudged``): each
+    distinct permission annotation, and each rule of a role whose annotation is broken (such a
+    role grants nothing here, so what its rules grant must stay judged), with how many roles
+    carry it.
+
+    Keyed by identity (annotations and rules are interned; the entry holds the object, so its id
+    cannot be reused while counted) and persistent, so a snapshot derived from another updates
+    it by the roles that changed instead of passing over every role again.
+    """
+
+    counts: immutables.Map[int, tuple[Permissions | Rule, int]] = field(
+        default_factory=immutables.Map
+    )
+
+    @classmethod
+    def of(cls, roles: Iterable[CompiledRole]) -> Restrictions:
+        return cls().changed((None, role) for role in roles)
+
+    def changed(self, changes: Iterable[RoleChange]) -> Restrictions:
+        """These restrictions with each (old, new) role replaced."""
+        counts = self.counts.mutate()
+        for old, new in changes:
+            for item in _restricting(old):
+                _, count = counts[id(item)]
+                if count > 1:
+                    counts[id(item)] = (item, count - 1)
+                else:
+                    del counts[id(item)]
+            for item in _restricting(new):
+                _, count = counts.get(id(item), (item, 0))
+                counts[id(item)] = (item, count + 1)
+        return Restrictions(counts.finish())
+
+    @property
+    def annotations(self) -> list[Permissions]:
+        return [item for item, _ in self.counts.values() if isinstance(item, Permissions)]
+
+    @property
+    def broken_rules(self) -> list[Rule]:
+        return [item for item, _ in self.counts.values() if isinstance(item, Rule)]
+
+
+def _restricting(role: CompiledRole | None) -> Sequence[Permissions | Rule]:
+    if role is None:
+        return ()
+    if role.error is not None:
+        return role.rules
+    return () if role.permissions is None else (role.permissions,)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything the engine reads, indexed for the request path. Never mutated once built.
@@ -397,6 +453,23 @@ class Snapshot:
     bindings: BindingIndex
     namespaces: immutables.Map[str, Mapping[str, str]] = field(default_factory=immutables.Map)
     nodes: immutables.Map[str, str] = field(default_factory=immutables.Map)
+    # ``restrictions()`` once asked for (only the compiler asks), then kept by derived snapshots.
+    known_restrictions: Restrictions | None = field(default=None, compare=False, repr=False)
+
+    def restrictions(self) -> Restrictions:
+        """What the roles may restrict: one pass over the roles the first time it is asked for
+        a snapshot not derived from one that knew it."""
+        found = self.known_restrictions
+        if found is None:
+            found = Restrictions.of(self.roles.values())
+            object.__setattr__(self, "known_restrictions", found)
+        return found
+
+    def restrictions_after(self, changes: Iterable[RoleChange]) -> Restrictions | None:
+        """What a snapshot derived from this one by ``changes`` knows of its restrictions: this
+        one's updated by them, or None (asked for later) when this one was never asked."""
+        known = self.known_restrictions
+        return None if known is None else known.changed(changes)
 
     def __post_init__(self) -> None:
         # Plain mappings (a literal snapshot in a test) become what ``build`` makes.

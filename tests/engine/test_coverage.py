@@ -11,7 +11,7 @@ from app.engine.context import UNKNOWN, Context, Registration, registered_unjudg
 from app.engine.coverage import ALWAYS_JUDGED, FENCE_WORK, check_coverage, unjudged
 from app.engine.decide import evaluate
 from app.engine.model import Resource
-from app.engine.rbac import RoleRef
+from app.engine.rbac import Restrictions, RoleRef
 from app.wire import parse_review
 from tests.support import binding, make_review, role, rule, snapshot
 
@@ -105,7 +105,7 @@ def restricting(*patterns: str, rules: list[dict[str, Any]] | None = None) -> An
     ],
 )
 def test_unjudged(roles: list[Any], expected: tuple[str, ...]) -> None:
-    found = unjudged(snapshot(*roles).roles.values(), SERVED)
+    found = unjudged(snapshot(*roles).restrictions(), SERVED)
     assert found == expected
 
 
@@ -113,7 +113,7 @@ def test_always_judged_kinds_are_never_unjudged() -> None:
     """Pods, workloads, autoscalers, legacy bindings, ServiceAccounts (token requests) and RBAC
     objects go to the webhook whatever the annotations say."""
     served = [Resource(group, resource) for group, resource in ALWAYS_JUDGED]
-    assert unjudged((), [*served, CONFIGMAPS]) == ("configmaps",)
+    assert unjudged(Restrictions(), [*served, CONFIGMAPS]) == ("configmaps",)
     assert {("", "serviceaccounts"), ("apps", "deployments"), ("", "pods")} <= ALWAYS_JUDGED
 
 
@@ -121,14 +121,14 @@ def test_only_served_resources_are_unjudged() -> None:
     """A resource discovery has not listed (a new CRD) stays sent to the webhook; subresources
     and names that are no plain key are never listed."""
     served = [CONFIGMAPS, Resource("", "configmaps", "status"), Resource("x.io", "Odd Name")]
-    assert unjudged((), served) == ("configmaps",)
+    assert unjudged(Restrictions(), served) == ("configmaps",)
 
 
 def test_the_work_is_linear_in_distinct_patterns() -> None:
     """Ten thousand roles repeating one annotation cost one pattern."""
     roles = [restricting("configmaps") for _ in range(10)]
     many = snapshot(*[role(f"r{i}", f"t{i}", [], {"secrets": TEAM}) for i in range(10_000)], *roles)
-    assert unjudged(many.roles.values(), SERVED) == (
+    assert unjudged(many.restrictions(), SERVED) == (
         "gadgets.example.com",
         "ingresses.networking.k8s.io",
         "widgets.example.com",

@@ -17,7 +17,7 @@ from app.engine.incremental import Change, LiveSnapshot
 from app.engine.kinds import BY_KIND, build_snapshot
 from app.engine.model import Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
-from app.engine.rbac import Compiler, RoleRef, Snapshot
+from app.engine.rbac import Compiler, Restrictions, RoleRef, Snapshot
 from tests.support import binding, role, rule
 
 COMPILER = Compiler((DEFAULT_ANNOTATION_KEY,))
@@ -136,24 +136,39 @@ def assert_decides_alike(live: Snapshot, reference: Snapshot) -> None:
     operations=st.lists(OPERATIONS, max_size=40),
     cuts=st.lists(st.integers(1, 6), max_size=40),
     whole=st.sampled_from((False, None)),
+    asked=st.booleans(),
 )
 def test_any_changes_applied_in_batches_decide_like_a_whole_build(
-    operations: list[tuple[str, tuple[str, dict[str, Any]]]], cuts: list[int], whole: bool | None
+    operations: list[tuple[str, tuple[str, dict[str, Any]]]],
+    cuts: list[int],
+    whole: bool | None,
+    asked: bool,
 ) -> None:
+    """``asked``: the restrictions are asked for after every batch, as the compiler asks."""
     informers = Informers()
     live = LiveSnapshot.empty()
     batches = iter(cuts)
     pending: list[Change] = []
     size = next(batches, 1)
+
+    def check() -> None:
+        reference = informers.reference()
+        assert_decides_alike(live.snapshot, reference)
+        if asked:
+            kept = live.snapshot.known_restrictions
+            assert live.snapshot.restrictions() == Restrictions.of(reference.roles.values())
+            if kept is not None:  # updated by the batch's role changes, not computed again
+                assert live.snapshot.known_restrictions is kept
+
     for operation, (kind, obj) in operations:
         pending += informers.do(operation, kind, obj)
         size -= 1
         if size <= 0:
             live = live.apply(pending, whole=whole)
             pending, size = [], next(batches, 1)
-            assert_decides_alike(live.snapshot, informers.reference())
+            check()
     live = live.apply(pending, whole=whole)
-    assert_decides_alike(live.snapshot, informers.reference())
+    check()
     # What it keeps to apply further changes is what indexing its objects whole gives.
     rebuilt = LiveSnapshot.of(live.objects)
     assert live.referrers == rebuilt.referrers
@@ -257,6 +272,33 @@ def test_a_binding_to_a_missing_role_grants_once_the_role_appears_and_stops_when
     live = live.apply([("Role", None, later)], whole=False)
     assert live.snapshot.bound_roles(bob, "t1") == []
     assert RoleRef("t1", "later") not in live.referrers
+
+
+def test_restrictions_once_asked_are_updated_by_each_role_change_without_a_pass() -> None:
+    live = live_of(tenant_objects(3))
+    known = live.snapshot.restrictions()
+    (platform,) = [p for p in known.annotations if p.entries[0].resource.text == "*"]
+    # A binding changes no role: the same restrictions, shared.
+    bound = ("RoleBinding", None, compiled(binding("more", "team", "User:bob", namespace="t0")))
+    assert live.apply([bound]).snapshot.known_restrictions is known
+    # Each namespace's team role carries the same (interned) annotation: three roles, one entry.
+    assert sorted(count for _, count in known.counts.values()) == [1, 3]
+    # One of them edited to the platform's annotation: counted there, without a pass.
+    edited = compiled(role("team", "t0", RULES[0], PERMISSIONS[2]))
+    old = live.snapshot.roles[RoleRef("t0", "team")]
+    changed = live.apply([("Role", old, edited)]).snapshot
+    after = changed.known_restrictions
+    assert after is not None and after == Restrictions.of(changed.roles.values())
+    assert sorted(count for _, count in after.counts.values()) == [2, 2]
+    assert platform in after.annotations
+    # A role whose annotation is unreadable: its rules restrict, and go with it.
+    broken = compiled(role("team", "t1", RULES[0], PERMISSIONS[3]))
+    old = live.snapshot.roles[RoleRef("t1", "team")]
+    after = live.apply([("Role", old, broken)]).snapshot.known_restrictions
+    assert after is not None and after.broken_rules == list(broken.rules)
+    gone = live.apply([("Role", old, broken)]).apply([("Role", broken, None)])
+    assert gone.snapshot.known_restrictions is not None
+    assert gone.snapshot.known_restrictions.broken_rules == []
 
 
 def test_a_recreated_object_reported_before_its_predecessors_removal_stays() -> None:
