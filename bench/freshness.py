@@ -40,12 +40,10 @@ bound cluster-wide renders every namespace again: also measured there).
 from __future__ import annotations
 
 import argparse
-import http.client
 import itertools
 import json
 import os
 import shutil
-import ssl
 import statistics
 import subprocess
 import sys
@@ -58,62 +56,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from app.admission_policy import COMPILER
-from bench.core.kube import Webhook, documents
+from bench.core.kube import Client, Webhook, documents
 from bench.core.layout import ANNOTATION, cluster_objects, layout, namespace_objects
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu
 from bench.core.stats import percentile
-from tests.kube.controlplane import ADMIN, WEBHOOK_USER, ControlPlane, User
+from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import stop
 from tests.support import make_review
 
 RBAC = "rbac.authorization.k8s.io"
-COMPILER_USER = User(COMPILER, ("system:serviceaccounts", "system:serviceaccounts:label-rbac"))
 PARAMS = "/apis/labelrbac.io/v1alpha1/labelrbacparams"
 PROBE_EVERY = 0.02
 TIMEOUT = 60.0
-
-
-class Client:
-    """One keep-alive HTTPS connection per thread to a server, as one user (or none)."""
-
-    def __init__(self, url: str, ca: Path, token: str | None = None) -> None:
-        parts = urlsplit(url)
-        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 443
-        self.context = ssl.create_default_context(cafile=str(ca))
-        self.token = token
-        self.local = threading.local()
-
-    def _connection(self) -> http.client.HTTPSConnection:
-        found = getattr(self.local, "connection", None)
-        if found is None:
-            found = self.local.connection = http.client.HTTPSConnection(
-                self.host, self.port, context=self.context, timeout=30
-            )
-        return found
-
-    def send(
-        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
-    ) -> tuple[int, Any]:
-        sent = {"Content-Type": "application/json", **(headers or {})}
-        if self.token:
-            sent["Authorization"] = f"Bearer {self.token}"
-        data = None if body is None else json.dumps(body).encode()
-        for attempt in range(2):
-            connection = self._connection()
-            try:
-                connection.request(method, path, data, sent)
-                response = connection.getresponse()
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-            except (OSError, http.client.HTTPException):
-                connection.close()
-                self.local.connection = None
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
 
 
 def objects_of(objects: int, cluster_roles: int) -> Iterator[tuple[str, dict[str, Any]]]:

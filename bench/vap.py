@@ -59,11 +59,10 @@ from app.engine.params import NAME, PLURAL, Target, render
 from app.settings import Settings
 from bench.core.kube import Webhook, documents
 from bench.core.processes import process_cpu
-from tests.kube.controlplane import ADMIN, WEBHOOK_USER, ControlPlane, User
+from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 
 NS = "t1"
 ALICE = User("alice", ("tenants",))
-COMPILER_USER = User(COMPILER, ("system:serviceaccounts",))
 SETUPS = ("none", "trivial", "compiled", "webhook")
 # Not measured unless asked for (``--setups``): the compiled policy with its validations replaced
 # by one expression reading some of its variables, which CEL evaluates lazily, once per request:

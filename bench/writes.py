@@ -37,11 +37,10 @@ from typing import Any
 from app.admission_policy import COMPILER
 from app.engine.incremental import LiveSnapshot
 from app.engine.params import API_VERSION, MARK, NAME, PLURAL, namespaces_of, render
-from bench.compile import compiled_objects, target
-from bench.core.kube import documents
+from bench.core.compiled import compiled_objects, target
+from bench.core.kube import Client, documents
 from bench.core.processes import process_cpu
-from bench.freshness import COMPILER_USER, Client
-from tests.kube.controlplane import ADMIN, ControlPlane, User
+from tests.kube.controlplane import ADMIN, COMPILER_USER, ControlPlane, User
 
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
 MERGE = {"Content-Type": "application/merge-patch+json"}

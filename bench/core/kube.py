@@ -3,16 +3,22 @@
 The compiled component's manifests (``manifests/compiled``) as objects, and the webhook as a
 cluster runs it: the shipped RBAC and ValidatingWebhookConfiguration of ``manifests/enforce``
 (its Service replaced by the loopback address, as tests/kube/cluster.py installs it) and the
-real ``python -m app serve`` process as its ServiceAccount.
+real ``python -m app serve`` process as its ServiceAccount. And a small HTTPS client for the
+API server, one keep-alive connection per thread.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import http.client
+import json
+import ssl
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -77,3 +83,43 @@ class Webhook:
 
     def stop(self) -> None:
         stop(self.server.process)
+
+
+class Client:
+    """One keep-alive HTTPS connection per thread to a server, as one user (or none)."""
+
+    def __init__(self, url: str, ca: Path, token: str | None = None) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 443
+        self.context = ssl.create_default_context(cafile=str(ca))
+        self.token = token
+        self.local = threading.local()
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        found = getattr(self.local, "connection", None)
+        if found is None:
+            found = self.local.connection = http.client.HTTPSConnection(
+                self.host, self.port, context=self.context, timeout=30
+            )
+        return found
+
+    def send(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        if self.token:
+            sent["Authorization"] = f"Bearer {self.token}"
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in range(2):
+            connection = self._connection()
+            try:
+                connection.request(method, path, data, sent)
+                response = connection.getresponse()
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                self.local.connection = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")

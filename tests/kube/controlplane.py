@@ -40,6 +40,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from app.admission_policy import COMPILER
 from app.certs import Authority
 from tests.process import free_port
 from tests.support import ROOT
@@ -82,6 +83,8 @@ def service_account(namespace: str, name: str) -> User:
 
 # label-rbac's own identity (manifests/deploy/rbac.yaml binds its ClusterRole to it).
 WEBHOOK_USER = service_account("label-rbac", "label-rbac")
+# The compiler's (manifests/compiled/rbac.yaml), which the guard policies name.
+COMPILER_USER = User(COMPILER, ("system:serviceaccounts", "system:serviceaccounts:label-rbac"))
 
 # The people of manifests/examples (its README's table), an admin, two kubelets, label-rbac.
 DEFAULT_USERS: tuple[User, ...] = (

@@ -37,6 +37,7 @@ from app.wire import parse_review
 from tests.kube.conftest import require_control_plane
 from tests.kube.controlplane import (
     ADMIN,
+    COMPILER_USER,
     ControlPlane,
     User,
     service_account,
@@ -49,7 +50,6 @@ NS = "t1"
 FIELD_MANAGER = "label-rbac-compiler"
 
 BUILDER = service_account("ci", "builder")
-COMPILER_USER = User(COMPILER, ("system:serviceaccounts", "system:serviceaccounts:label-rbac"))
 USERS = (
     User(ADMIN, ("system:masters",)),
     User("alice", ("tenants",)),  # team-a, and shared through tenants

@@ -21,10 +21,9 @@ from app.admission_policy import COMPILER
 from app.engine.params import MARK
 from tests.kube.cluster import Compilers, LabelRbacCluster
 from tests.kube.conftest import require_control_plane, wait_for
-from tests.kube.controlplane import ADMIN, DEFAULT_USERS, User
+from tests.kube.controlplane import ADMIN, COMPILER_USER, DEFAULT_USERS
 from tests.support import binding, role, rule
 
-COMPILER_USER = User(COMPILER, ("system:serviceaccounts", "system:serviceaccounts:label-rbac"))
 MAX_BYTES = 6000  # t1 (a few grants) fits; t2 (two hundred subjects) does not
 CRUD = "create update patch delete deletecollection get"
 
