@@ -7,8 +7,10 @@ parallel clients; the time it took is printed. Then run, as a cluster runs them:
 
 - the compiler, ``python -m app compile`` as its ServiceAccount (as tests/kube/test_compile.py
   starts it); the time until every namespace has parameters is printed;
-- the webhook, ``python -m app serve`` as its ServiceAccount, watching the same API server (not
-  registered: it is asked directly, over HTTPS, as the API server would ask it).
+- the webhook, ``python -m app serve`` as its ServiceAccount, watching the same API server. It
+  is asked directly, over HTTPS, as the API server would ask it: its registration (the shipped
+  one) selects no namespace, and is there for the compiler, which keeps its coverage condition
+  in it as in a cluster (the bench waits for that condition before it goes on).
 
 RBAC then changes at ``--rate`` changes per second for ``--seconds`` (per ten: three Role
 annotation edits, three RoleBinding subject edits, two RoleBindings created and one deleted ten
@@ -58,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from app.admission_policy import COMPILER
+from app.coverage import CONDITION
 from bench.core.kube import Client, Webhook, documents
 from bench.core.layout import ANNOTATION, cluster_objects, layout, namespace_objects
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu
@@ -371,6 +374,28 @@ def wait_compiled(admin: Client, timeout: float) -> float:
     return time.monotonic() - started
 
 
+def dormant(config: dict[str, Any]) -> dict[str, Any]:
+    """The shipped webhook registration selecting no namespace: the API server never calls it
+    (the webhook is asked directly), while the compiler keeps its coverage condition in it as
+    it does in a cluster (``app.coverage``)."""
+    never = {"matchLabels": {"labelrbac.io/bench-never": "true"}}
+    return {**config, "webhooks": [{**w, "namespaceSelector": never} for w in config["webhooks"]]}
+
+
+def wait_covered(admin: Client, name: str, timeout: float) -> float:
+    """Seconds until the compiler has written its coverage condition into the registration."""
+    started = time.monotonic()
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    while True:
+        _, config = admin.send("GET", path)
+        hooks = config.get("webhooks") or ()
+        if any(c.get("name") == CONDITION for w in hooks for c in w.get("matchConditions") or ()):
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise RuntimeError("the compiler did not write its coverage condition in time")
+        time.sleep(0.5)
+
+
 def wait_enforcing(fresh: Freshness, timeout: float) -> float:
     """Seconds until the policy, just created, judges a write by its parameters: its informer
     of them has listed every namespace's (before, it refuses as not yet synced)."""
@@ -413,10 +438,12 @@ def main(argv: list[str] | None = None) -> int:
         namespaces, _ = layout(args.objects)
         started = time.monotonic()
         webhook = Webhook(cp, workdir)  # (its manifests first: the policy would refuse them)
+        cp.apply(ADMIN, [dormant(webhook.config)])
         compiler = start_compiler(cp, workdir)
         out["webhook_ready_s"] = round(time.monotonic() - started, 1)
         wait_compiled(admin, 3600)
         out["compiled_s"] = round(time.monotonic() - started, 1)
+        wait_covered(admin, webhook.config["metadata"]["name"], 300)
         cp.apply(ADMIN, documents("policy.yaml"))
         # Even: bound users (even changes) and narrowed roles (odd ones) never share a namespace.
         reserved = max(2, 2 * (min(50, namespaces // 4) // 2))
