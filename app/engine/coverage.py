@@ -35,7 +35,7 @@ from app.engine.context import UNKNOWN, Context, is_key
 from app.engine.kinds import BINDING_KINDS, RBAC_RESOURCES, ROLE_KINDS
 from app.engine.model import ADMISSION_VERBS, ENFORCE, TOKEN_REQUEST, Decision, Request, Resource
 from app.engine.policy import Entry, Permissions
-from app.engine.rbac import RBAC_GROUP, CompiledRole, Restrictions, Rule
+from app.engine.rbac import RBAC_GROUP, CompiledRole, Pattern, Restrictions, Rule
 from app.engine.workloads import RULES as WORKLOAD_RULES
 
 # Namespaced resources (group, resource) whose writes the admission webhook judges whatever the
@@ -69,7 +69,7 @@ def key(res: Resource) -> str:
     return str(Resource(res.group, res.resource))
 
 
-def names(entry: Entry, res: Resource) -> bool:
+def names(entry: Entry | Pattern, res: Resource) -> bool:
     """Whether an annotation entry's resource pattern names ``res`` (or one of its
     subresources): the label rule may then restrict writes of it."""
     return entry.resource.matches(res.resource) and (
@@ -128,25 +128,20 @@ class _Reach:
 def unjudged(restrictions: Restrictions, served: Iterable[Resource]) -> tuple[str, ...]:
     """The keys of the served namespaced resources the label rule always allows, sorted.
 
-    Linear in the distinct annotations and broken roles' rules (``Snapshot.restrictions``), not
-    in the roles: most roles share their annotation with others."""
+    Linear in the distinct resource patterns and broken roles' rules (``Snapshot.restrictions``),
+    not in the roles: tenants' roles restrict the same few resources."""
     candidates = {
         Resource(res.group, res.resource)
         for res in served
         if (res.group, res.resource) not in ALWAYS_JUDGED
     }
     candidates = {res for res in candidates if is_key(key(res))}
-    patterns: dict[tuple[str, str | None], Entry] = {}
-    for permissions in restrictions.annotations:
-        for entry in permissions.entries:
-            group = entry.group.text if entry.group is not None else None
-            patterns.setdefault((entry.resource.text, group), entry)
     # A literal resource name is looked up; only wildcard patterns are compared with every
     # candidate left.
     by_name: dict[str, set[Resource]] = {}
     for res in candidates:
         by_name.setdefault(res.resource, set()).add(res)
-    for entry in patterns.values():
+    for entry in restrictions.patterns:
         if entry.resource.is_literal:
             named = {r for r in by_name.get(entry.resource.text, ()) if names(entry, r)}
         else:

@@ -16,6 +16,7 @@ from typing import Any
 
 import immutables
 
+from app.engine.glob import Glob
 from app.engine.model import (
     ENFORCE,
     MODES,
@@ -26,7 +27,7 @@ from app.engine.model import (
     annotations_of,
     mapping_items,
 )
-from app.engine.policy import AnnotationError, Permissions, permissions_of
+from app.engine.policy import AnnotationError, Entry, Permissions, permissions_of
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 # A role's enforcement mode for its label limits, to roll a new restriction out gradually.
@@ -387,56 +388,82 @@ def index_bindings(
 RoleChange = tuple["CompiledRole | None", "CompiledRole | None"]
 
 
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """Where a permission annotation entry points: its resource and group patterns (None: any
+    group), as written. Which resources an entry names depends on these alone (``pods/exec``
+    names ``pods``)."""
+
+    resource: Glob
+    group: Glob | None
+
+    @classmethod
+    def of(cls, entry: Entry) -> Pattern:
+        return cls(entry.resource, entry.group)
+
+
 @dataclass(frozen=True)
 class Restrictions:
     """What the roles may restrict, for the coverage (``app.engine.coverage.unjudged``): each
-    distinct permission annotation, and each rule of a role whose annotation is broken (such a
-    role grants nothing here, so what its rules grant must stay judged), with how many roles
-    carry it.
+    distinct resource pattern of the permission annotations, and each rule of a role whose
+    annotation is broken (such a role grants nothing here, so what its rules grant must stay
+    judged), with how many roles carry it.
 
-    Keyed by identity (annotations and rules are interned; the entry holds the object, so its id
-    cannot be reused while counted) and persistent, so a snapshot derived from another updates
-    it by the roles that changed instead of passing over every role again.
+    Counted by pattern rather than by annotation, so tenants' roles that differ in their labels
+    but restrict the same resources add nothing to the work; rules are interned and counted by
+    identity (the entry holds the rule, so its id cannot be reused while counted). Persistent,
+    so a snapshot derived from another updates it by the roles that changed instead of passing
+    over every role again.
     """
 
-    counts: immutables.Map[int, tuple[Permissions | Rule, int]] = field(
-        default_factory=immutables.Map
-    )
+    patterns: immutables.Map[Pattern, int] = field(default_factory=immutables.Map)
+    broken: immutables.Map[int, tuple[Rule, int]] = field(default_factory=immutables.Map)
 
     @classmethod
     def of(cls, roles: Iterable[CompiledRole]) -> Restrictions:
-        return cls().changed((None, role) for role in roles)
+        # Roles share interned annotations and rules: each distinct one is read once.
+        annotations: dict[int, tuple[Permissions, int]] = {}
+        rules: dict[int, tuple[Rule, int]] = {}
+        for role in roles:
+            if role.error is not None:
+                for rule in role.rules:
+                    rules[id(rule)] = (rule, rules.get(id(rule), (rule, 0))[1] + 1)
+            elif (found := role.permissions) is not None:
+                annotations[id(found)] = (found, annotations.get(id(found), (found, 0))[1] + 1)
+        patterns: dict[Pattern, int] = {}
+        for permissions, count in annotations.values():
+            for entry in permissions.entries:
+                key = Pattern.of(entry)
+                patterns[key] = patterns.get(key, 0) + count
+        return cls(immutables.Map(patterns), immutables.Map(rules))
 
     def changed(self, changes: Iterable[RoleChange]) -> Restrictions:
         """These restrictions with each (old, new) role replaced."""
-        counts = self.counts.mutate()
+        patterns, broken = self.patterns.mutate(), self.broken.mutate()
         for old, new in changes:
-            for item in _restricting(old):
-                _, count = counts[id(item)]
-                if count > 1:
-                    counts[id(item)] = (item, count - 1)
-                else:
-                    del counts[id(item)]
-            for item in _restricting(new):
-                _, count = counts.get(id(item), (item, 0))
-                counts[id(item)] = (item, count + 1)
-        return Restrictions(counts.finish())
-
-    @property
-    def annotations(self) -> list[Permissions]:
-        return [item for item, _ in self.counts.values() if isinstance(item, Permissions)]
+            for role, step in ((old, -1), (new, 1)):
+                if role is None:
+                    continue
+                if role.error is not None:
+                    for rule in role.rules:
+                        count = broken.get(id(rule), (rule, 0))[1] + step
+                        if count:
+                            broken[id(rule)] = (rule, count)
+                        else:
+                            del broken[id(rule)]
+                elif role.permissions is not None:
+                    for entry in role.permissions.entries:
+                        key = Pattern.of(entry)
+                        count = patterns.get(key, 0) + step
+                        if count:
+                            patterns[key] = count
+                        else:
+                            del patterns[key]
+        return Restrictions(patterns.finish(), broken.finish())
 
     @property
     def broken_rules(self) -> list[Rule]:
-        return [item for item, _ in self.counts.values() if isinstance(item, Rule)]
-
-
-def _restricting(role: CompiledRole | None) -> Sequence[Permissions | Rule]:
-    if role is None:
-        return ()
-    if role.error is not None:
-        return role.rules
-    return () if role.permissions is None else (role.permissions,)
+        return [rule for rule, _ in self.broken.values()]
 
 
 @dataclass(frozen=True)

@@ -277,20 +277,20 @@ def test_a_binding_to_a_missing_role_grants_once_the_role_appears_and_stops_when
 def test_restrictions_once_asked_are_updated_by_each_role_change_without_a_pass() -> None:
     live = live_of(tenant_objects(3))
     known = live.snapshot.restrictions()
-    (platform,) = [p for p in known.annotations if p.entries[0].resource.text == "*"]
     # A binding changes no role: the same restrictions, shared.
     bound = ("RoleBinding", None, compiled(binding("more", "team", "User:bob", namespace="t0")))
     assert live.apply([bound]).snapshot.known_restrictions is known
-    # Each namespace's team role carries the same (interned) annotation: three roles, one entry.
-    assert sorted(count for _, count in known.counts.values()) == [1, 3]
+    # Three team roles restrict configmaps, the platform role "*": counted by pattern.
+    counts = {key.resource.text: count for key, count in known.patterns.items()}
+    assert counts == {"configmaps": 3, "*": 1}
     # One of them edited to the platform's annotation: counted there, without a pass.
     edited = compiled(role("team", "t0", RULES[0], PERMISSIONS[2]))
     old = live.snapshot.roles[RoleRef("t0", "team")]
     changed = live.apply([("Role", old, edited)]).snapshot
     after = changed.known_restrictions
     assert after is not None and after == Restrictions.of(changed.roles.values())
-    assert sorted(count for _, count in after.counts.values()) == [2, 2]
-    assert platform in after.annotations
+    counts = {key.resource.text: count for key, count in after.patterns.items()}
+    assert counts == {"configmaps": 2, "*": 2}
     # A role whose annotation is unreadable: its rules restrict, and go with it.
     broken = compiled(role("team", "t1", RULES[0], PERMISSIONS[3]))
     old = live.snapshot.roles[RoleRef("t1", "team")]
