@@ -141,11 +141,11 @@ def unjudged(restrictions: Restrictions, served: Iterable[Resource]) -> tuple[st
     by_name: dict[str, set[Resource]] = {}
     for res in candidates:
         by_name.setdefault(res.resource, set()).add(res)
-    for entry in restrictions.patterns:
-        if entry.resource.is_literal:
-            named = {r for r in by_name.get(entry.resource.text, ()) if names(entry, r)}
+    for pattern in restrictions.patterns:
+        if pattern.resource.is_literal:
+            named = {r for r in by_name.get(pattern.resource.text, ()) if names(pattern, r)}
         else:
-            named = {r for r in candidates if names(entry, r)}
+            named = {r for r in candidates if names(pattern, r)}
         candidates -= named
         for res in named:
             by_name[res.resource].discard(res)
