@@ -20,10 +20,13 @@ Fail closed:
   decide, is not asked about);
 - a namespace too large to compile (``delegated``) is left to the webhook, which keeps judging it.
 
-Cost: every lookup is by key (resource, operation, user, each group), so the time does not grow
-with the bindings of a namespace; label values are matched against RE2 patterns built from globs
-of at most 63 characters; attacker-controlled labels are read once per requirement of each role
-granting the request.
+Cost: the API server evaluates each validation, and each variable a write reads, as a program of
+its own (with its own cost tracker), so a write the policy allows reads one validation and three
+variables (``granting``, ``unlisted``, ``denied``), the request's parts bound inside them
+(``_bind``); the others serve the messages of denials. Every lookup is by key (resource,
+operation, user, each group), so the time does not grow with the bindings of a namespace; label
+values are matched against RE2 patterns built from globs of at most 63 characters;
+attacker-controlled labels are read once per requirement of each role granting the request.
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
 (``COMPILER``); ``label-rbac-marks`` holds it, on Namespaces, to the compiled mark; and
@@ -110,11 +113,87 @@ def _role_ids() -> str:
     )
 
 
-def _grants(operation: str) -> str:
-    """The grants of the user's roles for ``operation`` of the requested resource."""
+def _grants(entries: str, operation: str) -> str:
+    """The grants of the user's roles (their ``entries``) for ``operation`` of the resource."""
+    return f"{entries}.filter(m, {operation} in m).map(m, params.spec.grants[m[{operation}]])"
+
+
+# The request's parts, each written once and used both as a variable (read by the messages) and
+# bound inside the variables a write always evaluates (``_bind``): the API server evaluates each
+# variable as a program of its own, with its own cost tracker, so the common path reads as few of
+# them as it can.
+_REQUESTED = "request.?name.orValue('')"
+_KEY = (
+    "request.requestResource.resource + (request.requestResource.group == '' ? '' : "
+    "'.' + request.requestResource.group)"
+)
+
+
+def _bind(name: str, value: str, body: str) -> str:
+    """CEL: ``body`` with ``name`` standing for ``value``, evaluated once. (The API server's
+    CEL has no ``cel.bind``: a one-element list mapped does the same.)"""
+    return f"[{value}].map({name}, {body})[0]"
+
+
+def _op(requested: str) -> str:
+    # A collection delete's objects reach admission without a name.
     return (
-        f"variables.entries.filter(m, {operation} in m).map(m, params.spec.grants[m[{operation}]])"
+        f"request.operation == 'DELETE' && {requested} == '' ? 'DELETECOLLECTION' : "
+        "request.operation"
     )
+
+
+def _indexed(key: str) -> str:
+    return f"{key} in params.spec.?indexed.orValue([])"
+
+
+def _entries(key: str) -> str:
+    """Per role bound to the user: operation → grant id for the requested resource (a role's
+    DEFAULT entry covers the indexed resources it does not name)."""
+    return (
+        f"({_role_ids()}).map(r, params.spec.roles[r][?{key}]"
+        f".orValue(params.spec.roles[r][?'{DEFAULT}'].orValue({{}})))"
+    )
+
+
+def _granting(entries: str, found: str, op: str, requested: str) -> str:
+    """The grants that grant the request. A rule with resourceNames grants a create only to a
+    user who may also update or patch that name (a PUT or an apply creating it):
+    model.authorizations."""
+    return (
+        f"{op} != 'CREATE' ? "
+        f"{found}.filter(g, !has(g.names) || {requested} in g.names) : "
+        f"{found}.filter(g, !has(g.names)) + "
+        f"({found}.exists(g, has(g.names) && {requested} in g.names) && "
+        f"{_grants(entries, repr('UPDATE'))}.exists(g, !has(g.names) || {requested} in g.names) ? "
+        f"{found}.filter(g, has(g.names) && {requested} in g.names) : [])"
+    )
+
+
+def _bound_granting() -> str:
+    """``granting`` in one program: the request's parts bound, not read from variables."""
+    granting = _granting("entries", "found", "op", "requested")
+    found = _bind("found", _grants("entries", "op"), granting)
+    indexed = f"!({_indexed('key')}) ? [] : " + _bind("entries", _entries("key"), found)
+    return _bind(
+        "requested", _REQUESTED, _bind("op", _op("requested"), _bind("key", _KEY, indexed))
+    )
+
+
+NEW_LABELS = "object.metadata.?labels.orValue({})"
+OLD_LABELS = "oldObject.metadata.?labels.orValue({})"
+
+
+def _old_ok(restricted: str) -> str:
+    """Whether some ``restricted`` grant permits the stored labels (a create has none)."""
+    permitted = _bind("stored", OLD_LABELS, f"{restricted}.exists(g, {_permitted('stored')})")
+    return f"request.operation == 'CREATE' || {permitted}"
+
+
+def _new_ok(restricted: str) -> str:
+    """Whether some ``restricted`` grant permits the labels written (a delete writes none)."""
+    permitted = _bind("written", NEW_LABELS, f"{restricted}.exists(g, {_permitted('written')})")
+    return f"request.operation != 'CREATE' && request.operation != 'UPDATE' || {permitted}"
 
 
 def _distinct(strings: str) -> str:
@@ -150,67 +229,34 @@ def _violation(labels: str, existing: bool) -> str:
 
 VARIABLES: tuple[tuple[str, str], ...] = (
     # The name in the URL; a collection delete's objects reach admission without one.
-    ("requested", "request.?name.orValue('')"),
-    (
-        "key",
-        "request.requestResource.resource + (request.requestResource.group == '' ? '' : "
-        "'.' + request.requestResource.group)",
-    ),
-    (
-        "op",
-        "request.operation == 'DELETE' && variables.requested == '' ? 'DELETECOLLECTION' : "
-        "request.operation",
-    ),
+    ("requested", _REQUESTED),
+    ("key", _KEY),
+    ("op", _op("variables.requested")),
     ("delegated", "has(params.spec.delegated)"),
     ("marked", f"namespaceObject.metadata.?labels[?'{MARK}'].orValue('') == 'true'"),
-    ("indexed", "variables.key in params.spec.?indexed.orValue([])"),
-    (
-        # Per role bound to the user: operation → grant id for the requested resource (a role's
-        # DEFAULT entry covers the indexed resources it does not name).
-        "entries",
-        f"variables.indexed ? ({_role_ids()}).map(r, params.spec.roles[r][?variables.key]"
-        f".orValue(params.spec.roles[r][?'{DEFAULT}'].orValue({{}}))) : []",
-    ),
-    ("found", _grants("variables.op")),
-    (
-        # A rule with resourceNames grants a create only to a user who may also update or patch
-        # that name (a PUT or an apply creating it): model.authorizations.
-        "granting",
-        "variables.op != 'CREATE' ? "
-        "variables.found.filter(g, !has(g.names) || variables.requested in g.names) : "
-        "variables.found.filter(g, !has(g.names)) + "
-        "(variables.found.exists(g, has(g.names) && variables.requested in g.names) && "
-        f"{_grants(repr('UPDATE'))}.exists(g, !has(g.names) || variables.requested in g.names) ? "
-        "variables.found.filter(g, has(g.names) && variables.requested in g.names) : [])",
-    ),
+    ("indexed", _indexed("variables.key")),
+    ("granting", _bound_granting()),
     # A role bound twice (to the user and a group, say) is granting twice: harmless to the
     # verdict, and said once in the message (``allows``, ``broken``).
-    ("unrestricted", "variables.granting.exists(g, has(g.unrestricted))"),
     ("restricted", "variables.granting.filter(g, has(g.labels))"),
     ("invalid", "variables.granting.filter(g, has(g.invalid))"),
     (
         "newLabels",
-        "variables.op == 'CREATE' || variables.op == 'UPDATE' ? "
-        "object.metadata.?labels.orValue({}) : {}",
+        f"request.operation == 'CREATE' || request.operation == 'UPDATE' ? {NEW_LABELS} : {{}}",
     ),
+    ("oldLabels", f"request.operation == 'CREATE' ? {{}} : {OLD_LABELS}"),
+    ("oldOk", _old_ok("variables.restricted")),
+    ("newOk", _new_ok("variables.restricted")),
     (
-        "oldLabels",
-        "variables.op == 'CREATE' ? {} : oldObject.metadata.?labels.orValue({})",
-    ),
-    (
-        "oldOk",
-        "variables.op == 'CREATE' || "
-        f"variables.restricted.exists(g, {_permitted('variables.oldLabels')})",
-    ),
-    (
-        "newOk",
-        "variables.op != 'CREATE' && variables.op != 'UPDATE' || "
-        f"variables.restricted.exists(g, {_permitted('variables.newLabels')})",
-    ),
-    (
+        # In one program, as every write evaluates it: no variable but ``granting`` is read.
         "denied",
-        "!variables.delegated && variables.granting.size() > 0 && !variables.unrestricted && "
-        "(variables.restricted.size() == 0 || !variables.oldOk || !variables.newOk)",
+        "!has(params.spec.delegated) && variables.granting.size() > 0 && "
+        "!variables.granting.exists(g, has(g.unrestricted)) && "
+        + _bind(
+            "restricted",
+            "variables.granting.filter(g, has(g.labels))",
+            f"restricted.size() == 0 || !({_old_ok('restricted')}) || !({_new_ok('restricted')})",
+        ),
     ),
     (
         # The strictest mode of the roles that failed (a void role never softens a denial), then
@@ -254,7 +300,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         # Authorized by RBAC for an indexed resource, yet unknown to the parameters: they are
         # older than the binding. Asked only in that case (variables are evaluated lazily).
         "unlisted",
-        "!variables.delegated && variables.indexed && variables.granting.size() == 0 && "
+        "variables.granting.size() == 0 && !variables.delegated && variables.indexed && "
         f"!('{SUPERUSERS}' in request.userInfo.groups) && "
         "(variables.op == 'CREATE' ? authorizer.requestResource.check('create').allowed() : "
         "variables.op == 'UPDATE' ? "
@@ -268,39 +314,45 @@ VARIABLES: tuple[tuple[str, str], ...] = (
 
 
 def _validations(mode: str) -> list[dict[str, Any]]:
-    judged = {
-        "expression": f"!(variables.denied && variables.mode == '{mode}')",
-        "messageExpression": "variables.message",
-        "reason": "Forbidden",
-    }
+    """One validation per policy (each validation is a program the API server evaluates on
+    every write it matches): kubelets pass (the webhook's node rules judge them), then the
+    checks below, the message saying which one failed."""
+    judged = f"!(variables.denied && variables.mode == '{mode}')"
     if mode != ENFORCE:
         # Nothing softened in the namespace (the usual case): one field read and done.
-        judged["expression"] = (
-            f"!has(params.spec.softened) || !(variables.denied && variables.mode == '{mode}')"
-        )
-        return [judged]
-    stale = {
-        "expression": "!variables.unlisted",
-        "messageExpression": (
-            "variables.who + ': the compiled label permissions of namespace \"' + "
-            "request.namespace + '\" do not list this user yet; retry in a moment'"
-        ),
-        "reason": "Forbidden",
-    }
+        return [
+            {
+                "expression": f"!has(params.spec.softened) || ({_NODE}) || {judged}",
+                "messageExpression": "variables.message",
+                "reason": "Forbidden",
+            }
+        ]
     # A namespace marked compiled is not sent to the webhook for what this policy matches, so
     # the policy may not stand aside there: parameters delegated under the mark (the compiler
     # removes it first, so only during that hop or when someone else set it) refuse.
-    unjudged = {
-        "expression": "!(variables.delegated && variables.marked)",
-        "messageExpression": (
-            "variables.who + ': namespace \"' + request.namespace + '\" is labeled "
-            f"{MARK}=true, which leaves its writes to the compiled policy, but it is too large "
-            "to compile; the compiler removes the label in a moment (or: kubectl label namespace "
-            f"' + request.namespace + ' {MARK}-)'"
-        ),
-        "reason": "Forbidden",
-    }
-    return [unjudged, stale, judged]
+    unjudged = "has(params.spec.delegated) && variables.marked"
+    unjudged_message = (
+        "variables.who + ': namespace \"' + request.namespace + '\" is labeled "
+        f"{MARK}=true, which leaves its writes to the compiled policy, but it is too large "
+        "to compile; the compiler removes the label in a moment (or: kubectl label namespace "
+        f"' + request.namespace + ' {MARK}-)'"
+    )
+    stale_message = (
+        "variables.who + ': the compiled label permissions of namespace \"' + "
+        "request.namespace + '\" do not list this user yet; retry in a moment'"
+    )
+    return [
+        {
+            "expression": (f"({_NODE}) || !({unjudged}) && !variables.unlisted && {judged}"),
+            # A message may not ask the authorizer (``unlisted`` does): once the expression is
+            # false, no grant means the user is unlisted, a grant that the labels failed.
+            "messageExpression": (
+                f"{unjudged} ? {unjudged_message} : variables.granting.size() == 0 ? "
+                f"{stale_message} : variables.message"
+            ),
+            "reason": "Forbidden",
+        }
+    ]
 
 
 # A kubelet, as the policy and the split webhook entry both say it.
@@ -311,9 +363,9 @@ def left_to_webhook() -> str:
     """CEL: whether the compiled policy does not judge a request (the complement of its match).
 
     The condition of the webhook entry for compiled namespaces: generated from the same
-    constants as ``policy()``'s ``matchConstraints`` and ``matchConditions`` (operations,
-    subresources, kubelets, the compiler's group, ``WEBHOOK_RESOURCES``), so that every request
-    in such a namespace is judged by one of them.
+    constants as ``policy()``'s ``matchConstraints`` and the kubelets its validations let pass
+    (operations, subresources, kubelets, the compiler's group, ``WEBHOOK_RESOURCES``), so that
+    every request in such a namespace is judged by one of them.
     """
     kept = ", ".join(f"'{group}/{resource}'" for group, resource in sorted(WEBHOOK_RESOURCES))
     operations = ", ".join(f"'{op}'" for op in OPERATIONS)
@@ -394,8 +446,6 @@ def policy(name: str) -> dict[str, Any]:
                     *(_rule(group, resource) for group, resource in sorted(WEBHOOK_RESOURCES)),
                 ],
             },
-            # Kubelets are judged by the webhook's node rules.
-            "matchConditions": [{"name": "not-a-node", "expression": f"!({_NODE})"}],
             "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
             "validations": _validations(mode),
         },

@@ -70,7 +70,6 @@ SETUPS = ("none", "trivial", "compiled", "webhook")
 # (``params``), and what each part of the rule adds.
 PARTS = {
     "params": "true",
-    "found": "variables.found.size() >= 0",
     "granting": "variables.granting.size() >= 0",
     "unlisted": "!variables.unlisted",
     "denied": "!variables.denied",
