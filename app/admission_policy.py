@@ -20,12 +20,14 @@ Fail closed:
   decide, is not asked about);
 - a namespace too large to compile (``delegated``) is left to the webhook, which keeps judging it.
 
-Cost: the API server evaluates each validation, and each variable a write reads, as a program of
-its own (with its own cost tracker), so a write the policy allows reads one validation and three
-variables (``granting``, ``unlisted``, ``denied``), the request's parts bound inside them
-(``_bind``); the others serve the messages of denials. Every lookup is by key (resource,
-operation, user, each group), so the time does not grow with the bindings of a namespace; label
-values are matched against RE2 patterns built from globs of at most 63 characters;
+Cost: the API server evaluates a policy in passes (match conditions, validations, then every
+message and audit annotation, allowed or not), each computing again the variables it reads, and
+each variable as a program of its own (with its own cost tracker). So the policy matches only the
+writes it refuses (``_judgement``): a write it allows costs one pass reading three variables
+(``granting``, ``unlisted``, ``denied``), the request's parts bound inside them (``_bind``); the
+others serve the messages of refusals. Every lookup is by key (resource, operation, user, each
+group), so the time does not grow with the bindings of a namespace; label values are matched
+against RE2 patterns built from globs of at most 63 characters;
 attacker-controlled labels are read once per requirement of each role granting the request.
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
@@ -38,6 +40,7 @@ annotation it keeps there (``app.coverage``). ``python -m app.admission_policy [
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -313,46 +316,96 @@ VARIABLES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _validations(mode: str) -> list[dict[str, Any]]:
-    """One validation per policy (each validation is a program the API server evaluates on
-    every write it matches): kubelets pass (the webhook's node rules judge them), then the
-    checks below, the message saying which one failed."""
+_VARIABLE = re.compile(r"\bvariables\.([A-Za-z]+)\b")
+
+
+def _inline(expression: str, bound: frozenset[str] = frozenset()) -> str:
+    """``expression`` with each variable it reads spelled out (those in ``bound`` read by their
+    bare name, bound by ``_bind``): a match condition may not read variables."""
+    definitions = dict(VARIABLES)
+
+    def spelled(found: re.Match[str]) -> str:
+        name = found.group(1)
+        return name if name in bound else f"({_inline(definitions[name], bound)})"
+
+    return _VARIABLE.sub(spelled, expression)
+
+
+def _allowed(mode: str) -> str:
+    """CEL: the validation of the policy bound with ``mode``: whether it lets the write pass."""
     judged = f"!(variables.denied && variables.mode == '{mode}')"
     if mode != ENFORCE:
-        # Nothing softened in the namespace (the usual case): one field read and done.
-        return [
-            {
-                "expression": f"!has(params.spec.softened) || ({_NODE}) || {judged}",
-                "messageExpression": "variables.message",
-                "reason": "Forbidden",
-            }
-        ]
+        return judged
     # A namespace marked compiled is not sent to the webhook for what this policy matches, so
     # the policy may not stand aside there: parameters delegated under the mark (the compiler
     # removes it first, so only during that hop or when someone else set it) refuse.
-    unjudged = "has(params.spec.delegated) && variables.marked"
-    unjudged_message = (
+    return f"!({_UNJUDGED}) && !variables.unlisted && {judged}"
+
+
+def _may_refuse(mode: str) -> str:
+    """CEL: the policy's match condition, variables spelled out: whether ``_allowed`` may be
+    false. Kubelets are never refused (the webhook's node rules judge them); ``granting`` is
+    computed once, after the checks that do not need it. A match condition cannot see the
+    namespace, so delegated parameters match and the validation reads the namespace's mark."""
+    judged = f"variables.denied && variables.mode == '{mode}'"
+    if mode != ENFORCE:
+        # Nothing softened in the namespace (the usual case): one field read and done.
+        return f"has(params.spec.softened) && !({_NODE}) && {_with_granting(judged)}"
+    return (
+        f"!({_NODE}) && (has(params.spec.delegated) || "
+        f"{_with_granting(f'variables.unlisted || {judged}')})"
+    )
+
+
+def _with_granting(expression: str) -> str:
+    granting = frozenset({"granting"})
+    return _bind("granting", _inline("variables.granting"), _inline(expression, granting))
+
+
+# Parameters delegated in a namespace marked compiled (see ``_allowed``).
+_UNJUDGED = "variables.delegated && variables.marked"
+
+
+def _message(mode: str) -> str:
+    """CEL: the message of a refusal, saying which check failed. A message may not ask the
+    authorizer (``unlisted`` does): once refused, no grant means the user is unlisted, a grant
+    that the labels failed."""
+    if mode != ENFORCE:
+        return "variables.message"
+    unjudged = (
         "variables.who + ': namespace \"' + request.namespace + '\" is labeled "
         f"{MARK}=true, which leaves its writes to the compiled policy, but it is too large "
         "to compile; the compiler removes the label in a moment (or: kubectl label namespace "
         f"' + request.namespace + ' {MARK}-)'"
     )
-    stale_message = (
+    stale = (
         "variables.who + ': the compiled label permissions of namespace \"' + "
         "request.namespace + '\" do not list this user yet; retry in a moment'"
     )
-    return [
-        {
-            "expression": (f"({_NODE}) || !({unjudged}) && !variables.unlisted && {judged}"),
-            # A message may not ask the authorizer (``unlisted`` does): once the expression is
-            # false, no grant means the user is unlisted, a grant that the labels failed.
-            "messageExpression": (
-                f"{unjudged} ? {unjudged_message} : variables.granting.size() == 0 ? "
-                f"{stale_message} : variables.message"
-            ),
-            "reason": "Forbidden",
-        }
-    ]
+    return (
+        f"{_UNJUDGED} ? {unjudged} : variables.granting.size() == 0 ? {stale} : variables.message"
+    )
+
+
+def _judgement(mode: str) -> dict[str, Any]:
+    """The policy's match condition and validation.
+
+    The API server evaluates a policy in passes, each a context of its own that computes again
+    the variables it reads: the match conditions, the validations, then every messageExpression
+    and audit annotation whether the validation failed or not. The condition matches only the
+    writes the policy may refuse, so a write it allows costs one pass; a refused one is judged
+    again by the validation and its message built.
+    """
+    return {
+        "matchConditions": [{"name": "may-refuse", "expression": _may_refuse(mode)}],
+        "validations": [
+            {
+                "expression": _allowed(mode),
+                "messageExpression": _message(mode),
+                "reason": "Forbidden",
+            }
+        ],
+    }
 
 
 # A kubelet, as the policy and the split webhook entry both say it.
@@ -447,7 +500,7 @@ def policy(name: str) -> dict[str, Any]:
                 ],
             },
             "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
-            "validations": _validations(mode),
+            **_judgement(mode),
         },
     }
 

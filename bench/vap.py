@@ -12,10 +12,10 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
 - ``trivial``: one policy matching the same writes, one constant expression (the floor of any
   policy);
 - ``compiled``: manifests/compiled/policy.yaml with the parameters ``label-rbac compile`` writes;
-- ``params`` (only with ``--setups``): the compiled policy judging nothing (its validations one
-  constant expression), to tell its parameters' cost from its expressions'; ``found``,
-  ``granting``, ``unlisted``, ``denied``: its validations one expression reading only that
-  variable (and what it depends on), to tell what each part costs;
+- ``params`` (only with ``--setups``): the compiled policy judging nothing (no match condition,
+  its validation one constant expression), to tell its parameters' cost from its expressions';
+  ``granting``, ``unlisted``, ``denied``: no match condition, its validation one expression
+  reading only that variable (and what it depends on), to tell what each part costs;
 - ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
   ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
   served by the real ``python -m app serve`` process watching this API server.
@@ -30,7 +30,7 @@ under ``trivial`` (``cpu_vs_trivial``; the ratio of added p50s, ``added_vs_trivi
 too but divides two small differences of noisy figures). The load average is printed with each
 size; ``--json FILE`` writes the rows.
 
-    python -m bench vap --bindings 10,5000 --connections 1,8 --seconds 5 --rounds 3
+    python -m bench vap --bindings 10,5000 --connections 1,8 --seconds 5 --rounds 5
 """
 
 from __future__ import annotations
@@ -201,11 +201,13 @@ def write_params(cp: ControlPlane) -> int:
 
 
 def part_of_policy(expression: str) -> list[dict[str, Any]]:
-    """The compiled policy and its bindings, its validations the one ``expression``."""
+    """The compiled policy and its bindings, its validations the one ``expression`` and no
+    match condition."""
     docs = documents("policy.yaml")
     for doc in docs:
         if doc["kind"] == "ValidatingAdmissionPolicy" and doc["metadata"]["name"] == "label-rbac":
             doc["spec"]["validations"] = [{"expression": expression, "reason": "Forbidden"}]
+            doc["spec"].pop("matchConditions", None)
     return docs
 
 

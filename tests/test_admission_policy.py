@@ -154,9 +154,9 @@ def test_what_the_webhook_keeps_in_marked_namespaces_is_the_policys_complement()
     spec = policy["spec"]
     (matched,) = spec["matchConstraints"]["resourceRules"]
     assert matched["resources"] == ["*"]  # no subresource
-    assert "matchConditions" not in spec  # a condition is a program evaluated per write
-    (validation,) = spec["validations"]  # kubelets pass it first: the webhook judges them
-    kubelet = validation["expression"].split(") || ")[0].removeprefix("(")
+    # It matches only what it may refuse, and never a kubelet: the webhook judges them.
+    (condition,) = spec["matchConditions"]
+    kubelet = condition["expression"].removeprefix("!(").split(") && (")[0]
     assert kubelet.startswith("has(request.userInfo.groups)")
     operations = ", ".join(f"'{op}'" for op in matched["operations"])
     rules = spec["matchConstraints"]["excludeResourceRules"]
