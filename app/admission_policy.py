@@ -23,12 +23,13 @@ Fail closed:
 Cost: the API server evaluates a policy in passes (match conditions, validations, then every
 message and audit annotation, allowed or not), each computing again the variables it reads, and
 each variable as a program of its own (with its own cost tracker). So the policy matches only the
-writes it refuses (``_judgement``): a write it allows costs one pass reading three variables
-(``granting``, ``unlisted``, ``denied``), the request's parts bound inside them (``_bind``); the
-others serve the messages of refusals. Every lookup is by key (resource, operation, user, each
-group), so the time does not grow with the bindings of a namespace; label values are matched
-against RE2 patterns built from globs of at most 63 characters;
-attacker-controlled labels are read once per requirement of each role granting the request.
+writes it may refuse (``_judgement``): a write it allows costs one pass, the match condition, which
+spells out ``granting``, ``unlisted`` and ``denied`` (the request's parts bound inside them by
+``_bind``); the validation reads them as variables, and the others serve the messages of refusals.
+Every lookup is by key (resource, operation, user, each group), so the time does not grow with the
+bindings of a namespace; label values are matched against RE2 patterns built from globs of at most
+63 characters; attacker-controlled labels are read once per requirement of each role granting the
+request.
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
 (``COMPILER``); ``label-rbac-marks`` holds it, on Namespaces, to the compiled mark; and

@@ -16,6 +16,8 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
   its validation one constant expression), to tell its parameters' cost from its expressions';
   ``granting``, ``unlisted``, ``denied``: no match condition, its validation one expression
   reading only that variable (and what it depends on), to tell what each part costs;
+- ``file`` (only with ``--policy FILE``): the policies of FILE (an earlier release's
+  ``policy.yaml``, say) on the same parameters, to compare two shapes of the policy in one run;
 - ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
   ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
   served by the real ``python -m app serve`` process watching this API server.
@@ -218,8 +220,11 @@ def clear(cp: ControlPlane) -> None:
     cp.kubectl(ADMIN, "delete", "validatingwebhookconfigurations", "--all", "--wait=true")
 
 
-def configure(cp: ControlPlane, setup: str, webhook: Webhook) -> None:
-    """Admit with exactly ``setup``; wait until the API server applies it."""
+def configure(
+    cp: ControlPlane, setup: str, webhook: Webhook, policy: Path | None = None
+) -> None:
+    """Admit with exactly ``setup`` (``file``: the documents of ``policy``); wait until the API
+    server applies it."""
     clear(cp)
     if setup == "trivial":
         cp.apply(ADMIN, TRIVIAL)
@@ -227,12 +232,14 @@ def configure(cp: ControlPlane, setup: str, webhook: Webhook) -> None:
         cp.apply(ADMIN, documents("policy.yaml"))
     elif setup in PARTS:
         cp.apply(ADMIN, part_of_policy(PARTS[setup]))
+    elif setup == "file" and policy is not None:
+        cp.apply(ADMIN, [d for d in yaml.safe_load_all(policy.read_text()) if d])
     elif setup == "webhook":
         cp.apply(ADMIN, [webhook.config])
     time.sleep(3)  # the policy informer picks bindings up within a second or two
     probe = {"metadata": {"generateName": "p-", "labels": {"team": "b"}}}
     status, _ = cp.request("alice", "POST", f"/api/v1/namespaces/{NS}/configmaps?dryRun=All", probe)
-    if (status == 403) != (setup in ("compiled", "webhook", "denied")):
+    if (status == 403) != (setup in ("compiled", "webhook", "denied", "file")):
         raise RuntimeError(f"{setup}: the probe answered {status}")
 
 
@@ -317,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(SETUPS),
         help=f"of {', '.join(SETUPS + EXTRA)}; none and trivial always",
     )
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        help="another policy.yaml (an earlier release's, say), measured as setup file",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
@@ -327,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown setups: {', '.join(sorted(unknown))}")
     setups = ["none", "trivial", *(name for name in asked if name not in ("none", "trivial"))]
+    if args.policy is not None:
+        setups.append("file")
     workdir = Path(tempfile.mkdtemp(prefix="bench-vap-"))
     users = (User(ADMIN, ("system:masters",)), ALICE, COMPILER_USER, WEBHOOK_USER)
     cp = ControlPlane(workdir, users=users)
@@ -354,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in range(args.rounds):
                 # Every other round in reverse order, so that no setup always runs first.
                 for setup in setups if n % 2 == 0 else setups[::-1]:
-                    configure(cp, setup, webhook)
+                    configure(cp, setup, webhook, args.policy)
                     for c in connections:
                         run = wrk(cp, c, args.seconds, script, webhook)
                         results.setdefault((setup, c), []).append(run)

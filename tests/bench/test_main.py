@@ -16,7 +16,7 @@ FLAGS = {
     "traffic": ("--hour", "--relist-max", "--workers"),
     "globs": ("--seconds", "--stars"),
     "soak": ("--minutes", "--max-requests", "--churn"),
-    "vap": ("--bindings", "--connections", "--seconds", "--rounds", "--setups", "--json"),
+    "vap": ("--bindings", "--connections", "--rounds", "--setups", "--policy", "--json"),
     "ha": ("--steady", "--soak-minutes"),
     "domain": ("--sizes", "--seconds"),
     "compile": ("--sizes", "--rounds", "--sample", "--profile", "--json"),

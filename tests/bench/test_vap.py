@@ -10,6 +10,7 @@ import pytest
 
 from tests.bench import run_bench
 from tests.kube.conftest import require_control_plane
+from tests.support import ROOT
 
 
 def test_a_tiny_vap_run_measures_every_setup_against_no_admission(tmp_path: Path) -> None:
@@ -19,19 +20,21 @@ def test_a_tiny_vap_run_measures_every_setup_against_no_admission(tmp_path: Path
     out = tmp_path / "vap.json"
     result = run_bench(
         "vap", "--bindings", "3", "--connections", "1", "--seconds", "1", "--rounds", "1",
-        "--setups", "compiled,webhook,params,denied", "--json", str(out), timeout=300,
+        "--setups", "compiled,webhook,params,denied", "--json", str(out),
+        "--policy", str(ROOT / "manifests" / "compiled" / "policy.yaml"), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(out.read_text())
-    # (The parts of the compiled policy: judging nothing, and denying by labels only.)
-    setups = ["none", "trivial", "compiled", "webhook", "params", "denied"]
+    # (The parts of the compiled policy: judging nothing, and denying by labels only; then the
+    # policy of a file, here the shipped one.)
+    setups = ["none", "trivial", "compiled", "webhook", "params", "denied", "file"]
     assert [row["setup"] for row in rows] == setups
     for row in rows:
         assert row["bindings"] == 3 and row["connections"] == 1
         assert row["p50_ms"] > 0 and row["rps"] > 0 and row["params_bytes"] > 0
         assert row["cpu_ms_per_create"] > 0 and row["load_average"] >= 0
     # Ratios are against the no-admission run of the same round, and the trivial policy's.
-    none, trivial, _, webhook, _, _ = rows
+    none, trivial, _, webhook, *_ = rows
     assert none["throughput_ratio"] == 1.0 and none["added_p50_ms"] == 0.0
     assert trivial["cpu_vs_trivial"] == 1.0
     # Only the webhook setup sends reviews to the webhook process.
