@@ -89,6 +89,20 @@ def test_each_mode_has_its_policy_binding_and_action() -> None:
     assert "paramRef" not in bindings[GUARD]["spec"]
 
 
+@pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in ACTIONS])
+def test_a_write_the_policy_allows_ends_at_its_match_condition(name: str) -> None:
+    """The condition spells out what the validation reads (the API server refuses variables in
+    a match condition), reads ``granting`` once, and leaves kubelets to the webhook."""
+    (policy,) = [d for d in every() if d["metadata"]["name"] == name
+                 and d["kind"] == "ValidatingAdmissionPolicy"]  # fmt: skip
+    (condition,) = policy["spec"]["matchConditions"]
+    (validation,) = policy["spec"]["validations"]
+    assert "variables." not in condition["expression"]
+    assert "variables.denied" in validation["expression"]
+    assert condition["expression"].count("].map(granting, ") == 1
+    assert "!(has(request.userInfo.groups) && 'system:nodes' in" in condition["expression"]
+
+
 def test_the_policies_leave_what_the_webhook_keeps_and_the_parameters_themselves() -> None:
     group = API_VERSION.split("/")[0]
     for name in ACTIONS:
