@@ -318,29 +318,34 @@ VARIABLES: tuple[tuple[str, str], ...] = (
 
 
 _VARIABLE = re.compile(r"\bvariables\.([A-Za-z]+)\b")
+_DEFINITIONS = dict(VARIABLES)
 
 
 def _inline(expression: str, bound: frozenset[str] = frozenset()) -> str:
     """``expression`` with each variable it reads spelled out (those in ``bound`` read by their
     bare name, bound by ``_bind``): a match condition may not read variables."""
-    definitions = dict(VARIABLES)
 
     def spelled(found: re.Match[str]) -> str:
         name = found.group(1)
-        return name if name in bound else f"({_inline(definitions[name], bound)})"
+        return name if name in bound else f"({_inline(_DEFINITIONS[name], bound)})"
 
     return _VARIABLE.sub(spelled, expression)
 
 
+def _refusals(mode: str) -> str:
+    """CEL: the refusals of the policy bound with ``mode`` that read the granting roles."""
+    judged = f"variables.denied && variables.mode == '{mode}'"
+    return f"variables.unlisted || {judged}" if mode == ENFORCE else judged
+
+
 def _allowed(mode: str) -> str:
     """CEL: the validation of the policy bound with ``mode``: whether it lets the write pass."""
-    judged = f"!(variables.denied && variables.mode == '{mode}')"
     if mode != ENFORCE:
-        return judged
+        return f"!({_refusals(mode)})"
     # A namespace marked compiled is not sent to the webhook for what this policy matches, so
     # the policy may not stand aside there: parameters delegated under the mark (the compiler
     # removes it first, so only during that hop or when someone else set it) refuse.
-    return f"!({_UNJUDGED}) && !variables.unlisted && {judged}"
+    return f"!({_UNJUDGED}) && !({_refusals(mode)})"
 
 
 def _may_refuse(mode: str) -> str:
@@ -348,19 +353,12 @@ def _may_refuse(mode: str) -> str:
     false. Kubelets are never refused (the webhook's node rules judge them); ``granting`` is
     computed once, after the checks that do not need it. A match condition cannot see the
     namespace, so delegated parameters match and the validation reads the namespace's mark."""
-    judged = f"variables.denied && variables.mode == '{mode}'"
+    granting = frozenset({"granting"})
+    refused = _bind("granting", _inline("variables.granting"), _inline(_refusals(mode), granting))
     if mode != ENFORCE:
         # Nothing softened in the namespace (the usual case): one field read and done.
-        return f"has(params.spec.softened) && !({_NODE}) && {_with_granting(judged)}"
-    return (
-        f"!({_NODE}) && (has(params.spec.delegated) || "
-        f"{_with_granting(f'variables.unlisted || {judged}')})"
-    )
-
-
-def _with_granting(expression: str) -> str:
-    granting = frozenset({"granting"})
-    return _bind("granting", _inline("variables.granting"), _inline(expression, granting))
+        return f"has(params.spec.softened) && !({_NODE}) && {refused}"
+    return f"!({_NODE}) && (has(params.spec.delegated) || {refused})"
 
 
 # Parameters delegated in a namespace marked compiled (see ``_allowed``).

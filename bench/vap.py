@@ -221,10 +221,10 @@ def clear(cp: ControlPlane) -> None:
 
 
 def configure(
-    cp: ControlPlane, setup: str, webhook: Webhook, policy: Path | None = None
+    cp: ControlPlane, setup: str, webhook: Webhook, other: str | None = None
 ) -> None:
-    """Admit with exactly ``setup`` (``file``: the documents of ``policy``); wait until the API
-    server applies it."""
+    """Admit with exactly ``setup`` (``file``: the YAML ``other``); wait until the
+    API server applies it."""
     clear(cp)
     if setup == "trivial":
         cp.apply(ADMIN, TRIVIAL)
@@ -232,8 +232,8 @@ def configure(
         cp.apply(ADMIN, documents("policy.yaml"))
     elif setup in PARTS:
         cp.apply(ADMIN, part_of_policy(PARTS[setup]))
-    elif setup == "file" and policy is not None:
-        cp.apply(ADMIN, [d for d in yaml.safe_load_all(policy.read_text()) if d])
+    elif setup == "file" and other is not None:
+        cp.apply(ADMIN, other)
     elif setup == "webhook":
         cp.apply(ADMIN, [webhook.config])
     time.sleep(3)  # the policy informer picks bindings up within a second or two
@@ -339,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown setups: {', '.join(sorted(unknown))}")
     setups = ["none", "trivial", *(name for name in asked if name not in ("none", "trivial"))]
+    other = None
     if args.policy is not None:
+        other = args.policy.read_text()  # read once; kubectl parses it at each apply
         setups.append("file")
     workdir = Path(tempfile.mkdtemp(prefix="bench-vap-"))
     users = (User(ADMIN, ("system:masters",)), ALICE, COMPILER_USER, WEBHOOK_USER)
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in range(args.rounds):
                 # Every other round in reverse order, so that no setup always runs first.
                 for setup in setups if n % 2 == 0 else setups[::-1]:
-                    configure(cp, setup, webhook, args.policy)
+                    configure(cp, setup, webhook, other)
                     for c in connections:
                         run = wrk(cp, c, args.seconds, script, webhook)
                         results.setdefault((setup, c), []).append(run)
