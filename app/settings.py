@@ -49,7 +49,8 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     log_level: str = "info"
-    # After SIGTERM: seconds of serving with readiness off before the graceful stop (app.serve).
+    # After SIGTERM: seconds of serving with readiness off before the graceful stop
+    # (app.webhook.serve).
     drain_seconds: float = 0.0
 
     @property

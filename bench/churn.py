@@ -52,7 +52,7 @@ from app.engine.rbac import Compiler, Snapshot
 from app.source.api import KubeClient
 from app.source.cluster import ClusterSource
 from app.source.informer import Tuning
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from bench.core.apiserver import Step, serve, steps, write_lists
 from bench.core.layout import ANNOTATION, layout
 from bench.core.processes import child_env, module_command, thread_cpu

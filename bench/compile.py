@@ -18,8 +18,8 @@ source builds it, then measured in CPU seconds of this process:
   ClusterRole's annotation edited (bound cluster-wide: every namespace).
 
 The resources rendered for are the namespaced ones a kube-apiserver v1.36 serves with ``create``
-(its discovery, as ``app.compile.served_resources`` reads it), less those the policy leaves to the
-webhook. ``--profile`` prints where the largest size's full render goes (cProfile).
+(its discovery, as ``app.compiled.compiler.served_resources`` reads it), less those the policy
+leaves to the webhook. ``--profile`` prints where the largest size's full render goes (cProfile).
 
     python -m bench compile --sizes 1000,10000,100000 [--sample 2000] [--json FILE] [--profile]
 """

@@ -23,7 +23,7 @@ from app.engine.coverage import unjudged
 from app.engine.decide import evaluate
 from app.engine.model import Resource
 from app.engine.rbac import Restrictions, RoleChange, RoleRef, Snapshot
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from bench.core.stats import cost
 from tests.support import binding, make_review, role, rule, snapshot
 

@@ -39,8 +39,8 @@ from app.engine.nodegraph import NodeGraph, compile_pod
 from app.engine.rbac import Binding, CompiledRole, Compiler, Snapshot
 from app.engine.selectors import Requirement
 from app.source.static import read_manifests
-from app.wire import build_response, parse_review
-from app.wire_sar import build_access_response, parse_access_review
+from app.webhook.wire import build_response, parse_review
+from app.webhook.wire_sar import build_access_response, parse_access_review
 from bench.core.processes import ROOT
 from bench.core.stats import cost, rate
 from tests.support import API, make_access_review, make_review

@@ -59,8 +59,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from app.admission_policy import COMPILER
-from app.coverage import CONDITION
+from app.compiled.admission_policy import COMPILER
+from app.compiled.registration import CONDITION
 from bench.core.kube import Client, Webhook, documents
 from bench.core.layout import ANNOTATION, cluster_objects, layout, namespace_objects
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu
@@ -377,7 +377,7 @@ def wait_compiled(admin: Client, timeout: float) -> float:
 def dormant(config: dict[str, Any]) -> dict[str, Any]:
     """The shipped webhook registration selecting no namespace: the API server never calls it
     (the webhook is asked directly), while the compiler keeps its coverage condition in it as
-    it does in a cluster (``app.coverage``)."""
+    it does in a cluster (``app.compiled.registration``)."""
     never = {"matchLabels": {"labelrbac.io/bench-never": "true"}}
     return {**config, "webhooks": [{**w, "namespaceSelector": never} for w in config["webhooks"]]}
 

@@ -2,7 +2,7 @@
 
 Run with ``.venv/bin/python -m bench http`` (needs ``wrk``: ``apt-get install wrk``).
 
-Two servers run side by side on loopback, both through ``app.serve.WebhookServer`` (the same
+Two servers run side by side on loopback, both through ``app.webhook.serve.WebhookServer`` (the same
 gunicorn configuration, TLS context, JSON logger and draining wrapper):
 
 - **label-rbac**: the real app over a static RBAC directory of ``--objects`` objects (the layout
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.client == "wrk" and shutil.which("wrk") is None:
         raise SystemExit("bench http: wrk not found (apt-get install wrk, or --client python)")
-    from app.certs import generate
+    from app.webhook.certs import generate
 
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

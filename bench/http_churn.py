@@ -9,7 +9,7 @@ the API server's lists there once and reuses them).
   makes the changes of ``bench.core.apiserver`` on a schedule (per ten: three Role annotation
   edits, three RoleBinding subject edits — every 500th change a ClusterRole annotation edit
   instead — two RoleBindings created and one of them deleted again).
-- **label-rbac**: served as the HTTP benchmark serves it (``app.serve.WebhookServer``, the
+- **label-rbac**: served as the HTTP benchmark serves it (``app.webhook.serve.WebhookServer``, the
   ``--models`` serving model, TLS, keep-alive, JSON log at ``info``), its source the cluster:
   every worker lists and watches the API server and applies the changes to its snapshot.
 - **load**: the HTTP benchmark's ``/validate`` mix (tenants creating ConfigMaps, half of them

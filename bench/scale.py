@@ -55,7 +55,7 @@ from bench.core.stats import cpu_rate
 def requests_for(snapshot: Any) -> list[tuple[str, Any, dict[str, Any]]]:
     """(name, parsed request, review) of a tenant's allowed and denied ConfigMap create, in the
     middle namespace of the snapshot."""
-    from app.wire import parse_review
+    from app.webhook.wire import parse_review
     from tests.support import make_review
 
     namespaces = len(snapshot.namespaces)

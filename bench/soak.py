@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.certs import generate
+from app.webhook.certs import generate
 from bench.core.processes import rss_bytes
 from bench.core.stats import percentile
 from tests.kubeapi import FakeKubeAPI

@@ -53,7 +53,7 @@ from typing import Any
 
 import yaml
 
-from app.admission_policy import COMPILER
+from app.compiled.admission_policy import COMPILER
 from app.engine.context import Options
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from app.admission_policy import COMPILER
+from app.compiled.admission_policy import COMPILER
 from app.engine.incremental import LiveSnapshot
 from app.engine.params import API_VERSION, MARK, NAME, PLURAL, namespaces_of, render
 from bench.core.compiled import compiled_objects, target

@@ -11,9 +11,9 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
+from app.webhook.server import create_app
 from tests.support import ROOT
 
 EXAMPLES = ROOT / "manifests" / "examples"

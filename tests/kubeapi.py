@@ -41,7 +41,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
-from app.certs import generate
+from app.webhook.certs import generate
 from tests.support import API
 
 T = TypeVar("T")

@@ -14,9 +14,9 @@ from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import MODE_ANNOTATION, Compiler, Snapshot
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
+from app.webhook.server import create_app
 
 if TYPE_CHECKING:
     from flask.testing import FlaskClient

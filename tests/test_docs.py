@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app import clidoc
+from app.cli import reference as clidoc
 from tests import docs
 from tests.support import ROOT
 
@@ -106,7 +106,7 @@ def test_mentioned_flags_exist(mention: docs.Mention) -> None:
 def test_cli_reference_is_generated_from_the_parsers() -> None:
     current = clidoc.DOC.read_text(encoding="utf-8")
     assert current == clidoc.generate(current), (
-        f"docs/cli.md differs from what app/cli.py's parsers generate: run {clidoc.REGENERATE}"
+        f"docs/cli.md differs from what the parsers of app.cli generate: run {clidoc.REGENERATE}"
     )
 
 

@@ -26,7 +26,7 @@ from app.engine.context import Context
 from app.engine.node import check_node
 from app.engine.rbac import Snapshot
 from app.source.static import read_manifests
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.cel import conditions_pass
 from tests.support import ROOT, make_review
 
@@ -510,7 +510,7 @@ def test_probes_and_grace_period_cover_the_drain() -> None:
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     (drain,) = [a for a in container["args"] if a.startswith("--drain-seconds=")]
-    from app.serve import GRACEFUL_TIMEOUT
+    from app.webhook.serve import GRACEFUL_TIMEOUT
 
     assert pod["terminationGracePeriodSeconds"] > float(drain.split("=")[1]) + GRACEFUL_TIMEOUT
 
@@ -583,7 +583,7 @@ def exposed_series() -> set[str]:
     """Every series name label-rbac's /metrics can carry (samples or not yet)."""
     from prometheus_client import ProcessCollector
 
-    from app.metrics import LAST_EVENT_AGE, Metrics
+    from app.webhook.metrics import LAST_EVENT_AGE, Metrics
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
     names = {LAST_EVENT_AGE}

@@ -4,8 +4,9 @@ The ``labels.labelrbac.io`` webhook entry matches every namespaced resource and 
 an outage of the webhook stops every write in every tenant namespace. Most resources, though,
 carry no label restriction at all: no permission annotation names them, and for them the label
 rule always answers "allow". ``unjudged`` computes that set from the RBAC snapshot and the
-resources the API server serves, so the registration can leave them out (``app.coverage`` keeps
-the registration in step). A served namespaced resource is unjudged when
+resources the API server serves, so the registration can leave them out
+(``app.compiled.registration`` keeps the registration in step). A served namespaced resource is
+unjudged when
 
 * no resource pattern of any Role/ClusterRole's annotation matches it, bound or not (a pattern
   names the resource and maybe a group: ``pods/exec`` restricts ``pods``, a pattern without a

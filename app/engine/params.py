@@ -1,8 +1,8 @@
 """The label rule compiled for the API server: one parameter object per namespace.
 
-With compilation on, a ValidatingAdmissionPolicy (``app.admission_policy``) judges the common
-write path inside kube-apiserver: CREATE, UPDATE and DELETE of namespaced objects that carry their
-own labels. Its CEL reads one ``LabelRbacParams`` object per namespace, rendered here from the
+With compilation on, a ValidatingAdmissionPolicy (``app.compiled.admission_policy``) judges the
+common write path inside kube-apiserver: CREATE, UPDATE and DELETE of namespaced objects that carry
+their own labels. Its CEL reads one ``LabelRbacParams`` object per namespace, rendered here from the
 same ``Snapshot`` the webhook decides on, with the webhook's own RBAC matching
 (``CompiledRole.grants``) and grant classification (``labels.classify``), so both front doors
 agree on which roles grant a request and what they permit. ``spec``::

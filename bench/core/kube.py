@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from app.certs import CertPaths, generate
+from app.webhook.certs import CertPaths, generate
 from bench.core.processes import ROOT, cpu_seconds, process_cpu
 from tests.kube.controlplane import ADMIN, WEBHOOK_USER, ControlPlane
 from tests.process import Server, launch, stop

@@ -1,7 +1,7 @@
 """The servers of the HTTP benchmarks: label-rbac and a no-op webhook, served the same way.
 
-Both run through ``app.serve.WebhookServer`` (the same gunicorn configuration, TLS context, JSON
-logger and draining wrapper) in a child process of their own, ``python -m bench.core.servers``,
+Both run through ``app.webhook.serve.WebhookServer`` (the same gunicorn configuration, TLS context,
+JSON logger and draining wrapper) in a child process of their own, ``python -m bench.core.servers``,
 with the serving model (gunicorn worker class, workers, threads, keep-alive) under test. Each
 worker tags its answers with its process id in ``X-Worker``, to tell workers apart.
 """
@@ -144,8 +144,8 @@ def run_server(
     baseline: str = "flask",
     kubeconfig: Path | None = None,
 ) -> None:
-    from app.serve import WebhookServer, draining_readiness
     from app.settings import Settings
+    from app.webhook.serve import WebhookServer, draining_readiness
 
     settings = Settings(
         annotation_keys=("labelrbac.io/permissions",),

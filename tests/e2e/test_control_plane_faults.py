@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from app.certs import Authority
+from app.webhook.certs import Authority
 from tests.e2e.load import RIGHT, judge, probes
 from tests.kube.cluster import SERVICE_NAME, LabelRbacCluster
 from tests.kube.conftest import require_control_plane

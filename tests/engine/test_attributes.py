@@ -20,7 +20,7 @@ import pytest
 from app.engine.context import Context, ParentUnavailable
 from app.engine.decide import evaluate
 from app.engine.model import Request
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.support import RECENT, binding, load_review, make_review, role, rule, snapshot
 
 RESTRICTED: dict[str, Any] = {"*": {"team": ["a"]}}

@@ -12,7 +12,7 @@ from app.engine.coverage import ALWAYS_JUDGED, FENCE_WORK, check_coverage, unjud
 from app.engine.decide import evaluate
 from app.engine.model import Resource
 from app.engine.rbac import Restrictions, RoleRef
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.support import binding, make_review, role, rule, snapshot
 
 CONFIGMAPS = Resource("", "configmaps")

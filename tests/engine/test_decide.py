@@ -22,7 +22,7 @@ from app.engine.labels import label_states, object_is_parent
 from app.engine.model import Decision, Request, Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.support import binding, load_review, role, rule, snapshot
 
 RBAC = "rbac.authorization.k8s.io"

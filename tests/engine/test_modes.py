@@ -17,7 +17,7 @@ from app.engine.decide import evaluate
 from app.engine.model import Decision, Request, Resource, UserInfo
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import RBAC_GROUP, Compiler
-from app.wire import build_response
+from app.webhook.wire import build_response
 from tests.support import binding, role, rule, snapshot
 
 WRITE = "create update patch delete"

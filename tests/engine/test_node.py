@@ -26,7 +26,7 @@ from app.engine.node import (
     is_protected_node_label,
 )
 from app.engine.rbac import Snapshot
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.support import V135_REVIEWS
 
 NODE1_UID = "8aefcc65-67a5-4183-8f8a-9a9f69d9145e"

@@ -16,7 +16,7 @@ from app.engine.context import Context, ParentUnavailable
 from app.engine.decide import evaluate
 from app.engine.model import Decision, Request
 from app.engine.rbac import Snapshot
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.support import REVIEWS, load_review, snapshot
 
 # Fixture → None when it must be allowed, else a part of the denial message.

@@ -18,7 +18,7 @@ from app.engine.context import Context
 from app.engine.model import Access, Verdict
 from app.engine.nodeauthz import check_node_read
 from app.engine.nodegraph import NodeGraph, compile_pod
-from app.wire_sar import parse_access_review
+from app.webhook.wire_sar import parse_access_review
 from tests.support import ACCESS_REVIEWS, V135_REVIEWS, load_access_review, pod, snapshot
 
 WEB_A = json.loads((V135_REVIEWS / "c048-node-update-pods-status.json").read_text())["request"][

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from app.engine.context import Context
 from app.engine.decide import evaluate
 from app.engine.policy import AnnotationError, Permissions, parse_permissions
-from app.wire import ReviewError, parse_review
+from app.webhook.wire import ReviewError, parse_review
 from tests.support import binding, make_review, role, rule, snapshot
 
 SCALARS = (

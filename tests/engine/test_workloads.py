@@ -1,7 +1,7 @@
 """What a write makes controllers do: every rule of the workload rule set, through real reviews.
 
-Each case is an AdmissionReview as the API server sends it (parsed by ``app.wire``), decided by
-the whole pipeline against a small RBAC world in namespace ``t1``; the objects a rule looks up
+Each case is an AdmissionReview as the API server sends it (parsed by ``app.webhook.wire``), decided
+by the whole pipeline against a small RBAC world in namespace ``t1``; the objects a rule looks up
 come from a metadata lookup backed by a table of labelled objects.
 """
 
@@ -28,7 +28,7 @@ from app.engine.model import Decision, Request
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
 from app.engine.workloads import RULES, WORKLOADS, check_workloads
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.support import binding, load_review, make_review, role, rule, snapshot
 
 NS = "t1"

@@ -8,7 +8,7 @@ the shipped manifests, changed only where a cluster differs from loopback:
   ServiceAccount and its ClusterRole(Binding) are applied as they are; the
   ValidatingWebhookConfiguration gets ``clientConfig.url`` (the loopback address and the
   Service's path) and ``caBundle`` in place of its Service. The Deployment, Service and
-  cert-manager objects are left out: the process and ``app.certs`` stand in for them.
+  cert-manager objects are left out: the process and ``app.webhook.certs`` stand in for them.
 - ``manifests/authorization/`` (or ``manifests/node-authorizer/``): the AuthorizationConfiguration
   as shipped, with ``kubeConfigFile`` pointing at the shipped kubeconfig whose ``server`` is the
   loopback address and ``certificate-authority`` the test CA. ``tls-server-name`` is kept: the
@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
-from app.admission_policy import COMPILER
-from app.certs import CertPaths, generate
+from app.compiled.admission_policy import COMPILER
+from app.webhook.certs import CertPaths, generate
 from tests.kube.controlplane import (
     ADMIN,
     DEFAULT_USERS,
@@ -49,7 +49,7 @@ from tests.support import ROOT
 MANIFESTS = ROOT / "manifests"
 # The Service name the serving certificate is issued for (manifests/deploy/certificate.yaml).
 SERVICE_NAME = "label-rbac.label-rbac.svc"
-# Stand-ins run here instead (the process, app.certs), or need CRDs no test cluster has.
+# Stand-ins run here instead (the process, app.webhook.certs), or need CRDs no test cluster has.
 NOT_APPLIED = {"Deployment", "Service", "Certificate", "Issuer", "ServiceMonitor"}
 
 

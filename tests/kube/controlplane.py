@@ -40,8 +40,8 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from app.admission_policy import COMPILER
-from app.certs import Authority
+from app.compiled.admission_policy import COMPILER
+from app.webhook.certs import Authority
 from tests.process import free_port
 from tests.support import ROOT
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from app.admission_policy import COMPILER
+from app.compiled.admission_policy import COMPILER
 from app.engine.context import Context, Options
 from app.engine.decide import evaluate
 from app.engine.kinds import KINDS, snapshot_from_objects
@@ -33,7 +33,7 @@ from app.engine.model import AUDIT, WARN, Resource, labels_of
 from app.engine.params import NAME, PLURAL, Target, in_scope, namespaces_of, render
 from app.engine.rbac import Snapshot
 from app.settings import Settings
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.kube.conftest import require_control_plane
 from tests.kube.controlplane import (
     ADMIN,

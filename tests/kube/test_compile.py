@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.admission_policy import COMPILER
+from app.compiled.admission_policy import COMPILER
 from tests.kube.cluster import Compilers
 from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, ControlPlane, User

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.admission_policy import COMPILER, REGISTRATION_GUARD
-from app.coverage import API, CONDITION, expression
+from app.compiled.admission_policy import COMPILER, REGISTRATION_GUARD
+from app.compiled.registration import API, CONDITION, expression
 from app.engine.context import UNJUDGED_ANNOTATION
 from tests.kube.cluster import LabelRbacCluster, kustomize, webhook_configuration
 from tests.kube.conftest import require_control_plane, wait_for

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from app.admission_policy import COMPILER
+from app.compiled.admission_policy import COMPILER
 from app.engine.params import MARK
 from tests.kube.cluster import Compilers, LabelRbacCluster
 from tests.kube.conftest import require_control_plane, wait_for

@@ -9,7 +9,7 @@ from typing import Any
 from app.engine.model import Request, UserInfo
 from app.source.cluster import ClusterSource
 from app.source.informer import Informer, Tuning
-from app.wire import parse_review
+from app.webhook.wire import parse_review
 from tests.kubeapi import FakeKubeAPI
 from tests.support import load_review, make_review
 

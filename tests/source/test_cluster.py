@@ -17,11 +17,11 @@ from app.engine.kinds import KINDS, WEBHOOK_CONFIGURATION
 from app.engine.model import Request, Resource
 from app.engine.rbac import RoleRef
 from app.engine.workloads import METADATA_RESOURCES
-from app.server import Decider, create_app
 from app.settings import Settings
 from app.source.api import object_path
 from app.source.cluster import PARENT_RESOURCES
 from app.source.metadata import WATCHED_RESOURCES
+from app.webhook.server import Decider, create_app
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import (
     FAST,

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.certs import CertPaths, generate
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
 from app.settings import Settings
 from app.source.api import ConfigError, KubeClient
 from app.source.cluster import ClusterSource
+from app.webhook.certs import CertPaths, generate
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import FAST, TOKEN
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from app.server import Decider
 from app.settings import Settings
 from app.source.cluster import ClusterSource
+from app.webhook.server import Decider
 from tests.kubeapi import TRUNCATE, FakeKubeAPI, wait_until
 from tests.source.helpers import POD, MakeSource, exec_request, pod, request, rolebinding
 

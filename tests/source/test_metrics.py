@@ -14,11 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.engine.context import ParentUnavailable
-from app.metrics import Metrics
-from app.serve import multiprocess_dir
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
+from app.webhook.metrics import Metrics
+from app.webhook.serve import multiprocess_dir
+from app.webhook.server import create_app
 from tests.kubeapi import FakeKubeAPI, wait_until
 from tests.source.helpers import METRIC_NAMES, MakeSource, exec_request
 from tests.support import ROOT, lint_metric_family, make_review
@@ -83,7 +83,10 @@ def test_metrics_endpoint_by_default() -> None:
 
 def test_prometheus_client_is_not_imported_before_the_workers() -> None:
     """Its multiprocess mode is fixed at import, which must follow PROMETHEUS_MULTIPROC_DIR."""
-    code = "import sys, app.cli, app.serve, app.server; print('prometheus_client' in sys.modules)"
+    code = (
+        "import sys, app.cli, app.webhook.serve, app.webhook.server; "
+        "print('prometheus_client' in sys.modules)"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
@@ -112,7 +115,7 @@ def test_workers_add_up_and_dead_workers_leave_live_gauges(tmp_path: Path) -> No
     script = textwrap.dedent(
         """
         import json, os
-        from app.metrics import Metrics, mark_worker_dead, render
+        from app.webhook.metrics import Metrics, mark_worker_dead, render
 
         pids = []
         for objects in (3, 5):

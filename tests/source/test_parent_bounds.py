@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from app.engine.context import ObjectRef, ParentUnavailable
-from app.metrics import MAX_RESOURCE_LABEL_CHARS, MAX_RESOURCE_LABELS, OTHER, Metrics
 from app.source.cluster import PARENT_CACHE_CHARS
+from app.webhook.metrics import MAX_RESOURCE_LABEL_CHARS, MAX_RESOURCE_LABELS, OTHER, Metrics
 from tests.kubeapi import FakeKubeAPI
 from tests.source.helpers import POD, MakeSource, exec_request, pod
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource, read_manifests
+from app.webhook.server import create_app
 from tests.kubeapi import FakeKubeAPI
 from tests.source.helpers import MakeSource
 from tests.support import V135_RBAC, V135_REVIEWS

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.admission_policy import (
+from app.compiled.admission_policy import (
     ACTIONS,
     COMPILED_ENTRY,
     COMPILER,

@@ -29,8 +29,8 @@ from app.engine.nodeauthz import check_node_read
 from app.engine.rbac import Snapshot
 from app.settings import Settings
 from app.source.base import RbacSource
-from app.wire import ReviewError, build_response, parse_review
-from app.wire_sar import AccessReview, build_access_response, parse_access_review
+from app.webhook.wire import ReviewError, build_response, parse_review
+from app.webhook.wire_sar import AccessReview, build_access_response, parse_access_review
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -68,8 +68,8 @@ Exposition = Callable[[], tuple[bytes, str]]
 
 def default_exposition() -> tuple[bytes, str]:
     # Imported on first scrape: prometheus_client fixes its multiprocess mode at import time,
-    # which must come after ``serve`` has set PROMETHEUS_MULTIPROC_DIR (see app.metrics).
-    from app.metrics import render
+    # which must come after ``serve`` has set PROMETHEUS_MULTIPROC_DIR (see app.webhook.metrics).
+    from app.webhook.metrics import render
 
     return render()
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.engine.model import Decision, Resource
-from app.wire import ReviewError, build_response, parse_review
+from app.webhook.wire import ReviewError, build_response, parse_review
 from tests.support import REVIEWS, load_review
 
 RECORDED = sorted(path.stem for path in REVIEWS.glob("*.json"))

@@ -23,14 +23,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
-from app.wire import API_VERSIONS, MAX_MESSAGE_CHARS
+from app.webhook.server import create_app
+from app.webhook.wire import API_VERSIONS, MAX_MESSAGE_CHARS
 from tests.conftest import EXAMPLES
-from tests.http.test_authorize import RBAC, Objects
 from tests.process import Server, read_reply, serve
 from tests.support import make_access_review, make_review
+from tests.webhook.test_authorize import RBAC, Objects
 
 Json = Any
 

@@ -27,7 +27,7 @@ from prometheus_client import ProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import __version__
-from app.certs import Authority
+from app.webhook.certs import Authority
 from tests.process import Server, serve
 from tests.support import ROOT, lint_metric_family, load_review, make_access_review, make_review
 

@@ -22,9 +22,9 @@ from flask.testing import FlaskClient
 
 from app.engine.decide import PRE_CHECKS
 from app.engine.model import Decision, Request
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
+from app.webhook.server import create_app
 from tests.support import API, REVIEWS, load_review
 
 SETTINGS = Settings(

@@ -19,10 +19,10 @@ from flask.testing import FlaskClient
 
 from app.engine.context import ObjectRef, ParentUnavailable
 from app.engine.model import AccessDecision, Decision, Request
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
-from app.wire_sar import AccessReview
+from app.webhook.server import create_app
+from app.webhook.wire_sar import AccessReview
 from tests.support import ACCESS_REVIEWS, V135_RBAC, V135_REVIEWS
 
 SETTINGS = Settings(rbac_dir=V135_RBAC)

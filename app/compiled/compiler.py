@@ -21,8 +21,8 @@ again, so nothing its predecessor had not written yet is lost, and writes only t
 parameters differ (namespaces a change touches first).
 
 The leader also keeps the webhook registration's ``skip-unjudged`` conditions in step with the
-roles and the served resources (``app.coverage.CoverageWriter``), in a thread of its own: its
-reads of the registration never hold up a namespace's parameters.
+roles and the served resources (``app.compiled.registration.CoverageWriter``), in a thread of its
+own: its reads of the registration never hold up a namespace's parameters.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from app.coverage import CoverageWriter
+from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import Change, LiveSnapshot
 from app.engine.model import Resource

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from app.compile import (
+from app.compiled.compiler import (
     DISCOVERY_INTERVAL,
     FIELD_MANAGER,
     MERGE,
@@ -20,7 +20,7 @@ from app.compile import (
     ParamsWriter,
     PendingNamespaces,
 )
-from app.coverage import CoverageWriter
+from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND

@@ -13,9 +13,9 @@ from flask.testing import FlaskClient
 from app.engine.context import ParentUnavailable
 from app.engine.model import Request
 from app.logs import JsonFormatter
-from app.server import NOT_SYNCED, Answer, ReviewEndpoints, create_app
 from app.settings import Settings
 from app.source.static import StaticSource
+from app.webhook.server import NOT_SYNCED, Answer, ReviewEndpoints, create_app
 from tests.conftest import EXAMPLES
 from tests.support import make_review
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from app.serve import make_source
-from app.server import create_app
 from app.settings import Settings
+from app.webhook.serve import make_source
+from app.webhook.server import create_app
 from tests.support import (
     ACCESS_REVIEWS,
     V135_RBAC,

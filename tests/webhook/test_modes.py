@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from app.logs import JsonFormatter
-from app.metrics import Metrics
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
+from app.webhook.metrics import Metrics
+from app.webhook.server import create_app
 from tests.support import binding, make_review, role, rule
 
 

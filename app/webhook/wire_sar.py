@@ -2,8 +2,8 @@
 
 An authorization webhook receives a SubjectAccessReview whose ``spec`` says who asks to do what,
 and answers with the same kind carrying ``status``: ``allowed`` (allow), ``denied`` (deny; the
-API server asks no later authorizer) or neither (no opinion). Like ``app.wire``, a body that is
-not a SubjectAccessReview raises ``ReviewError`` (the HTTP layer answers 400).
+API server asks no later authorizer) or neither (no opinion). Like ``app.webhook.wire``, a body that
+is not a SubjectAccessReview raises ``ReviewError`` (the HTTP layer answers 400).
 
 Since Kubernetes 1.31 the API server also sends the request's label and field selectors, parsed
 into ``requirements``; a selector it could not parse arrives as ``rawSelector`` only and is read
@@ -18,7 +18,7 @@ from typing import Any, NotRequired, TypedDict
 
 from app.engine.model import Access, AccessDecision, Resource, UserInfo, Verdict
 from app.engine.selectors import Requirement, SelectorError, requirement
-from app.wire import ReviewError
+from app.webhook.wire import ReviewError
 
 API_VERSIONS = ("authorization.k8s.io/v1", "authorization.k8s.io/v1beta1")
 KIND = "SubjectAccessReview"

@@ -16,7 +16,7 @@ import pytest
 import re2  # type: ignore[import-untyped]
 import yaml
 
-from app.coverage import (
+from app.compiled.registration import (
     API,
     APPLY,
     CONDITION,

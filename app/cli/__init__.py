@@ -59,8 +59,8 @@ from app.engine.rbac import Snapshot
 from app.engine.selectors import Selector, SelectorError, parse_selector
 from app.settings import Settings
 from app.source.static import ManifestError, parse_manifests, read_manifests
-from app.wire import ReviewError, parse_review
-from app.wire_sar import AccessReview, parse_access_review
+from app.webhook.wire import ReviewError, parse_review
+from app.webhook.wire_sar import AccessReview, parse_access_review
 
 if TYPE_CHECKING:  # the official client is imported only to talk to a cluster (it is slow)
     from app.source.api import KubeClient
@@ -353,8 +353,8 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from app.certs import generate
-    from app.serve import ConfigError, serve
+    from app.webhook.certs import generate
+    from app.webhook.serve import ConfigError, serve
 
     tls_cert, tls_key = args.tls_cert, args.tls_key
     if args.dev_tls is not None:
@@ -546,7 +546,7 @@ def _manifest(path: str) -> list[tuple[str, Mapping[str, Any]]]:
 
 def _resource_of(kind: str, obj: Mapping[str, Any], loaded: Loaded) -> Resource:
     """The resource a manifest's kind is served as: by discovery against a cluster."""
-    from app.audit import group_of, plural
+    from app.cli.audit import group_of, plural
     from app.source.api import KubeError
     from app.source.listing import discover
 
@@ -662,7 +662,7 @@ def _node_graph(loaded: Loaded) -> NodeGraph:
 
 def _cmd_check_read(args: argparse.Namespace, settings: Settings, loaded: Loaded) -> int:
     """Explain a read as the authorization webhook answers it."""
-    from app.audit import dump
+    from app.cli.audit import dump
 
     review = _access(args)
     metadata = loaded.metadata
@@ -773,7 +773,7 @@ def _print_decision(decision: Decision) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from app.audit import dump
+    from app.cli.audit import dump
 
     settings = _settings(args)
     loaded = _load(args, settings)
@@ -800,7 +800,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_who_can(args: argparse.Namespace) -> int:
-    from app.audit import dump, holders_table
+    from app.cli.audit import dump, holders_table
     from app.engine.reverse import who_can
 
     settings = _settings(args)
@@ -825,7 +825,7 @@ def _cmd_who_can(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from app.audit import cluster_objects, dump, manifest_objects, report_text
+    from app.cli.audit import cluster_objects, dump, manifest_objects, report_text
     from app.engine.reverse import audit
     from app.source.api import KubeError
 
@@ -853,7 +853,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_gen_certs(args: argparse.Namespace) -> int:
-    from app.certs import generate
+    from app.webhook.certs import generate
 
     try:
         paths = generate(args.out, args.dns, args.days)
@@ -902,7 +902,7 @@ def _one_line(text: str) -> str:
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from app import logs
-    from app.compile import LeaderLease, identity, run
+    from app.compiled.compiler import LeaderLease, identity, run
     from app.source.api import KubeClient
 
     kubeconfig, in_cluster = _kube_connection(args.kubeconfig)

@@ -9,7 +9,7 @@ Around gunicorn:
 - **Configuration is checked before any worker is forked** (``check_settings``): a bad flag or
   an unusable certificate is one line on stderr, not one traceback per worker.
 - **TLS**: each worker builds its SSLContext from the certificate and key files read as one
-  pair (app.certs.ServingCertificate) and swaps it when the files change; gunicorn's own
+  pair (app.webhook.certs.ServingCertificate) and swaps it when the files change; gunicorn's own
   loading reads the two files separately for every connection, so a rotation between the two
   reads paired a new certificate with the old key.
 - **Shutdown**: on SIGTERM the arbiter sets a flag shared with the workers (an anonymous shared
@@ -42,10 +42,10 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from app import deepjson, logs
-from app.certs import CertificateError, ServingCertificate, load_pair
-from app.server import create_app
 from app.settings import Settings
 from app.source.base import RbacSource
+from app.webhook.certs import CertificateError, ServingCertificate, load_pair
+from app.webhook.server import create_app
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -146,7 +146,8 @@ def build_app(settings: Settings) -> Any:
     """Create and start one worker's source and app (called in the worker, after fork)."""
     logs.configure(settings.log_level)
     deepjson.prepare()  # before the source starts its threads: they parse API-server JSON
-    from app.metrics import Metrics  # here, after fork and PROMETHEUS_MULTIPROC_DIR: see there
+    # here, after fork and PROMETHEUS_MULTIPROC_DIR: see there
+    from app.webhook.metrics import Metrics
 
     metrics = Metrics()
     logs.set_drop_observer(metrics.log_line_dropped)
@@ -235,7 +236,7 @@ def draining_readiness(app: WSGIApplication, draining: DrainFlag) -> WSGIApplica
 
 def child_exit(server: Any, worker: Any) -> None:
     """gunicorn hook (in the arbiter): a dead worker's live gauges leave the aggregate."""
-    from app.metrics import mark_worker_dead
+    from app.webhook.metrics import mark_worker_dead
 
     mark_worker_dead(worker.pid)
 

@@ -2,9 +2,9 @@
 
 Under gunicorn every worker counts for itself and ``/metrics`` (served by whichever worker takes
 the scrape) adds them up from ``PROMETHEUS_MULTIPROC_DIR``; ``python -m app serve`` sets that up
-before forking (app.serve). prometheus_client picks its multiprocess mode when it is first
-imported, so this module is imported lazily, in the workers, never by app.server or app.serve
-at import time.
+before forking (app.webhook.serve). prometheus_client picks its multiprocess mode when it is first
+imported, so this module is imported lazily, in the workers, never by app.webhook.server or
+app.webhook.serve at import time.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from app import __version__
 from app.engine.model import OPERATIONS, AccessDecision, Decision, Request
-from app.wire_sar import AccessReview
+from app.webhook.wire_sar import AccessReview
 
 LAST_EVENT = "label_rbac_last_event_timestamp_seconds"
 LAST_EVENT_AGE = "label_rbac_last_event_age_seconds"

@@ -14,9 +14,9 @@ from flask.testing import FlaskClient
 
 from app.engine.context import ObjectRef, ParentUnavailable
 from app.logs import JsonFormatter
-from app.server import NOT_SYNCED, create_app
 from app.settings import Settings
 from app.source.static import StaticSource
+from app.webhook.server import NOT_SYNCED, create_app
 from tests.support import binding, make_access_review, role, rule
 
 TEAM_A = {"configmaps": {"team": ["a"], "env": ["dev", "staging-*"]}}

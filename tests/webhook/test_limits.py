@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from app.deepjson import API_SERVER_MAX_DEPTH
-from app.server import BODY_READ_TIMEOUT
 from app.settings import DEFAULT_MAX_BODY_BYTES
+from app.webhook.server import BODY_READ_TIMEOUT
 from tests.process import Server, read_reply, serve
 from tests.support import make_review
 

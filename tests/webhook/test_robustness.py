@@ -22,10 +22,10 @@ from flask.testing import FlaskClient
 from app.deepjson import API_SERVER_MAX_DEPTH
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
-from app.server import HEAVY_BYTES, MAX_JSON_VALUES, create_app
 from app.settings import Settings
 from app.source.static import StaticSource
-from app.wire import MAX_MESSAGE_CHARS
+from app.webhook.server import HEAVY_BYTES, MAX_JSON_VALUES, create_app
+from app.webhook.wire import MAX_MESSAGE_CHARS
 from tests.conftest import EXAMPLES
 from tests.support import REVIEWS, load_review, make_review, role, rule
 

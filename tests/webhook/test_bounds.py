@@ -26,10 +26,10 @@ from app import logs
 from app.engine.context import ObjectRef, ParentUnavailable
 from app.engine.model import OPERATIONS
 from app.engine.policy import Permissions
-from app.metrics import MAX_RESOURCE_LABEL_CHARS, MAX_RESOURCE_LABELS, OTHER, Metrics
-from app.server import create_app
 from app.settings import Settings
 from app.source.static import StaticSource
+from app.webhook.metrics import MAX_RESOURCE_LABEL_CHARS, MAX_RESOURCE_LABELS, OTHER, Metrics
+from app.webhook.server import create_app
 from tests.support import binding, make_access_review, make_review, role, rule
 
 PODS = {("t1", "web-a"): {"team": "a"}, ("t1", "web-b"): {"team": "b"}}

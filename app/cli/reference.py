@@ -1,8 +1,8 @@
 """The command-line reference in docs/cli.md, generated from the argparse parsers of ``app.cli``.
 
-``python -m app.clidoc`` rewrites the part of docs/cli.md below ``MARKER`` (the prose above it is
-kept as written); ``--check`` exits 1 when the file differs from what the parsers generate. Only
-the documentation uses this module: nothing on the request path imports it.
+``python -m app.cli.reference`` rewrites the part of docs/cli.md below ``MARKER`` (the prose above
+it is kept as written); ``--check`` exits 1 when the file differs from what the parsers generate.
+Only the documentation uses this module: nothing on the request path imports it.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 from app.cli import _parser
 
 PROG = "python -m app"
-DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 MARKER = (
-    "<!-- Generated from the parsers in app/cli.py by `python -m app.clidoc`: "
+    "<!-- Generated from the parsers in app/cli/__init__.py by `python -m app.cli.reference`: "
     "edit the parsers, not the text below. -->"
 )
-REGENERATE = ".venv/bin/python -m app.clidoc"
+REGENERATE = ".venv/bin/python -m app.cli.reference"
 
 
 def subcommands(
@@ -131,7 +131,7 @@ def generate(current: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.clidoc", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m app.cli.reference", description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 if docs/cli.md is stale")
     args = parser.parse_args(argv)
     current = DOC.read_text(encoding="utf-8")

@@ -1,0 +1,1 @@
+"""The webhook process: HTTP server, review wire formats, serving certificates, metrics."""
