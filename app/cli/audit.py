@@ -1,17 +1,20 @@
-"""``audit`` and ``who-can`` for people and machines: the existing objects to judge (from a
-manifests directory or a cluster's API) and the output (tables, or ``-o json|yaml``).
+"""``audit`` and ``who-can`` for people and machines: the commands, the existing objects to
+judge (from a manifests directory or a cluster's API) and the output (tables, or
+``-o json|yaml``).
 
-The judging is ``app.engine.reverse``; this module only gathers and prints.
+The judging is ``app.engine.reverse``; this module reads, gathers and prints.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from app.cli.inputs import CliError, load_rbac, policy_settings
 from app.engine.kinds import BINDING_KINDS, ROLE_KINDS
 from app.engine.model import Resource, labels_of
 from app.engine.rbac import Snapshot
@@ -138,3 +141,54 @@ def report_text(report: Report) -> str:
     parts.append("\nBuckets and who holds them\n")
     parts.append(table(["NAMESPACE", "ROLE", "RESOURCE", "LABELS", "MODE", "HOLDERS"], rows))
     return "".join(parts)
+
+
+def cmd_who_can(args: argparse.Namespace) -> int:
+    from app.engine.reverse import who_can
+
+    settings = policy_settings(args)
+    loaded = load_rbac(args, settings)
+    labels = dict(args.label)
+    holders = who_can(
+        loaded.snapshot, args.verb, args.resource, args.namespace, labels, args.name,
+        settings.allow_unlabeled,
+    )  # fmt: skip
+    if args.output == "table":
+        print(holders_table(holders), end="")
+        return 0
+    data = {
+        "verb": args.verb,
+        "resource": str(args.resource),
+        "namespace": args.namespace,
+        "labels": labels,
+        "subjects": [h.as_dict() for h in holders],
+    }
+    print(dump(data, args.output), end="")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from app.engine.reverse import audit
+    from app.source.api import KubeError
+
+    settings = policy_settings(args)
+    loaded = load_rbac(args, settings)
+    if loaded.client is not None:
+        try:
+            objects = cluster_objects(loaded.client, loaded.snapshot, args.namespace)
+        except KubeError as exc:
+            raise CliError(f"cannot list objects at {loaded.where}: {exc}") from None
+    else:
+        objects = manifest_objects(loaded.objects)
+    if args.namespace:
+        objects = [o for o in objects if o.namespace == args.namespace]
+    report = audit(loaded.snapshot, objects, settings.allow_unlabeled)
+    if args.namespace:
+        report.buckets = {
+            ns: found for ns, found in report.buckets.items() if ns in ("", args.namespace)
+        }
+    if args.output == "table":
+        print(report_text(report), end="")
+    else:
+        print(dump(report.as_dict(), args.output), end="")
+    return 1 if report.orphans or report.unbucketed else 0

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from app.cli import impersonated, main
+from app.cli import main
+from app.cli.check import impersonated
 from tests.conftest import EXAMPLES
 from tests.support import REVIEWS, ROOT, load_review
 

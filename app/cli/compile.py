@@ -1,0 +1,39 @@
+"""``compile``: run the parameter compiler of the compiled path (``app.compiled.compiler``),
+leader-elected, until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from app.cli.inputs import kube_connection, policy_settings
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from app import logs
+    from app.compiled.compiler import LeaderLease, identity, run
+    from app.source.api import KubeClient
+
+    kubeconfig, in_cluster = kube_connection(args.kubeconfig)
+    settings = policy_settings(
+        args,
+        kubeconfig=kubeconfig,
+        in_cluster=in_cluster,
+        webhook_configuration=args.webhook_configuration,
+    )
+    logs.configure(args.log_level)
+    client = KubeClient.connect(kubeconfig, in_cluster)
+    lease = LeaderLease(
+        client,
+        args.lease_namespace,
+        args.lease_name,
+        args.identity or identity(),
+        duration=args.lease_seconds,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    run(client, settings, lease, stop, args.max_params_bytes)
+    logs.stop()
+    return 0

@@ -1,0 +1,113 @@
+"""What the commands share: the policy flags as ``Settings``, RBAC read from a directory or
+a cluster (found as kubectl finds it), and the one-line error every bad input ends in."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.engine.context import MetadataLookup, ParentLookup, no_metadata_lookup, no_parent_lookup
+from app.engine.kinds import BINDING_KINDS, ROLE_KINDS, snapshot_from_objects
+from app.engine.policy import DEFAULT_ANNOTATION_KEY
+from app.engine.rbac import Snapshot
+from app.settings import Settings
+from app.source.static import read_manifests
+
+if TYPE_CHECKING:  # the official client is imported only to talk to a cluster (it is slow)
+    from app.source.api import KubeClient
+
+
+class CliError(Exception):
+    """A bad input or an unreachable source: printed as one line, exit status 2."""
+
+
+def policy_settings(args: argparse.Namespace, **extra: object) -> Settings:
+    return Settings(
+        annotation_keys=tuple(args.annotation_keys or (DEFAULT_ANNOTATION_KEY,)),
+        default_label_key=args.default_label_key,
+        allow_unlabeled=args.allow_unlabeled,
+        unrestricted_reads=tuple(args.unrestricted_reads),
+        mode=args.mode,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+@dataclass
+class Loaded:
+    """RBAC read for one command, from a directory or a cluster."""
+
+    snapshot: Snapshot
+    where: str
+    objects: list[tuple[str, Mapping[str, Any]]]  # the directory's objects (none from a cluster)
+    client: KubeClient | None = None
+    # Objects a decision reads besides the request: from the cluster, or none (a directory).
+    lookup: ParentLookup = no_parent_lookup
+    metadata: MetadataLookup = no_metadata_lookup
+
+
+def kube_connection(kubeconfig: Path | None) -> tuple[Path | None, bool]:
+    """(kubeconfig, in-cluster) as kubectl chooses: the flag, $KUBECONFIG, ~/.kube/config,
+    else the pod's service account."""
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            raise CliError(f"--kubeconfig {kubeconfig}: no such file")
+        return kubeconfig, False
+    if os.environ.get("KUBECONFIG"):
+        return Path(os.environ["KUBECONFIG"]), False
+    default = Path.home() / ".kube" / "config"
+    if default.is_file():
+        return default, False
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None, True
+    raise CliError(
+        "no RBAC to read: pass --rbac-dir DIR or --kubeconfig FILE "
+        "(or set $KUBECONFIG, have ~/.kube/config, or run in a pod)"
+    )
+
+
+def load_rbac(args: argparse.Namespace, settings: Settings) -> Loaded:
+    from app.source.listing import cluster_snapshot
+
+    if args.rbac_dir is not None:
+        directory: Path = args.rbac_dir
+        if not directory.exists():
+            raise CliError(f"--rbac-dir {directory}: no such directory")
+        if not directory.is_dir():
+            raise CliError(f"--rbac-dir {directory}: not a directory")
+        try:
+            objects = read_manifests(directory)
+        except OSError as exc:
+            raise CliError(f"--rbac-dir {directory}: {exc.strerror or exc}") from None
+        rbac_kinds = {spec.kind for spec in (*ROLE_KINDS, *BINDING_KINDS)}
+        if not any(kind in rbac_kinds for kind, _ in objects):
+            raise CliError(
+                f"--rbac-dir {directory}: no Role, ClusterRole, RoleBinding or "
+                "ClusterRoleBinding in it, so there is nothing to decide from"
+            )
+        return Loaded(snapshot_from_objects(objects, settings.compiler), str(directory), objects)
+    from app.source.api import ConfigError, KubeClient, KubeError
+    from app.source.cluster import ClusterSource
+
+    kubeconfig, in_cluster = kube_connection(args.kubeconfig)
+    if args.context and in_cluster:
+        raise CliError("--context needs a kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config)")
+    try:
+        client = KubeClient.connect(kubeconfig, in_cluster, args.context)
+    except ConfigError as exc:
+        where = f"{kubeconfig}: " if kubeconfig else ""
+        raise CliError(f"{where}{exc}") from None
+    try:
+        snapshot = cluster_snapshot(client, settings.compiler)
+    except KubeError as exc:
+        raise CliError(f"cannot read RBAC from {client.host}: {exc}") from None
+    # The watch cache's lookups, without its watches: parents and metadata read on demand.
+    reader = ClusterSource(client, settings.compiler)
+    return Loaded(snapshot, client.host, [], client, reader.fetch_parent, reader.fetch_metadata)
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
