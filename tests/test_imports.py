@@ -1,4 +1,5 @@
-"""No import cycles in the repository: the module graph of app, bench, tests and scripts.
+"""No import cycles in the repository (the module graph of app, bench, tests and scripts), and
+the application's packages importing one way only, downwards through ``LAYERS``.
 
 The graph is read from the source with ``ast``, so nothing is imported to build it. Every import
 statement counts: at module level, inside a function (it runs later, but it is the same
@@ -21,6 +22,18 @@ import pytest
 from tests.support import ROOT
 
 PACKAGES = ("app", "bench", "tests", "scripts")
+# The application's packages from the bottom up, by rank: a module imports its own package and
+# those of a lower rank, never one above it or beside it (the webhook and the compiled path are
+# two processes over the same engine and source, and know nothing of each other).
+Layer = tuple[int, str, tuple[str, ...]]  # rank, name, the modules and packages it holds
+LAYERS: tuple[Layer, ...] = (
+    (0, "engine", ("app.engine",)),
+    (1, "shared", ("app", "app.settings", "app.logs", "app.deepjson")),
+    (2, "source", ("app.source",)),
+    (3, "webhook", ("app.webhook",)),
+    (3, "compiled", ("app.compiled",)),
+    (4, "cli", ("app.cli", "app.__main__")),
+)
 
 Graph = Mapping[str, Iterable[str]]
 
@@ -147,6 +160,86 @@ def _shortest_cycle(graph: Graph, start: str, component: set[str]) -> list[str]:
                     following.append(nxt)
         frontier = following
     raise AssertionError(f"{start} is in no cycle")  # a component of one without a self-loop
+
+
+def layer_of(module: str, layers: Iterable[Layer] = LAYERS) -> tuple[int, str] | None:
+    """(rank, name) of the layer whose module or package ``module`` is, by its longest match."""
+    found = None
+    longest = -1
+    for rank, name, roots in layers:
+        for root in roots:
+            inside = module == root or (root != "app" and module.startswith(f"{root}."))
+            if inside and len(root) > longest:
+                found, longest = (rank, name), len(root)
+    return found
+
+
+def upward_imports(graph: Graph, layers: Iterable[Layer] = LAYERS) -> list[str]:
+    """Each import of a module in a layer above the importer's, or in another layer of its rank."""
+    layers = tuple(layers)
+    found = []
+    for module in sorted(graph):
+        own = layer_of(module, layers)
+        for target in sorted(graph[module]):
+            theirs = layer_of(target, layers)
+            if own is None or theirs is None or own[1] == theirs[1] or theirs[0] < own[0]:
+                continue
+            found.append(f"{module} ({own[1]}) imports {target} ({theirs[1]})")
+    return found
+
+
+def test_every_application_module_has_a_layer() -> None:
+    graph = module_graph(ROOT, ["app"])
+    assert [module for module in sorted(graph) if layer_of(module) is None] == []
+    # and every layer holds a module: a renamed package cannot leave its layer empty unnoticed
+    assert {found[1] for module in graph if (found := layer_of(module))} == {
+        name for _, name, _ in LAYERS
+    }
+
+
+def test_the_application_imports_downwards_only() -> None:
+    found = upward_imports(module_graph(ROOT, ["app"]))
+    assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("edge", "expected"),
+    [
+        pytest.param(("app.cli.check", "app.webhook.wire"), [], id="cli-over-webhook"),
+        pytest.param(("app.webhook.serve", "app.source.cluster"), [], id="webhook-over-source"),
+        pytest.param(("app.compiled.compiler", "app.settings"), [], id="compiled-over-shared"),
+        pytest.param(("app.source.api", "app"), [], id="source-over-the-package-root"),
+        pytest.param(("app.engine.decide", "app.engine.rbac"), [], id="within-a-layer"),
+        pytest.param(
+            ("app.engine.rbac", "app.settings"),
+            ["app.engine.rbac (engine) imports app.settings (shared)"],
+            id="engine-up-to-shared",
+        ),
+        pytest.param(
+            ("app.source.cluster", "app.webhook.metrics"),
+            ["app.source.cluster (source) imports app.webhook.metrics (webhook)"],
+            id="source-up-to-webhook",
+        ),
+        pytest.param(
+            ("app.compiled.registration", "app.webhook.wire"),
+            ["app.compiled.registration (compiled) imports app.webhook.wire (webhook)"],
+            id="compiled-beside-webhook",
+        ),
+        pytest.param(
+            ("app.webhook.serve", "app.cli.inputs"),
+            ["app.webhook.serve (webhook) imports app.cli.inputs (cli)"],
+            id="webhook-up-to-cli",
+        ),
+        pytest.param(
+            ("app", "app.__main__"), ["app (shared) imports app.__main__ (cli)"], id="root-up"
+        ),
+    ],
+)
+def test_the_layer_check_names_each_upward_import(
+    edge: tuple[str, str], expected: list[str]
+) -> None:
+    source, target = edge
+    assert upward_imports({source: {target}, target: set()}) == expected
 
 
 def test_the_repository_has_no_import_cycle() -> None:

@@ -15,8 +15,9 @@ FORBIDDEN = (
     "kubernetes",
     "urllib3",
     "app.source",
-    "app.webhook.server",
-    "app.webhook.serve",
+    "app.webhook",
+    "app.compiled",
+    "app.cli",
 )
 # Pipelines combine rule sets; a rule set never imports a pipeline.
 PIPELINES = {"decide", "authorize"}
