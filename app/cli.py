@@ -47,7 +47,7 @@ from app.engine.model import (
 )
 from app.engine.nodeauthz import check_node_read
 from app.engine.nodegraph import NodeGraph
-from app.engine.params import MAX_BYTES
+from app.engine.params import MAX_BYTES, MAX_WORK
 from app.engine.policy import (
     DEFAULT_ANNOTATION_KEY,
     AnnotationError,
@@ -276,6 +276,14 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         default=MAX_BYTES,
         metavar="BYTES",
         help="leave a namespace whose parameters would be larger to the webhook",
+    )
+    compile_.add_argument(
+        "--max-params-work",
+        type=_count_arg,
+        default=MAX_WORK,
+        metavar="UNITS",
+        help="leave a namespace whose parameters would take more units of work (rules and "
+        "resource names looked at) to render to the webhook",
     )
     compile_.add_argument(
         "--webhook-configuration",
@@ -924,7 +932,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    run(client, settings, lease, stop, args.max_params_bytes)
+    run(client, settings, lease, stop, args.max_params_bytes, args.max_params_work)
     logs.stop()
     return 0
 

@@ -40,9 +40,10 @@ rendered ``delegated`` (the policy stands aside and the webhook keeps judging it
 Rendering is linear in what the roles say: each (role, resource, operation) looks at the role's
 rules once and at the names those rules list once (``_names``), never at every name against
 every rule. It is also bounded: ``Work`` counts the rules and names looked at, and a namespace
-whose render would take more than ``max_work`` units is rendered ``delegated`` as well (the render
-stops as soon as the count passes the budget), so a tenant's Role listing tens of thousands of ``resourceNames`` costs the
-compiler a bounded slice, not a render longer than its lease.
+whose render would take more than ``max_work`` units is rendered ``delegated`` as well (the
+render stops as soon as the count passes the budget), so a tenant's Role listing tens of
+thousands of ``resourceNames`` costs the compiler a bounded slice, not a render longer than its
+lease.
 """
 
 from __future__ import annotations
