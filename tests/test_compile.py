@@ -31,7 +31,7 @@ from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.params import ALL, MARK, NAME
+from app.engine.params import ALL, MARK, MAX_WORK, NAME
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, Unreachable
@@ -120,7 +120,10 @@ def writer(
     max_bytes: int = 1_400_000,
     snapshots: Callable[[], Snapshot | None] | None = None,
     lease_seconds: float = 15.0,
+    max_work: int = MAX_WORK,
+    timed: bool = False,
 ) -> ParamsWriter:
+    """A writer whose lease runs on ``clock``; its retries too when ``timed``."""
     lease = LeaderLease(client, "label-rbac", "lead", "me", lease_seconds, clock=lambda: clock[0])  # type: ignore[arg-type]
     return ParamsWriter(
         client,  # type: ignore[arg-type]
@@ -129,6 +132,8 @@ def writer(
         max_bytes,
         discover=lambda _: [Resource("", "configmaps")],
         snapshots=snapshots,
+        max_work=max_work,
+        **({"clock": lambda: clock[0]} if timed else {}),
     )
 
 
@@ -523,14 +528,7 @@ def test_a_failed_write_is_retried_after_a_growing_backoff_and_logged_once(
     its backoff is due, the delay grows, the log says it once, and success forgets it."""
     client, clock = Client(), [0.0]
     client.failing["t2"] = ApiError(500, "InternalError", "failed calling webhook")
-    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
-    params = ParamsWriter(
-        client,  # type: ignore[arg-type]
-        lease,
-        Options(),
-        discover=lambda _: [Resource("", "configmaps")],
-        clock=lambda: clock[0],
-    )
+    params = writer(client, clock, timed=True)
     state = live(*OBJECTS)
     with caplog.at_level(logging.WARNING, "label_rbac.compile"):
         assert params.step(state.snapshot) == 1  # t1; t2 refused
@@ -589,14 +587,7 @@ def test_a_namespace_over_the_work_budget_says_so_in_its_status_an_event_and_the
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     client, clock = Client(), [0.0]
-    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
-    params = ParamsWriter(
-        client,  # type: ignore[arg-type]
-        lease,
-        Options(),
-        discover=lambda _: [Resource("", "configmaps")],
-        max_work=1000,
-    )
+    params = writer(client, clock, max_work=1000)
     names = " ".join(f"c{i}" for i in range(1000))
     named = role("named", "t1", [rule("update", "configmaps", names=names)], {"configmaps": {}})
     with caplog.at_level(logging.WARNING, "label_rbac.compile"):
