@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.compiled.admission_policy import COMPILER
 from app.engine.context import Context
 from app.engine.node import check_node
 from app.engine.rbac import Snapshot
@@ -217,6 +218,21 @@ ROUTING = [
         node_review("CREATE", "configmaps", namespace="t1"),
         {"labels.labelrbac.io"},
         id="node-writes-configmap",
+    ),
+    pytest.param(
+        make_review(COMPILER, "CREATE", "labelrbacparams.labelrbac.io", namespace="t1", labels={}),
+        set(),
+        id="compiler-writes-parameters",
+    ),
+    pytest.param(
+        make_review("bob", "UPDATE", "labelrbacparams.labelrbac.io", namespace="t1", labels={}),
+        {"labels.labelrbac.io"},
+        id="tenant-writes-parameters",
+    ),
+    pytest.param(
+        make_review(COMPILER, "CREATE", "configmaps", namespace="t1", labels={}),
+        {"labels.labelrbac.io"},
+        id="compiler-writes-another-group",
     ),
     pytest.param(
         node_review("UPDATE", "leases.coordination.k8s.io", namespace="kube-node-lease"),

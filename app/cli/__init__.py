@@ -27,7 +27,7 @@ from app.cli.inputs import CliError, one_line
 from app.cli.lint import cmd_lint
 from app.cli.serve import cmd_gen_certs, cmd_serve
 from app.engine.model import AUTHORIZED_VERBS, ENFORCE, MODES, Resource
-from app.engine.params import MAX_BYTES
+from app.engine.params import MAX_BYTES, MAX_WORK
 from app.engine.policy import (
     DEFAULT_ANNOTATION_KEY,
     AnnotationError,
@@ -225,6 +225,14 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         default=MAX_BYTES,
         metavar="BYTES",
         help="leave a namespace whose parameters would be larger to the webhook",
+    )
+    compile_.add_argument(
+        "--max-params-work",
+        type=_count_arg,
+        default=MAX_WORK,
+        metavar="UNITS",
+        help="leave a namespace whose parameters would take more units of work (rules and "
+        "resource names looked at) to render to the webhook",
     )
     compile_.add_argument(
         "--webhook-configuration",

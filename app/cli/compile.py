@@ -34,6 +34,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    run(client, settings, lease, stop, args.max_params_bytes)
+    run(client, settings, lease, stop, args.max_params_bytes, args.max_params_work)
     logs.stop()
     return 0

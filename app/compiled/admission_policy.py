@@ -66,6 +66,14 @@ SUPERUSERS = "system:masters"
 # The compiler's identity (manifests/compiled/rbac.yaml): the one writer of parameters.
 COMPILER = "system:serviceaccount:label-rbac:label-rbac-compiler"
 GUARD = f"{POLICY}-params"
+# Who deletes a namespace's content once it is being deleted: the namespace controller of
+# kube-controller-manager, under its own ServiceAccount (--use-service-account-credentials, as
+# kubeadm runs it) or the controller-manager's identity. Only they may delete parameters besides
+# the compiler, and only while their namespace is terminating (else its deletion never ends).
+NAMESPACE_CLEANERS = (
+    "system:serviceaccount:kube-system:namespace-controller",
+    "system:kube-controller-manager",
+)
 MARKS = f"{POLICY}-marks"
 REGISTRATION_GUARD = f"{POLICY}-registration"
 # Every field of a v1 ValidatingWebhook but ``name`` and ``matchConditions``: the compiler may
@@ -537,6 +545,10 @@ def _guard(name: str, rules: list[dict[str, Any]], **spec: Any) -> list[dict[str
     ]
 
 
+def _cleaners() -> str:
+    return "[" + ", ".join(f"'{user}'" for user in NAMESPACE_CLEANERS) + "]"
+
+
 def _unchanged(field: str, but: str = "") -> str:
     """CEL: the metadata map ``field`` is the same before and after, but for the key ``but``."""
     new, old = (f"{o}.metadata.?{field}.orValue({{}})" for o in ("object", "oldObject"))
@@ -546,7 +558,8 @@ def _unchanged(field: str, but: str = "") -> str:
 
 def guard() -> list[dict[str, Any]]:
     """The policies keeping the compiler to what it is for (they hold when there are no
-    parameters yet): only it writes parameters (``GUARD``); on a Namespace it writes, it changes
+    parameters yet): only it writes parameters (``GUARD``; the namespace controller deletes them
+    from a namespace being deleted); on a Namespace it writes, it changes
     nothing but the compiled mark, to ``true`` or away (``MARKS``)."""
     parameters = _guard(
         GUARD,
@@ -560,10 +573,16 @@ def guard() -> list[dict[str, Any]]:
         ],
         validations=[
             {
-                "expression": f"request.userInfo.username == '{COMPILER}'",
+                "expression": (
+                    f"request.userInfo.username == '{COMPILER}' || "
+                    f"request.operation == 'DELETE' && request.userInfo.username in {_cleaners()} "
+                    "&& namespaceObject != null "
+                    "&& has(namespaceObject.metadata.deletionTimestamp)"
+                ),
                 "messageExpression": (
                     "'user \"' + request.userInfo.username + '\" may not write the "
-                    "compiled label permissions: only the compiler (" + COMPILER + ") does'"
+                    "compiled label permissions: only the compiler (" + COMPILER + ") does, "
+                    "and the namespace controller deletes them with their namespace'"
                 ),
                 "reason": "Forbidden",
             }

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import socket
 import threading
 import time
@@ -41,14 +42,18 @@ from typing import Any
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import Change, LiveSnapshot
+from app.engine.kinds import KindSpec
 from app.engine.model import Resource
 from app.engine.params import (
     ALL,
     API_VERSION,
+    KIND,
     MARK,
     MAX_BYTES,
+    MAX_WORK,
     NAME,
     PLURAL,
+    TOO_LARGE,
     Namespaces,
     Rendered,
     Target,
@@ -60,7 +65,8 @@ from app.engine.rbac import Snapshot
 from app.settings import Settings
 from app.source.api import ApiError, KubeClient, KubeError
 from app.source.cluster import ClusterSource
-from app.source.informer import Tuning
+from app.source.informer import Informer, Tuning
+from app.source.metadata import MetadataInformer
 
 log = logging.getLogger("label_rbac.compile")
 
@@ -84,6 +90,46 @@ CONDITION = "Compiled"
 # Page size and (connect, read) timeouts of the lists a new leader reads.
 LIST_PAGE = 500
 LIST_TIMEOUT = (10.0, 60.0)
+# A namespace whose write failed is tried again after a delay doubling from BACKOFF_INITIAL up to
+# BACKOFF_MAX seconds, jittered (between half and all of it): an API server refusing or
+# unreachable is never hammered, and failures of many namespaces spread out.
+BACKOFF_INITIAL = 0.5
+BACKOFF_MAX = 30.0
+# At most one warning of a kind of failure per this many seconds; the others are counted in it.
+LOG_EVERY = 10.0
+
+
+def backoff(failures: int, initial: float = BACKOFF_INITIAL, most: float = BACKOFF_MAX) -> float:
+    """The delay before retry number ``failures`` (1 for the first): exponential, capped,
+    jittered."""
+    ceiling = min(most, initial * 2 ** max(0, failures - 1))
+    return random.uniform(ceiling / 2, ceiling)
+
+
+class Throttled:
+    """One kind of warning, logged at most once every ``every`` seconds: those in between are
+    counted and the count goes in the next line (a failure repeated by every namespace, or every
+    retry, never floods the log)."""
+
+    def __init__(
+        self, every: float = LOG_EVERY, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._every = every
+        self._clock = clock
+        self._last = -every
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def warning(self, message: str, *args: Any) -> None:
+        with self._lock:
+            now = self._clock()
+            if now - self._last < self._every:
+                self._held += 1
+                return
+            held, self._held, self._last = self._held, 0, now
+        if held:
+            message += f" ({held} more like it in the last {self._every:.0f}s)"
+        log.warning(message, *args)
 
 
 def _now() -> str:
@@ -288,6 +334,7 @@ class ParamsWriter:
         options: Options,
         max_bytes: int = MAX_BYTES,
         discover: Callable[[KubeClient], Iterable[Resource]] = served_resources,
+        max_work: int = MAX_WORK,
         coverage: CoverageWriter | None = None,
         snapshots: Callable[[], Snapshot | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -300,6 +347,7 @@ class ParamsWriter:
         self._lease = lease
         self._options = options
         self._max_bytes = max_bytes
+        self._max_work = max_work
         self._discover = discover
         self._coverage = coverage
         self._target: Target | None = None
@@ -310,6 +358,9 @@ class ParamsWriter:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._written: dict[str, Written] = {}
+        # Namespaces whose last write failed: (failures in a row, when to try again).
+        self._retry: dict[str, tuple[int, float]] = {}
+        self._failures_log, self._round_log = Throttled(), Throttled()
         self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="params-writer")
         # Writes in flight, carried from one step to the next (a step never waits for them all).
         self._running: dict[Future[Written | None], str] = {}
@@ -420,7 +471,7 @@ class ParamsWriter:
     def _rediscover(self) -> Target:
         """List the served resources; every namespace is rendered again when the target moved."""
         served = tuple(self._discover(self._client))
-        target = Target.of(served, self._options, self._max_bytes)
+        target = Target.of(served, self._options, self._max_bytes, self._max_work)
         with self._lock:
             if self._target is not None and target != self._target:
                 self._pending.add(ALL)
@@ -428,11 +479,10 @@ class ParamsWriter:
             self._discovered_at = self._clock()
         return target
 
-    def _due(self, rendered: Rendered) -> bytes:
-        """The spec's digest when ``rendered`` differs from what was last written (content or
-        mark), else empty."""
+    def _due(self, rendered: Rendered, previous: Written | None) -> bytes:
+        """The spec's digest when ``rendered`` differs from ``previous``, what was last written
+        (content or mark), else empty."""
         found = digest(rendered.text)
-        previous = self._written.get(rendered.namespace)
         unchanged = (
             previous is not None
             and previous.spec == found
@@ -446,50 +496,93 @@ class ParamsWriter:
         with self._lock:
             return self._pending.take(Namespaces(snapshot), busy, most)
 
+    def _waiting(self, known: Set[str]) -> set[str]:
+        """The namespaces whose retry is not due yet; a namespace gone is forgotten (created
+        again, it is written at once)."""
+        now = self._clock()
+        for namespace in [n for n in self._retry if n not in known]:
+            del self._retry[namespace]
+        return {namespace for namespace, (_, due) in self._retry.items() if due > now}
+
     def _write_pending(self, snapshot: Snapshot, target: Target) -> int:
-        """Render and write the pending namespaces, ``WRITERS`` requests at a time, as a
-        pipeline: a namespace touched meanwhile is taken as soon as a writer is free (one being
-        written is taken again after its write, so each namespace's writes stay in order). Returns
-        when nothing is pending or in flight, or after a third of the lease (so the lease is
-        renewed) with the writes in flight still running: the pipeline is never drained to
-        renew. The parameters written; a namespace that fails, or is left because the lease may
-        have moved on, is pending again for the next step."""
+        """Render and write the pending namespaces, ``WRITERS`` at a time, as a pipeline: a
+        namespace touched meanwhile is taken as soon as a writer is free (one being written is
+        taken again after its write, so each namespace's writes stay in order). Rendering runs in
+        the writers too, never on this thread, which keeps the lease: a namespace whose render is
+        slow (bounded by ``Target.max_work``) holds one writer, not the others nor the lease.
+        Returns when nothing is pending or in flight, or after a third of the lease (so the lease
+        is renewed) with the writes in flight still running: the pipeline is never drained to
+        renew. The parameters written; a namespace that fails is pending again, tried after a
+        backoff (``backoff``); one left because the lease may have moved on, at the next step."""
         done = 0
-        failed: set[str] = set()
+        lost: set[str] = set()
         deadline = time.monotonic() + self._lease.duration / 3
         running = self._running
         while True:
             if self._lease.current():
                 current = (self._snapshots() if self._snapshots else None) or snapshot
-                busy = set(running.values()) | failed
+                busy = set(running.values()) | lost | self._waiting(Namespaces(current))
                 for namespace in self._take(current, busy, WRITERS - len(running)):
-                    rendered = render(current, namespace, target)
-                    if spec := self._due(rendered):
-                        previous = self._written.get(namespace)
-                        future = self._pool.submit(self._write, rendered, spec, previous)
-                        future.add_done_callback(lambda _: self._wake.set())
-                        running[future] = namespace
+                    previous = self._written.get(namespace)
+                    future = self._pool.submit(
+                        self._render_write, current, namespace, target, previous
+                    )
+                    future.add_done_callback(lambda _: self._wake.set())
+                    running[future] = namespace
             left = deadline - time.monotonic()
             if not running or left <= 0:
                 return done
             finished, _ = wait(running, left, FIRST_COMPLETED)
             for future in finished:
                 namespace = running.pop(future)
-                if (result := self._result(namespace, future)) is None:
+                previous = self._written.get(namespace)
+                result = self._result(namespace, future)
+                if result is None:
                     with self._lock:
                         self._pending.add((namespace,))
-                    failed.add(namespace)  # not before the next step
-                else:
+                    if namespace not in self._retry:
+                        lost.add(namespace)  # not before the next step
+                elif result is not previous:
                     self._written[namespace] = result
                     done += 1
 
-    @staticmethod
-    def _result(namespace: str, future: Future[Written | None]) -> Written | None:
+    def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
+        """What the write gave; None (and a retry scheduled) when it failed."""
         try:
-            return future.result()
+            result = future.result()
         except KubeError as exc:
-            log.warning("could not write the parameters of %s: %s", namespace, exc)
+            failures = self._retry.get(namespace, (0, 0.0))[0] + 1
+            delay = backoff(failures)
+            self._retry[namespace] = (failures, self._clock() + delay)
+            self._failures_log.warning(
+                "could not write the parameters of %s (retrying in %.1fs): %s",
+                namespace,
+                delay,
+                exc,
+            )
             return None
+        self._retry.pop(namespace, None)
+        return result
+
+    def _render_write(
+        self, snapshot: Snapshot, namespace: str, target: Target, previous: Written | None
+    ) -> Written | None:
+        """Render ``namespace`` and write it if it changed (in a writer thread): ``previous``
+        when nothing needed writing, None once the lease may have moved on."""
+        rendered = render(snapshot, namespace, target)
+        if not (spec := self._due(rendered, previous)):
+            return previous
+        return self._write(rendered, spec, previous)
+
+    def gone(self, namespace: str) -> None:
+        """The parameters of ``namespace`` were deleted (the watch of them says so): write them
+        again, whatever was written before. The namespace controller deletes them with their
+        namespace; one created again under the same name must get them, or the policy refuses
+        every write it matches there."""
+        self._written.pop(namespace, None)
+        with self._lock:
+            self._pending.add((namespace,))
+        self._wake.set()
 
     def _write(self, rendered: Rendered, spec: bytes, previous: Written | None) -> Written | None:
         """Write a namespace's parameters, and its mark after them (before them when it loses
@@ -509,6 +602,13 @@ class ParamsWriter:
         body = {**rendered.manifest(), "status": self._status(rendered, since)}
         self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
         if delegated and (previous is None or not previous.delegated):
+            log.warning(
+                "namespace %s is left to the webhook (%s, %d units of work): %s",
+                rendered.namespace,
+                rendered.reason,
+                rendered.work,
+                rendered.delegated,
+            )
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked):
             marked = self._mark(rendered.namespace, True)
@@ -530,7 +630,7 @@ class ParamsWriter:
         condition = {
             "type": CONDITION,
             "status": "False" if rendered.delegated else "True",
-            "reason": "TooLarge" if rendered.delegated else "Compiled",
+            "reason": (rendered.reason or TOO_LARGE) if rendered.delegated else "Compiled",
             "message": rendered.delegated or "the label rule of this namespace is compiled",
             "lastTransitionTime": since,
         }
@@ -552,7 +652,7 @@ class ParamsWriter:
                 "name": NAME,
                 "namespace": rendered.namespace,
             },
-            "reason": "TooLarge",
+            "reason": rendered.reason or TOO_LARGE,
             "message": rendered.delegated,
             "type": "Warning",
             "source": {"component": FIELD_MANAGER},
@@ -565,6 +665,9 @@ class ParamsWriter:
         except KubeError as exc:
             log.warning("could not record an Event in %s: %s", rendered.namespace, exc)
 
+    def round_failed(self, exc: KubeError, delay: float) -> None:
+        self._round_log.warning("compile round failed (retrying in %.1fs): %s", delay, exc)
+
     def wait(self, seconds: float) -> None:
         self._wake.wait(seconds)
         self._wake.clear()
@@ -576,12 +679,38 @@ def _rbac_version(source: ClusterSource) -> str:
     return str(max(versions)) if versions else ""
 
 
+def _params_namespace(obj: Mapping[str, Any]) -> str:
+    """The namespace of a stored ``LabelRbacParams`` of the compiler's (metadata only); "" for
+    another object."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or "") if meta.get("name") == NAME else ""
+
+
+def _nothing() -> None:
+    """The watch of the parameters rebuilds nothing: deletions are told one by one."""
+
+
+def params_informer(client: KubeClient, writer: ParamsWriter, tuning: Tuning) -> Informer:
+    """A metadata-only watch of the stored parameters, telling ``writer`` of each one deleted
+    (``ParamsWriter.gone``): what the compiler remembers having written is otherwise never
+    compared with what is stored."""
+    group, version = API_VERSION.split("/")
+    spec = KindSpec(KIND, group, PLURAL, lambda _c, o: _params_namespace(o), version)
+
+    def deleted(old: object, new: object) -> None:
+        if new is None and isinstance(old, str) and old:
+            writer.gone(old)
+
+    return MetadataInformer(spec, client, _params_namespace, _nothing, tuning, on_update=deleted)
+
+
 def run(
     client: KubeClient,
     settings: Settings,
     lease: LeaderLease,
     stop: threading.Event,
     max_bytes: int = MAX_BYTES,
+    max_work: int = MAX_WORK,
 ) -> None:
     """Watch, render and write until ``stop`` is set."""
     coverage = CoverageWriter(client, FIELD_MANAGER, settings.webhook_configuration)
@@ -592,25 +721,35 @@ def run(
         max_bytes,
         coverage=coverage,
         snapshots=lambda: source.snapshot(),
+        max_work=max_work,
     )
 
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:
         writer.applied(live, changes, _rbac_version(source))
 
-    source = ClusterSource(
-        client, settings.compiler, tuning=Tuning(start_wait=0), on_applied=applied
-    )
+    tuning = Tuning(start_wait=0)
+    source = ClusterSource(client, settings.compiler, tuning=tuning, on_applied=applied)
+    stored = params_informer(client, writer, tuning)
     source.start()
+    stored.start()
     retry = max(0.2, lease.duration / 6)
+    failures = 0
     try:
         while not stop.is_set():
             try:
                 writer.step(source.snapshot())
+                failures = 0
             except KubeError as exc:
-                log.warning("compile round failed: %s", exc)
+                # Backed off, but never past a third of the lease: a lease kept must be renewed.
+                failures += 1
+                delay = backoff(failures, retry / 2, lease.duration / 3)
+                writer.round_failed(exc, delay)
+                stop.wait(delay)
+                continue
             writer.wait(retry)  # woken by a change, or a write finished
     finally:
         writer.settle(lease.duration)
+        stored.stop()
         source.stop()
 
 

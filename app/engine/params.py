@@ -36,11 +36,20 @@ Globs become anchored RE2 patterns for CEL ``matches``: every character but the 
 escaped, so a pattern is a plain sequence of literals, ``.`` and ``.*``, which RE2 matches in
 linear time. A namespace whose parameters would exceed ``max_bytes`` is never truncated: it is
 rendered ``delegated`` (the policy stands aside and the webhook keeps judging it).
+
+Rendering is linear in what the roles say: each (role, resource, operation) looks at the role's
+rules once and at the names those rules list once (``_names``), never at every name against
+every rule. It is also bounded: ``Work`` counts the rules and names looked at, and a namespace
+whose render would take more than ``max_work`` units is rendered ``delegated`` as well (the
+render stops as soon as the count passes the budget), so a tenant's Role listing tens of
+thousands of ``resourceNames`` costs the compiler a bounded slice, not a render longer than its
+lease.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -58,6 +67,7 @@ from app.engine.rbac import (
     Binding,
     CompiledRole,
     RoleRef,
+    Rule,
     Scope,
     Snapshot,
     limits,
@@ -78,6 +88,13 @@ MARK = "labelrbac.io/compiled"
 # kube-apiserver refuses requests over 3 MiB and etcd values over 1.5 MiB. The spec is kept well
 # below the latter: metadata, status and managed fields (one entry: the maps are atomic) share it.
 MAX_BYTES = 1_400_000
+# Units of rendering work (``Work``: a rule, a resource name or a subject looked at) one
+# namespace may take before it is left to the webhook: about half a second of one core on the
+# test machine (docs/compiled.md, "Size guard"), more than parameters of ``MAX_BYTES`` take; a
+# namespace of ordinary roles takes a few hundred.
+MAX_WORK = 1_000_000
+# Why a namespace is delegated, as its Compiled condition's reason says.
+TOO_LARGE, TOO_COMPLEX = "TooLarge", "TooComplex"
 
 # Resources the webhook keeps whatever the labels: RBAC objects (escalation check, annotation
 # validation), workloads (templates, selectors, scale targets, references) and pods (references,
@@ -145,6 +162,7 @@ class Target:
     resources: tuple[Resource, ...]
     options: Options = field(default_factory=Options)
     max_bytes: int = MAX_BYTES
+    max_work: int = MAX_WORK
 
     @classmethod
     def of(
@@ -152,12 +170,35 @@ class Target:
         resources: Iterable[Resource],
         options: Options | None = None,
         max_bytes: int = MAX_BYTES,
+        max_work: int = MAX_WORK,
     ) -> Target:
         """The resources the policy judges among ``resources`` (discovery's namespaced ones)."""
         kept = sorted(
             {Resource(r.group, r.resource) for r in resources if in_scope(r)}, key=resource_key
         )
-        return cls(tuple(kept), options or Options(), max_bytes)
+        return cls(tuple(kept), options or Options(), max_bytes, max_work)
+
+
+class OverBudget(Exception):
+    """A render went past its ``Work`` budget."""
+
+
+class Work:
+    """Counts the units of work of one render: each rule, resource name and subject looked at.
+
+    Every loop of the render spends what it looks at, so the count is the render's time up to a
+    constant factor (``tests/engine/test_params.py`` checks that it grows linearly with the
+    names a role lists); ``spend`` raises ``OverBudget`` past ``limit``.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.spent = 0
+
+    def spend(self, units: int) -> None:
+        self.spent += units
+        if self.limit is not None and self.spent > self.limit:
+            raise OverBudget(self.spent)
 
 
 @dataclass(frozen=True)
@@ -173,6 +214,8 @@ class Rendered:
     grants: int
     text: str  # ``spec`` serialized by ``spec_text``: compared with what was written
     delegated: str | None = None
+    reason: str = ""  # why it is delegated: ``TOO_LARGE`` or ``TOO_COMPLEX``
+    work: int = 0  # the units of ``Work`` the render took
 
     @property
     def size(self) -> int:
@@ -213,13 +256,29 @@ def _grant_of(role: CompiledRole, res: Resource) -> dict[str, Any]:
     }
 
 
-def _names(role: CompiledRole, verbs: Sequence[str], res: Resource) -> tuple[str, ...] | None:
+def _names(
+    role: CompiledRole, verbs: Sequence[str], res: Resource, work: Work
+) -> tuple[str, ...] | None:
     """None when ``role`` grants ``verbs`` on ``res`` whatever the name; else the names it grants
-    them on (empty: not at all). Decided by the role's own ``grants``, rule by rule."""
+    them on (empty: not at all), as ``role.grants`` decides name by name: the names listed by the
+    rules that match the verbs and the resource. Each rule and each of its names is looked at
+    once (testing every name against every rule made a role of many rules quadratic)."""
+    work.spend(len(role.rules))
     if role.grants(verbs, res, ""):
         return None
-    candidates = sorted({name for rule in role.rules for name in rule.names})
-    return tuple(name for name in candidates if role.grants(verbs, res, name))
+    found: set[str] = set()
+    for rule in role.rules:
+        if rule.names and _rule_grants(rule, verbs, res):
+            work.spend(len(rule.names))
+            found.update(rule.names)
+    work.spend(len(found))
+    return tuple(sorted(found))
+
+
+def _rule_grants(rule: Rule, verbs: Sequence[str], res: Resource) -> bool:
+    """Whether ``rule`` grants one of ``verbs`` on ``res`` for some name (``Rule.matches``
+    without the name)."""
+    return any(rule.allows_verb(v) for v in verbs) and rule.covers_resource(res)
 
 
 def _short_id(n: int) -> str:
@@ -232,30 +291,33 @@ def _short_id(n: int) -> str:
     return out
 
 
-def _restricts(role: CompiledRole, res: Resource) -> bool:
-    """Whether ``role`` grants some write of ``res`` with label limits (or is void for it)."""
+def _restricts(role: CompiledRole, res: Resource, work: Work) -> bool:
+    """Whether ``role`` grants some write of ``res`` with label limits (or is void for it).
+
+    A rule listing names grants one of them, so a rule matching a write verb and ``res`` is
+    enough, whatever its names: the names are never looked at here."""
     if not limits(role):
         return False
+    work.spend(len(role.rules))
     if not any(
-        role.grants(verbs, res, name)
-        for verbs in OPERATION_VERBS.values()
-        for name in ("", *sorted({n for rule in role.rules for n in rule.names}))
+        _rule_grants(rule, verbs, res) for verbs in OPERATION_VERBS.values() for rule in role.rules
     ):
         return False
     return classify((role,), res).unrestricted is None
 
 
-def _limited(scope: Scope | None, resources: Sequence[Resource]) -> frozenset[Resource]:
+def _limited(scope: Scope | None, resources: Sequence[Resource], work: Work) -> frozenset[Resource]:
     """The resources some restricted or void role bound in ``scope`` grants a write of."""
     if scope is None:
         return frozenset()
     roles: dict[RoleRef, CompiledRole] = {}
     for key in scope.limited:
+        work.spend(len(scope.entries[key]))
         for _, role in scope.entries[key]:
             if limits(role):
                 roles.setdefault(role.ref, role)
     return frozenset(
-        res for res in resources if any(_restricts(role, res) for role in roles.values())
+        res for res in resources if any(_restricts(role, res, work) for role in roles.values())
     )
 
 
@@ -274,9 +336,12 @@ class _Part:
     of the cluster scope's part, shared by every namespace, apart from the namespace's own.
     """
 
-    def __init__(self, scope: Scope | None, resources: Sequence[Resource], prefix: str) -> None:
+    def __init__(
+        self, scope: Scope | None, resources: Sequence[Resource], prefix: str, work: Work
+    ) -> None:
         self.resources = resources
         self.prefix = prefix
+        self._work = work
         self.subjects: dict[str, dict[str, list[str]]] = {"User": {}, "Group": {}}
         self.roles: dict[str, dict[str, Operations]] = {}
         self.grants: dict[str, dict[str, Any]] = {}
@@ -285,6 +350,7 @@ class _Part:
         if scope is None:
             return
         for (kind, subject), pairs in sorted(scope.entries.items()):
+            work.spend(1 + len(pairs))
             ids: list[str] = []
             for _, role in pairs:  # already in binding-name order
                 found = self._role_id(role)
@@ -312,7 +378,7 @@ class _Part:
         base: dict[str, Any] | None = None
         base_id = ""  # the id of ``base``, looked up once (its key is a serialization)
         for operation, verbs in OPERATION_VERBS.items():
-            names = _names(role, verbs, res)
+            names = _names(role, verbs, res, self._work)
             # A collection delete names no object: a rule with resourceNames never grants it.
             if names is not None and (not names or operation == DELETECOLLECTION):
                 continue
@@ -326,6 +392,7 @@ class _Part:
         return found
 
     def _grant_id(self, grant: dict[str, Any]) -> str:
+        self._work.spend(len(grant.get("names", ())))  # the key serializes them again
         key = json.dumps(grant, sort_keys=True)
         found = self._grant_ids.get(key)
         if found is None:
@@ -355,7 +422,9 @@ class _ClusterScope:
     They are copied into every namespace's parameters, and resolving them again for each one
     made a full render cost (namespaces) x (cluster bindings) x (resources). A part depends on
     the cluster scope (the same object until a ClusterRoleBinding or a role it binds changes) and
-    the indexed resources (the same in most namespaces); the last few are kept.
+    the indexed resources (the same in most namespaces); the last few are kept. The work of
+    resolving them is spent from the budget of the namespace that needs them first (namespaces
+    are rendered by several threads: the lock keeps the cache whole).
     """
 
     KEPT = 16
@@ -364,50 +433,76 @@ class _ClusterScope:
         self.scope = scope
         self._limited: dict[tuple[Resource, ...], frozenset[Resource]] = {}
         self._parts: OrderedDict[tuple[Resource, ...], _Part] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def limited(self, resources: tuple[Resource, ...]) -> frozenset[Resource]:
-        found = self._limited.get(resources)
-        if found is None:
-            found = self._limited[resources] = _limited(self.scope, resources)
-        return found
+    def limited(self, resources: tuple[Resource, ...], work: Work) -> frozenset[Resource]:
+        with self._lock:
+            found = self._limited.get(resources)
+            if found is None:
+                found = self._limited[resources] = _limited(self.scope, resources, work)
+            return found
 
-    def part(self, indexed: tuple[Resource, ...]) -> _Part:
-        found = self._parts.get(indexed)
-        if found is None:
-            found = self._parts[indexed] = _Part(self.scope, indexed, CLUSTER_PREFIX)
-            if len(self._parts) > self.KEPT:
-                self._parts.popitem(last=False)
-        self._parts.move_to_end(indexed)
-        return found
+    def part(self, indexed: tuple[Resource, ...], work: Work) -> _Part:
+        with self._lock:
+            found = self._parts.get(indexed)
+            if found is None:
+                found = self._parts[indexed] = _Part(self.scope, indexed, CLUSTER_PREFIX, work)
+                if len(self._parts) > self.KEPT:
+                    self._parts.popitem(last=False)
+            self._parts.move_to_end(indexed)
+            return found
 
 
 # Ids of the cluster scope's roles and grants ("c0", ...), apart from a namespace's own ("0").
 CLUSTER_PREFIX = "c"
 _cluster = _ClusterScope(None)
+_cluster_lock = threading.Lock()
 
 
 def _cluster_scope(snapshot: Snapshot) -> _ClusterScope:
     """The resolved cluster scope of ``snapshot``: the last one, when its scope is the same."""
     global _cluster
     scope = snapshot.bindings.scopes.get("")
-    current = _cluster
-    if current.scope is not scope:
-        current = _cluster = _ClusterScope(scope)
-    return current
+    with _cluster_lock:
+        current = _cluster
+        if current.scope is not scope:
+            current = _cluster = _ClusterScope(scope)
+        return current
 
 
 def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
-    """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding."""
-    own_scope = snapshot.bindings.scopes.get(namespace)
-    cluster_scope = _cluster_scope(snapshot)
-    limited = _limited(own_scope, target.resources) | cluster_scope.limited(target.resources)
-    indexed = tuple(r for r in target.resources if r in limited)
-    own, cluster = _Part(own_scope, indexed, ""), cluster_scope.part(indexed)
-    grants = {**own.grants, **cluster.grants}
+    """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding; delegated
+    past ``target.max_work`` units of work or ``target.max_bytes`` bytes."""
     base: dict[str, Any] = {
         "mode": target.options.mode,
         "allowUnlabeled": target.options.allow_unlabeled,
     }
+    work = Work(target.max_work)
+    try:
+        return _render(snapshot, namespace, target, base, work)
+    except OverBudget:
+        reason = (
+            f"the parameters of namespace {namespace} would take more than {target.max_work} "
+            "units of work to compile (its roles list too many rules or resource names): the "
+            "webhook keeps judging its writes"
+        )
+        delegated = {**base, "delegated": reason}
+        return Rendered(
+            namespace, delegated, 0, spec_text(delegated), reason, TOO_COMPLEX, work.spent
+        )
+
+
+def _render(
+    snapshot: Snapshot, namespace: str, target: Target, base: dict[str, Any], work: Work
+) -> Rendered:
+    own_scope = snapshot.bindings.scopes.get(namespace)
+    cluster_scope = _cluster_scope(snapshot)
+    limited = _limited(own_scope, target.resources, work) | cluster_scope.limited(
+        target.resources, work
+    )
+    indexed = tuple(r for r in target.resources if r in limited)
+    own, cluster = _Part(own_scope, indexed, "", work), cluster_scope.part(indexed, work)
+    grants = {**own.grants, **cluster.grants}
     if target.options.mode != ENFORCE or any(
         g.get("mode", ENFORCE) != ENFORCE for g in grants.values()
     ):
@@ -429,8 +524,10 @@ def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
             f"limit of {target.max_bytes}: the webhook keeps judging its writes"
         )
         delegated = {**base, "delegated": reason}
-        return Rendered(namespace, delegated, len(grants), spec_text(delegated), reason)
-    return Rendered(namespace, spec, len(grants), text)
+        return Rendered(
+            namespace, delegated, len(grants), spec_text(delegated), reason, TOO_LARGE, work.spent
+        )
+    return Rendered(namespace, spec, len(grants), text, work=work.spent)
 
 
 def spec_text(spec: Mapping[str, Any]) -> str:

@@ -6,26 +6,32 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pytest
+
+from app.compiled import compiler as compile_module
 from app.compiled.compiler import (
+    BACKOFF_MAX,
     DISCOVERY_INTERVAL,
     FIELD_MANAGER,
     MERGE,
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
+    backoff,
 )
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.params import ALL, MARK, NAME
+from app.engine.params import ALL, MARK, MAX_WORK, NAME
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, Unreachable
@@ -47,6 +53,7 @@ class Client:
         self.during: Callable[[str], None] | None = None  # called once a parameter write is sent
         self.listed: dict[str, list[dict[str, Any]]] = {}  # what the API server lists, by path
         self.hold: dict[str, threading.Event] = {}  # namespace → its parameter writes wait for it
+        self.failing: dict[str, Exception] = {}  # namespace → what its parameter writes raise
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -72,6 +79,8 @@ class Client:
             during(path.split("/")[5])
         if path in self.missing:
             raise ApiError(404, "NotFound")
+        if params and (failure := self.failing.get(path.split("/")[5])):
+            raise failure
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
         return body
@@ -111,7 +120,10 @@ def writer(
     max_bytes: int = 1_400_000,
     snapshots: Callable[[], Snapshot | None] | None = None,
     lease_seconds: float = 15.0,
+    max_work: int = MAX_WORK,
+    timed: bool = False,
 ) -> ParamsWriter:
+    """A writer whose lease runs on ``clock``; its retries too when ``timed``."""
     lease = LeaderLease(client, "label-rbac", "lead", "me", lease_seconds, clock=lambda: clock[0])  # type: ignore[arg-type]
     return ParamsWriter(
         client,  # type: ignore[arg-type]
@@ -120,6 +132,8 @@ def writer(
         max_bytes,
         discover=lambda _: [Resource("", "configmaps")],
         snapshots=snapshots,
+        max_work=max_work,
+        **({"clock": lambda: clock[0]} if timed else {}),
     )
 
 
@@ -488,3 +502,117 @@ def test_discovery_is_repeated_beside_the_writes_and_a_new_resource_renders_agai
     (body,) = [b for _, p, b, _ in client.writes if "labelrbacparams" in p]
     assert body["metadata"]["namespace"] == "t1"
     assert body["spec"]["indexed"] == ["configmaps", "secrets"]
+
+
+@pytest.mark.parametrize(
+    ("failures", "ceiling"),
+    [
+        pytest.param(1, 0.5, id="first retry"),
+        pytest.param(3, 2.0, id="doubling"),
+        pytest.param(7, BACKOFF_MAX, id="capped"),
+        pytest.param(60, BACKOFF_MAX, id="capped far on"),
+    ],
+)
+def test_retries_back_off_exponentially_with_jitter_up_to_a_cap(
+    failures: int, ceiling: float
+) -> None:
+    delays = [backoff(failures) for _ in range(200)]
+    assert all(ceiling / 2 <= d <= ceiling for d in delays)
+    assert len(set(delays)) > 100  # jittered: replicas and namespaces do not retry in step
+
+
+def test_a_failed_write_is_retried_after_a_growing_backoff_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the API server refusing (the webhook down), a namespace is not tried again until
+    its backoff is due, the delay grows, the log says it once, and success forgets it."""
+    client, clock = Client(), [0.0]
+    client.failing["t2"] = ApiError(500, "InternalError", "failed calling webhook")
+    params = writer(client, clock, timed=True)
+    state = live(*OBJECTS)
+    with caplog.at_level(logging.WARNING, "label_rbac.compile"):
+        assert params.step(state.snapshot) == 1  # t1; t2 refused
+        delays = []
+        for _ in range(4):
+            failures, due = params._retry["t2"]
+            delays.append(due - clock[0])
+            tries = client.params_written().count("t2")
+            for _ in range(5):  # not due yet: steps (woken by changes, say) leave it alone
+                assert params.step(state.snapshot) == 0
+            assert client.params_written().count("t2") == tries
+            clock[0] = due  # due: tried once more, refused again
+            assert params.step(state.snapshot) == 0
+            assert client.params_written().count("t2") == tries + 1
+            assert params._retry["t2"][0] == failures + 1
+    assert sum(delays[2:]) > sum(delays[:2])  # 0.25-0.5, 0.5-1 then 1-2, 2-4 seconds
+    lines = [r.getMessage() for r in caplog.records if "could not write" in r.getMessage()]
+    assert len(lines) == 1 and "t2" in lines[0] and "failed calling webhook" in lines[0]
+    del client.failing["t2"]
+    clock[0] = params._retry["t2"][1]
+    assert params.step(state.snapshot) == 1
+    assert "t2" not in params._retry
+
+
+def test_rendering_runs_beside_the_lease_and_a_slow_render_holds_up_no_other_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A namespace whose render takes long holds one writer: the step ends within a third of
+    the lease (so the lease is renewed), the other namespaces are written meanwhile."""
+    client, clock = Client(), [0.0]
+    gate, rendering = threading.Event(), threading.Event()
+    real = compile_module.render
+
+    def render(snapshot: Snapshot, namespace: str, target: Any) -> Any:
+        if namespace == "t1":
+            rendering.set()
+            gate.wait(10)
+        return real(snapshot, namespace, target)
+
+    monkeypatch.setattr(compile_module, "render", render)
+    params = writer(client, clock, lease_seconds=0.3)
+    state = live(*OBJECTS)
+    assert params.step(state.snapshot) == 1  # t2, while t1 renders
+    assert rendering.is_set() and client.params_written() == ["t2"]
+    renewed = [p for _, p, _, _ in client.writes].count(LEASE)
+    clock[0] = 0.2  # the lease wants renewing: it is, with t1 still rendering
+    params.step(state.snapshot)
+    assert [p for _, p, _, _ in client.writes].count(LEASE) == renewed + 1
+    gate.set()
+    params.settle(10)
+    assert params.step(state.snapshot) == 1
+    assert sorted(client.params_written()) == ["t1", "t2"]
+
+
+def test_a_namespace_over_the_work_budget_says_so_in_its_status_an_event_and_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client, clock = Client(), [0.0]
+    params = writer(client, clock, max_work=1000)
+    names = " ".join(f"c{i}" for i in range(1000))
+    named = role("named", "t1", [rule("update", "configmaps", names=names)], {"configmaps": {}})
+    with caplog.at_level(logging.WARNING, "label_rbac.compile"):
+        bob = binding("n", "named", "User:bob", namespace="t1")
+        params.step(live(*OBJECTS, named, bob).snapshot)
+    t1 = next(b for _, p, b, _ in client.writes if p.endswith(f"t1/labelrbacparams/{NAME}"))
+    (condition,) = t1["status"]["conditions"]
+    assert (condition["status"], condition["reason"]) == ("False", "TooComplex")
+    assert "more than 1000 units of work" in condition["message"]
+    assert "delegated" in t1["spec"] and "roles" not in t1["spec"]
+    (event,) = [b for _, p, b, _ in client.writes if p == "/api/v1/namespaces/t1/events"]
+    assert (event["reason"], event["type"]) == ("TooComplex", "Warning")
+    assert any("t1 is left to the webhook (TooComplex" in r.getMessage() for r in caplog.records)
+    assert story(client, "t2") == ["params", "mark=true"]  # t2 has no role: compiled
+
+
+def test_parameters_deleted_are_written_again() -> None:
+    """The namespace controller deletes them with their namespace: one created again under the
+    same name gets them back, although they render as they did."""
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    client.writes.clear()
+    assert params.step(state.snapshot) == 0
+    params.gone("t1")
+    assert params.step(state.snapshot) == 1
+    assert client.params_written() == ["t1"]

@@ -260,6 +260,59 @@ def test_a_namespace_over_the_size_limit_is_delegated_never_truncated() -> None:
     assert whole.size == len(json.dumps(whole.spec, separators=(",", ":")).encode())
 
 
+def many_names(names: int, rules: int, resources: str = "configmaps secrets") -> Any:
+    """A restricted Role granting update and delete of ``names`` objects, spread over ``rules``
+    rules, and its binding, in t1."""
+    per = names // rules
+    spread = [
+        rule("get update delete", resources, names=" ".join(f"n{r}-{i}" for i in range(per)))
+        for r in range(rules)
+    ]
+    named = role("named", "t1", spread, {"configmaps": {"team": ["a"]}})
+    return snapshot(named, binding("n", "named", "User:erin", namespace="t1"))
+
+
+WIDE = Target.of([CONFIGMAPS, SECRETS, *(Resource("example.com", f"w{i}") for i in range(20))])
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        pytest.param(lambda n: 1, id="one rule listing every name"),
+        pytest.param(lambda n: n // 100, id="a rule per hundred names"),
+        pytest.param(lambda n: n // 10, id="a rule per ten names"),
+    ],
+)
+def test_rendering_work_grows_linearly_with_the_resource_names_roles_list(rules: Any) -> None:
+    """Counted, not timed: the units of ``Work`` (each rule and name looked at) per name stay
+    the same from 1,000 to 16,000 names, however the names are spread over rules (testing every
+    name against every rule made that quadratic)."""
+    per_name = []
+    for names in (1_000, 4_000, 16_000):
+        rendered = render(many_names(names, rules(names)), "t1", WIDE)
+        assert rendered.delegated is None
+        assert len(granted(rendered.spec, "users", "erin", op="UPDATE")[0]["names"]) == names
+        per_name.append(rendered.work / names)
+    assert max(per_name) < 1.1 * min(per_name), per_name
+    assert max(per_name) < 10, per_name  # a few units per name and operation, whatever the rules
+
+
+def test_a_namespace_over_the_work_budget_is_delegated_and_stops_early() -> None:
+    """Past ``max_work`` the render stops and the namespace is left to the webhook, saying why;
+    the other namespaces of the same snapshot are rendered whole."""
+    heavy = many_names(20_000, 200)
+    whole = render(heavy, "t1", WIDE)
+    budget = whole.work // 4
+    bounded = Target.of(WIDE.resources, max_work=budget)
+    over = render(heavy, "t1", bounded)
+    assert over.reason == "TooComplex" and over.delegated is not None
+    assert f"more than {budget} units of work" in over.delegated
+    assert over.spec == {"mode": "enforce", "allowUnlabeled": False, "delegated": over.delegated}
+    assert budget < over.work <= budget + 20_000 + 200  # stopped within one step: a name list
+    assert render(heavy, "t2", bounded).delegated is None
+    assert whole.reason == "" and over.work < whole.work
+
+
 GLOBS = ["a", "shared-*", "stag?", "*-dev-*", "v?.?", "*", "a.b", "*?", "x*y*z"]
 VALUES = [
     "a",
