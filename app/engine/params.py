@@ -19,7 +19,8 @@ agree on which roles grant a request and what they permit. ``spec``::
       c0: {"*": {CREATE: c0, UPDATE: c0, ...}}    # "*": every indexed resource not named
     grants:
       a: {role: role t1/team-a, mode: enforce, allows: "role t1/team-a allows team in [a]",
-          labels: [{key: team, exact: [a], patterns: []}], names: [...]}
+          labels: [{key: team, exact: [a], prefixes: [], suffixes: [], patterns: []}],
+          names: [...]}
       c0: {role: clusterrole edit, unrestricted: true}
       b: {role: role t1/broken, invalid: "role t1/broken grants nothing here: ..."}
 
@@ -32,9 +33,11 @@ in the namespace are indexed; for those every granting role is, unrestricted one
 subject RBAC authorizes but the index does not know can only mean parameters older than RBAC (the
 policy then denies: see ``admission_policy``).
 
-Globs become anchored RE2 patterns for CEL ``matches``: every character but the two wildcards is
-escaped, so a pattern is a plain sequence of literals, ``.`` and ``.*``, which RE2 matches in
-linear time. A namespace whose parameters would exceed ``max_bytes`` is never truncated: it is
+Globs become the cheapest test of their shape (``value_tests``): literals are looked up, ``x*``
+and ``*x`` are ``startsWith`` and ``endsWith``, and the rest of a requirement's globs one anchored
+RE2 pattern for CEL ``matches``: every character but the two wildcards is escaped, so a pattern
+is an alternation of plain sequences of literals, ``.`` and ``.*``, which RE2 matches in linear
+time. A namespace whose parameters would exceed ``max_bytes`` is never truncated: it is
 rendered ``delegated`` (the policy stands aside and the webhook keeps judging it).
 """
 
@@ -138,6 +141,35 @@ def glob_pattern(glob: Glob) -> str:
     return "".join(parts)
 
 
+def value_tests(globs: Sequence[Glob]) -> dict[str, list[str]]:
+    """The tests the policy runs on a label value for ``globs`` (any may pass), cheapest first.
+
+    A CEL ``matches`` compiles its pattern on every call, so a glob written as a regular
+    expression costs the API server far more than a string comparison on every write carrying
+    the label. The usual shapes never reach one: a literal is looked up (``exact``), ``team-*``
+    is a ``startsWith`` (``prefixes``), ``*-dev`` an ``endsWith`` (``suffixes``); every other
+    glob of the requirement is one alternative of a single pattern (``patterns``: at most one),
+    compiled once per write whatever the count. The annotation schema bounds the globs.
+    """
+    exact: list[str] = []
+    prefixes: list[str] = []
+    suffixes: list[str] = []
+    general: list[str] = []
+    for glob in globs:
+        canonical = glob.canonical or glob.text
+        body = canonical.strip(STAR)
+        if glob.is_literal:
+            exact.append(glob.text)
+        elif ANY not in body and STAR not in body and canonical == body + STAR:
+            prefixes.append(body)  # "*" itself: the empty prefix, which every value has
+        elif ANY not in body and STAR not in body and canonical == STAR + body:
+            suffixes.append(body)
+        else:
+            general.append(glob_pattern(glob)[1:-2])  # unanchored: one alternative
+    patterns = [f"^(?:{'|'.join(general)})\\z"] if general else []
+    return {"exact": exact, "prefixes": prefixes, "suffixes": suffixes, "patterns": patterns}
+
+
 @dataclass(frozen=True)
 class Target:
     """What the compiler renders for: the resources the policy may see and the settings."""
@@ -197,11 +229,7 @@ def _grant_of(role: CompiledRole, res: Resource) -> dict[str, Any]:
         return {"role": str(role.ref), "invalid": grants.broken()}
     _, entries = grants.restricted[0]
     labels = [
-        {
-            "key": req.key,
-            "exact": [g.text for g in req.values if g.is_literal],
-            "patterns": [glob_pattern(g) for g in req.values if not g.is_literal],
-        }
+        {"key": req.key, **value_tests(req.values)}
         for entry in entries
         for req in entry.requirements
     ]

@@ -27,6 +27,7 @@ from app.engine.params import (
     namespaces_of,
     render,
     touched,
+    value_tests,
 )
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
@@ -114,8 +115,14 @@ def test_grants_carry_what_the_webhook_judges_and_says() -> None:
         "mode": "enforce",
         "allows": "role t1/shared allows team in [shared-*] and env in [dev, stag?]",
         "labels": [
-            {"key": "team", "exact": [], "patterns": ["^shared\\-.*\\z"]},
-            {"key": "env", "exact": ["dev"], "patterns": ["^stag.\\z"]},
+            {"key": "team", "exact": [], "prefixes": ["shared-"], "suffixes": [], "patterns": []},
+            {
+                "key": "env",
+                "exact": ["dev"],
+                "prefixes": [],
+                "suffixes": [],
+                "patterns": ["^(?:stag.)\\z"],
+            },
         ],
     }
 
@@ -287,6 +294,41 @@ def test_glob_patterns_match_exactly_what_the_glob_matches(text: str) -> None:
     # Matched by RE2, the engine behind CEL's matches(), as the API server matches it.
     for value in VALUES:
         assert bool(re2.search(pattern, value)) == glob.matches(value), (text, value)
+
+
+@pytest.mark.parametrize(
+    ("globs", "tests"),
+    [
+        pytest.param(["a", "b"], {"exact": ["a", "b"]}, id="literals"),
+        pytest.param(["team-*", "*"], {"prefixes": ["team-", ""]}, id="prefixes"),
+        pytest.param(["*-dev", "**x"], {"suffixes": ["-dev", "x"]}, id="suffixes"),
+        pytest.param(
+            ["a*b", "v?.?", "*x*"], {"patterns": ["^(?:a.*b|v.\\..|.*x.*)\\z"]}, id="one-pattern"
+        ),
+        pytest.param(["?*", "*?"], {"patterns": ["^(?:..*|..*)\\z"]}, id="any-is-no-prefix"),
+    ],
+)
+def test_each_glob_is_the_cheapest_test_of_its_shape(
+    globs: list[str], tests: dict[str, list[str]]
+) -> None:
+    empty: dict[str, list[str]] = {"exact": [], "prefixes": [], "suffixes": [], "patterns": []}
+    assert value_tests([Glob.compile(g) for g in globs]) == {**empty, **tests}
+
+
+@pytest.mark.parametrize("count", [1, 3, 64])
+def test_the_tests_of_a_requirement_accept_exactly_what_its_globs_accept(count: int) -> None:
+    """As the policy runs them: a lookup, startsWith, endsWith, then RE2 ``matches``."""
+    globs = [Glob.compile(text) for text in (GLOBS * 4)[:count]]
+    tests = value_tests(globs)
+    assert len(tests["patterns"]) <= 1
+    for value in VALUES:
+        passed = (
+            value in tests["exact"]
+            or any(value.startswith(p) for p in tests["prefixes"])
+            or any(value.endswith(s) for s in tests["suffixes"])
+            or any(re2.search(p, value) for p in tests["patterns"])
+        )
+        assert passed == any(g.matches(value) for g in globs), (globs, value)
 
 
 # --- incremental -------------------------------------------------------------------------------
