@@ -38,7 +38,10 @@ and ``*x`` are ``startsWith`` and ``endsWith``, and the rest of a requirement's 
 RE2 pattern for CEL ``matches``: every character but the two wildcards is escaped, so a pattern
 is an alternation of plain sequences of literals, ``.`` and ``.*``, which RE2 matches in linear
 time. A namespace whose parameters would exceed ``max_bytes`` is never truncated: it is
-rendered ``delegated`` (the policy stands aside and the webhook keeps judging it).
+rendered ``delegated`` (the policy stands aside and the webhook keeps judging it), and so is a
+namespace where a role restricts an object's subresources more than the object's writes: a change
+of the object's labels is then judged by those entries too (``labels.check_relabel``), which only
+the webhook does.
 """
 
 from __future__ import annotations
@@ -287,6 +290,27 @@ def _limited(scope: Scope | None, resources: Sequence[Resource]) -> frozenset[Re
     )
 
 
+def _relabelled(scope: Scope | None, resources: Sequence[Resource]) -> str | None:
+    """Why the policy cannot judge ``scope``'s writes: a role bound there whose entries for a
+    subresource (``configmaps/proxy``) add requirements to a change of its object's labels
+    (``labels.check_relabel``), which the policy does not judge. None when there is none."""
+    if scope is None:
+        return None
+    seen: set[RoleRef] = set()
+    for key in scope.limited:
+        for _, role in scope.entries[key]:
+            if role.ref in seen or role.permissions is None:
+                continue
+            seen.add(role.ref)
+            for res in resources:
+                if role.permissions.relabel_differs(res):
+                    return (
+                        f"{role.ref} restricts subresources of {resource_key(res)} more than its "
+                        "writes, which only the webhook judges on a change of labels"
+                    )
+    return None
+
+
 # A role's entry: resource key → operation → grant id; under DEFAULT, the operations of every
 # indexed resource the entry does not name.
 Operations = dict[str, str]
@@ -391,6 +415,7 @@ class _ClusterScope:
     def __init__(self, scope: Scope | None) -> None:
         self.scope = scope
         self._limited: dict[tuple[Resource, ...], frozenset[Resource]] = {}
+        self._relabelled: dict[tuple[Resource, ...], str | None] = {}
         self._parts: OrderedDict[tuple[Resource, ...], _Part] = OrderedDict()
 
     def limited(self, resources: tuple[Resource, ...]) -> frozenset[Resource]:
@@ -398,6 +423,11 @@ class _ClusterScope:
         if found is None:
             found = self._limited[resources] = _limited(self.scope, resources)
         return found
+
+    def relabelled(self, resources: tuple[Resource, ...]) -> str | None:
+        if resources not in self._relabelled:
+            self._relabelled[resources] = _relabelled(self.scope, resources)
+        return self._relabelled[resources]
 
     def part(self, indexed: tuple[Resource, ...]) -> _Part:
         found = self._parts.get(indexed)
@@ -451,11 +481,18 @@ def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
         "grants": grants,
     }
     text = spec_text(spec)
-    if (size := len(text.encode())) > target.max_bytes:
+    reason = None
+    relabelled = _relabelled(own_scope, target.resources) or cluster_scope.relabelled(
+        target.resources
+    )
+    if relabelled is not None:
+        reason = f"in namespace {namespace}, {relabelled}: the webhook keeps judging its writes"
+    elif (size := len(text.encode())) > target.max_bytes:
         reason = (
             f"the parameters of namespace {namespace} would take {size} bytes, over the "
             f"limit of {target.max_bytes}: the webhook keeps judging its writes"
         )
+    if reason is not None:
         delegated = {**base, "delegated": reason}
         return Rendered(namespace, delegated, len(grants), spec_text(delegated), reason)
     return Rendered(namespace, spec, len(grants), text)

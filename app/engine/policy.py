@@ -349,6 +349,35 @@ class Permissions:
         """
         return self.entries_for(res) or self._every_entry
 
+    def relabel_entries(self, res: Resource) -> tuple[Entry, ...]:
+        """The requirements a change of an object's labels must meet: the entries deciding for
+        ``res`` and every entry naming one of its subresources (``pods/exec``), which the
+        object's labels decide too. Else a holder allowed to relabel the object under a wider
+        entry would move it into a subresource entry's bucket. () when no entry applies."""
+        children = tuple(
+            entry
+            for entry in self.entries
+            if entry.subresource is not None
+            and entry.resource.matches(res.resource)
+            and (entry.group is None or entry.group.matches(res.group))
+        )
+        own = self.entries_for(res)
+        return own + tuple(e for e in children if e not in own)
+
+    def relabel_differs(self, res: Resource) -> bool:
+        """Whether a change of labels of ``res`` meets requirements its writes do not (the
+        compiled policy does not judge changes of labels by subresource entries)."""
+        if not self._has_subresource_entries:
+            return False
+        requirements = {r for e in self.entries_for(res) for r in e.requirements}
+        return any(
+            r not in requirements for e in self.relabel_entries(res) for r in e.requirements
+        )
+
+    @functools.cached_property
+    def _has_subresource_entries(self) -> bool:
+        return any(entry.subresource is not None for entry in self.entries)
+
     @functools.cached_property
     def _every_entry(self) -> tuple[Entry, ...]:
         """Every entry, one per distinct set of requirements (a message names each once)."""

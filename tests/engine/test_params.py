@@ -267,6 +267,40 @@ def test_a_namespace_over_the_size_limit_is_delegated_never_truncated() -> None:
     assert whole.size == len(json.dumps(whole.spec, separators=(",", ":")).encode())
 
 
+@pytest.mark.parametrize(
+    ("annotation", "delegated"),
+    [
+        pytest.param({"configmaps/proxy": {"team": ["a"]}}, True, id="only-a-subresource"),
+        pytest.param(
+            {"configmaps": {"team": ["a", "b"]}, "configmaps/proxy": {"team": ["a"]}},
+            True,
+            id="narrower-subresource",
+        ),
+        pytest.param(
+            {"*": {"team": ["a"]}, "*/status": {"team": ["a"]}}, False, id="same-requirements"
+        ),
+        pytest.param({"pods/exec": {"team": ["a"]}}, False, id="a-resource-the-webhook-keeps"),
+    ],
+)
+def test_a_namespace_whose_roles_restrict_subresources_more_is_delegated(
+    annotation: dict[str, Any], delegated: bool
+) -> None:
+    """A change of an object's labels is judged by its subresource entries too, which only the
+    webhook does: the policy must not judge such a namespace's writes alone."""
+    narrow = role("narrow", "t1", [rule("*", "configmaps configmaps/proxy pods/exec")], annotation)
+    bound = binding("dan", "narrow", "User:dan", namespace="t1")
+    rendered = render(snapshot(*OBJECTS, narrow, bound), "t1", TARGET)
+    assert (rendered.delegated is not None) is delegated, rendered.delegated
+    if delegated:
+        assert rendered.delegated == (
+            "in namespace t1, role t1/narrow restricts subresources of configmaps more than its "
+            "writes, which only the webhook judges on a change of labels: the webhook keeps "
+            "judging its writes"
+        )
+    # Other namespaces are not concerned.
+    assert render(snapshot(*OBJECTS, narrow, bound), "t2", TARGET).delegated is None
+
+
 GLOBS = ["a", "shared-*", "stag?", "*-dev-*", "v?.?", "*", "a.b", "*?", "x*y*z"]
 VALUES = [
     "a",
