@@ -345,9 +345,13 @@ def check_relabel(request: Request, ctx: Context) -> Decision | None:
         return None
     allow_unlabeled = ctx.options.allow_unlabeled
     stored, written = labels_of(old), labels_of(new)
-    for grants in request_grants(request, ctx.snapshot, relabel=True):
+    plain = request_grants(request, ctx.snapshot)
+    relabel = request_grants(request, ctx.snapshot, relabel=True)
+    for own, grants in zip(plain, relabel, strict=True):
         if grant_decision(request, grants) is not None:
             continue  # unrestricted, or only void roles: the label rule has decided
+        if grant_decision(request, own) is None and not own.passing(stored, allow_unlabeled):
+            continue  # the label rule refuses the stored object itself (or a mode softened it)
         if not grants.passing(written, allow_unlabeled) or grants.passing(stored, allow_unlabeled):
             continue  # the change brings the object into no bucket it was not in
         _, entries = grants.restricted[0]

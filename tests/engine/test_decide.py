@@ -1027,3 +1027,14 @@ def test_a_change_of_labels_is_judged_by_what_the_labels_decide(
     if message is not None:
         assert decision.reason == "RelabelNotPermitted"
         assert message in decision.message
+
+
+def test_a_softened_label_denial_is_not_said_again_as_a_change_of_labels() -> None:
+    """The label rule refuses the stored object (softened by warn mode): said once, by it."""
+    objects = (NARROW_CHILD, BOB_NARROW)
+    snap = snapshot(*objects)
+    options = Options(Compiler((DEFAULT_ANNOTATION_KEY,)), mode="warn")
+    req = request("bob", "UPDATE", labels=CREATE_A, old={"team": "z"})
+    decision = evaluate(req, Context(snap, options, no_parent_lookup))
+    assert decision.allowed and decision.reason == "LabelNotPermitted", decision
+    assert "subresources" not in decision.message
