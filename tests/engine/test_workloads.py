@@ -1003,3 +1003,14 @@ def test_an_account_whose_stored_labels_cannot_be_read_is_not_relabelled(
     decision = decide(request)
     assert (decision.allowed, decision.reason) == (False, "ParentUnavailable"), decision.message
     assert "the labels it lends the account by cannot be checked" in decision.message
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_softer_modes_soften_account_denials(mode: str) -> None:
+    options = Options(Compiler((DEFAULT_ANNOTATION_KEY,)), mode=mode)
+    cluster = Cluster()
+    ctx = Context(WORLD, options, cluster.lookup, cluster.metadata)
+    request = review("sam", "UPDATE", account("sa-b", TEAM_A), account("sa-b", TEAM_B))
+    decision = evaluate(request, ctx)
+    assert (decision.allowed, decision.mode, decision.reason) == (True, mode, "AccountNotLent")
+    assert bool(decision.warnings) is (mode == "warn")
