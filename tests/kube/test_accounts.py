@@ -1,10 +1,11 @@
-"""The labels that decide identity loans, through a real API server.
+"""The labels that decide access to something else, through a real API server.
 
 alice (the example tenants' team-a) also holds a Role ``accounts`` that lets her write
 ServiceAccounts and request their tokens; its annotation names pods only, so her ServiceAccount
 writes have no label limits, but she lends (runs pods as, requests tokens for) only accounts
 labeled team=a. A token request is judged by the account's labels, which the webhook reads from
-its metadata-only watch; relabelling or deleting an account is judged as lending it.
+its metadata-only watch; relabelling or deleting an account is judged as lending it. A pod's
+labels decide ``pods/exec`` too: relabelling one is judged by that entry as well.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.kube.cluster import LabelRbacCluster
 from tests.kube.controlplane import ADMIN
@@ -64,7 +66,7 @@ def labels_of(kube: LabelRbacCluster, namespace: str, name: str) -> dict[str, st
         pytest.param(
             "robot-b",
             'user "alice" may not create serviceaccounts/token "robot-b" in namespace "{ns}": '
-            "the existing object's label team=\"b\" is not permitted",
+            'the existing object\'s label team="b" is not permitted',
             id="other-bucket",
         ),
     ],
@@ -139,3 +141,38 @@ def test_relabelling_an_account_is_judged_as_lending_it(
     # The account she could not take is still not hers to lend.
     token = kube.kubectl("alice", "-n", accounts, "create", "token", "robot-b")
     assert token.returncode != 0 and 'label team="b" is not permitted' in token.stderr
+
+
+def test_relabelling_a_pod_into_the_bucket_it_may_be_exec_into_is_refused(
+    kube: LabelRbacCluster, namespace: str
+) -> None:
+    """erin manages the pods of teams a and b but may exec only into team a's: the pod's labels
+    decide ``pods/exec``, so she may not relabel a team b pod into team a."""
+    pods = role(
+        "pods-ab",
+        namespace,
+        [rule("*", "pods pods/exec")],
+        {"pods": {"team": ["a", "b"]}, "pods/exec": {"team": ["a"]}},
+    )
+    bound = binding("erin", "pods-ab", "User:erin", namespace=namespace)
+    rbac = [{"apiVersion": "rbac.authorization.k8s.io/v1", **o} for _, o in (pods, bound)]
+    kube.apply(ADMIN, rbac)
+    spec = {"containers": [{"name": "c", "image": "busybox"}]}
+    kube.apply(ADMIN, [obj("Pod", "web-b", namespace, {"team": "b"}, spec=spec)])
+
+    def judged_by_pods_ab() -> None:  # the webhook has seen the Role and its binding
+        probe = yaml.safe_dump(obj("Pod", "probe", namespace, {"team": "c"}, spec=spec))
+        done = kube.kubectl("erin", "create", "--dry-run=server", "-f", "-", input=probe)
+        assert done.returncode != 0 and f"role {namespace}/pods-ab" in done.stderr, done.stderr
+
+    eventually(judged_by_pods_ab)
+    done = kube.kubectl("erin", "-n", namespace, "label", "pod", "web-b", "team=a", "--overwrite")
+    assert done.returncode != 0, done.stdout
+    assert (
+        f'user "erin" may not update pods "web-b" in namespace "{namespace}": the existing '
+        'object\'s label team="b" is not permitted where its subresources are concerned, '
+        f"and relabelling would bring it within them (role {namespace}/pods-ab allows "
+        "pods: team in [a, b] and pods/exec: team in [a])"
+    ) in done.stderr, done.stderr
+    done = kube.kubectl("erin", "-n", namespace, "label", "pod", "web-b", "tier=web")
+    assert done.returncode == 0, done.stderr
