@@ -530,7 +530,7 @@ class ParamsWriter:
         condition = {
             "type": CONDITION,
             "status": "False" if rendered.delegated else "True",
-            "reason": "TooLarge" if rendered.delegated else "Compiled",
+            "reason": rendered.cause if rendered.delegated else "Compiled",
             "message": rendered.delegated or "the label rule of this namespace is compiled",
             "lastTransitionTime": since,
         }
@@ -552,7 +552,7 @@ class ParamsWriter:
                 "name": NAME,
                 "namespace": rendered.namespace,
             },
-            "reason": "TooLarge",
+            "reason": rendered.cause,
             "message": rendered.delegated,
             "type": "Warning",
             "source": {"component": FIELD_MANAGER},

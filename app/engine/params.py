@@ -208,6 +208,7 @@ class Rendered:
     grants: int
     text: str  # ``spec`` serialized by ``spec_text``: compared with what was written
     delegated: str | None = None
+    cause: str = "TooLarge"  # why it is delegated, as the status and Event say it
 
     @property
     def size(self) -> int:
@@ -481,12 +482,13 @@ def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
         "grants": grants,
     }
     text = spec_text(spec)
-    reason = None
+    reason, cause = None, "TooLarge"
     relabelled = _relabelled(own_scope, target.resources) or cluster_scope.relabelled(
         target.resources
     )
     if relabelled is not None:
         reason = f"in namespace {namespace}, {relabelled}: the webhook keeps judging its writes"
+        cause = "SubresourceEntries"
     elif (size := len(text.encode())) > target.max_bytes:
         reason = (
             f"the parameters of namespace {namespace} would take {size} bytes, over the "
@@ -494,7 +496,8 @@ def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
         )
     if reason is not None:
         delegated = {**base, "delegated": reason}
-        return Rendered(namespace, delegated, len(grants), spec_text(delegated), reason)
+        text = spec_text(delegated)
+        return Rendered(namespace, delegated, len(grants), text, reason, cause)
     return Rendered(namespace, spec, len(grants), text)
 
 

@@ -297,6 +297,7 @@ def test_a_namespace_whose_roles_restrict_subresources_more_is_delegated(
             "writes, which only the webhook judges on a change of labels: the webhook keeps "
             "judging its writes"
         )
+        assert rendered.cause == "SubresourceEntries"
     # Other namespaces are not concerned.
     assert render(snapshot(*OBJECTS, narrow, bound), "t2", TARGET).delegated is None
 
