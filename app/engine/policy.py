@@ -370,9 +370,7 @@ class Permissions:
         if not self._has_subresource_entries:
             return False
         requirements = {r for e in self.entries_for(res) for r in e.requirements}
-        return any(
-            r not in requirements for e in self.relabel_entries(res) for r in e.requirements
-        )
+        return any(r not in requirements for e in self.relabel_entries(res) for r in e.requirements)
 
     @functools.cached_property
     def _has_subresource_entries(self) -> bool:
