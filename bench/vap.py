@@ -32,12 +32,21 @@ under ``trivial`` (``cpu_vs_trivial``; the ratio of added p50s, ``added_vs_trivi
 too but divides two small differences of noisy figures). The load average is printed with each
 size; ``--json FILE`` writes the rows.
 
+``--globs N`` binds alice to one more Role, first in binding order, restricting configmaps by N
+value globs spread over ``--glob-keys`` label keys (``--glob-shape general``: none a literal, a
+prefix or a suffix, the shape the policy can only test with a regular expression; ``prefix``:
+``e7-*``), and every create carries those labels
+with values only each key's last glob matches: the policy (and the webhook) try every glob of
+that role on every write before the next role permits it. It is what a role another tenant
+writes and binds to alice costs her writes.
+
     python -m bench vap --bindings 10,5000 --connections 1,8 --seconds 5 --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import re
@@ -120,6 +129,30 @@ wrk.body = '{json.dumps(BODY, separators=(",", ":"))}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer TOKEN"
 """
+
+
+# ``--glob-shape``: globs only a regular expression tests, or the everyday prefix ``team-*``.
+SHAPES = {"general": "e{i}?x*", "prefix": "e{i}-*"}
+
+
+def glob_values(
+    count: int, keys: int, shape: str = "general"
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """``count`` globs over ``keys`` label keys (``--globs``), and labels only each key's last
+    glob matches."""
+    per_key = -(-count // keys)
+    pattern = SHAPES[shape]
+    globs = {f"env{k}": [pattern.format(i=i) for i in range(per_key)] for k in range(keys)}
+    last = pattern.format(i=per_key - 1).replace("?", "a").replace("*", "xy")
+    return globs, {key: last for key in globs}
+
+
+def glob_role(count: int, keys: int, shape: str) -> dict[str, Any]:
+    found = role("globs", "")
+    found["metadata"]["annotations"]["labelrbac.io/permissions"] = json.dumps(
+        {"configmaps": glob_values(count, keys, shape)[0]}
+    )
+    return found
 
 
 def role(name: str, team: str) -> dict[str, Any]:
@@ -329,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="another policy.yaml (an earlier release's, say), measured as setup file",
     )
+    parser.add_argument("--globs", type=int, default=0, help="value globs of a role bound to alice")
+    parser.add_argument("--glob-keys", type=int, default=1, help="label keys they are spread over")
+    parser.add_argument("--glob-shape", choices=sorted(SHAPES), default="general")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
@@ -352,7 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     connections = [int(n) for n in args.connections.split(",")]
     try:
         script = workdir / "post.lua"
-        script.write_text(LUA.replace("TOKEN", cp.users["alice"].token))
+        lua = LUA
+        if args.globs:
+            body = copy.deepcopy(BODY)
+            labels = glob_values(args.globs, args.glob_keys, args.glob_shape)[1]
+            body["metadata"]["labels"].update(labels)
+            lua = LUA.replace(json.dumps(BODY, separators=(",", ":")), json.dumps(body))
+        script.write_text(lua.replace("TOKEN", cp.users["alice"].token))
         for namespace in (NS, "label-rbac"):
             ok(cp, ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
         cp.apply(ADMIN, documents("crd.yaml"))
@@ -360,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         cp.apply(ADMIN, documents("rbac.yaml"))
         cp.apply(ADMIN, [role(f"team-{i}", str(i)) for i in range(10)] + [role("team-a", "a")])
         cp.apply(ADMIN, [role_binding("alice", "team-a", "alice")])
+        if args.globs:  # bound before team-a (binding-name order): tried first on every write
+            cp.apply(ADMIN, [glob_role(args.globs, args.glob_keys, args.glob_shape)])
+            cp.apply(ADMIN, [role_binding("0-globs", "globs", "alice")])
         webhook = Webhook(cp, workdir)
         for total in (int(n) for n in args.bindings.split(",")):
             clear(cp)

@@ -180,7 +180,8 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         default=[],
         metavar="RESOURCE[.GROUP]",
         help="keep the labels of this resource from a metadata-only watch, for label-scoped "
-        "gets (repeatable; configmaps, secrets, pods and deployments.apps always are)",
+        "gets (repeatable; configmaps, secrets, pods, serviceaccounts and deployments.apps "
+        "always are)",
     )
     serve.add_argument(
         "--webhook-configuration",

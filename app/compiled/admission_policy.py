@@ -27,8 +27,10 @@ writes it may refuse (``_judgement``): a write it allows costs one pass, the mat
 spells out ``granting``, ``unlisted`` and ``denied`` (the request's parts bound inside them by
 ``_bind``); the validation reads them as variables, and the others serve the messages of refusals.
 Every lookup is by key (resource, operation, user, each group), so the time does not grow with the
-bindings of a namespace; label values are matched against RE2 patterns built from globs of at most
-63 characters; attacker-controlled labels are read once per requirement of each role granting the
+bindings of a namespace; a label value is looked up among literals, compared with the prefixes and
+suffixes globs reduce to, and matched against at most one RE2 pattern per requirement (built from
+globs of at most 63 characters, at most 64 per requirement and 256 per role: the annotation
+schema); attacker-controlled labels are read once per requirement of each role granting the
 request.
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
@@ -219,9 +221,14 @@ def _permitted(labels: str) -> str:
 
 
 def _requirement(labels: str) -> str:
+    # Cheapest test first (``params.value_tests``): a lookup, string ends, and only then the one
+    # pattern of the globs no string test expresses (a ``matches`` compiles it on every call).
+    value = f"{labels}[r.key]"
     return (
-        f"r.key in {labels} ? ({labels}[r.key] in r.exact || "
-        f"r.patterns.exists(p, {labels}[r.key].matches(p))) : params.spec.allowUnlabeled"
+        f"r.key in {labels} ? ({value} in r.exact || "
+        f"r.prefixes.exists(p, {value}.startsWith(p)) || "
+        f"r.suffixes.exists(s, {value}.endsWith(s)) || "
+        f"r.patterns.exists(p, {value}.matches(p))) : params.spec.allowUnlabeled"
     )
 
 

@@ -53,7 +53,6 @@ from app.engine.params import (
     MAX_WORK,
     NAME,
     PLURAL,
-    TOO_LARGE,
     Namespaces,
     Rendered,
     Target,
@@ -630,7 +629,7 @@ class ParamsWriter:
         condition = {
             "type": CONDITION,
             "status": "False" if rendered.delegated else "True",
-            "reason": (rendered.reason or TOO_LARGE) if rendered.delegated else "Compiled",
+            "reason": rendered.reason if rendered.delegated else "Compiled",
             "message": rendered.delegated or "the label rule of this namespace is compiled",
             "lastTransitionTime": since,
         }
@@ -652,7 +651,7 @@ class ParamsWriter:
                 "name": NAME,
                 "namespace": rendered.namespace,
             },
-            "reason": rendered.reason or TOO_LARGE,
+            "reason": rendered.reason,
             "message": rendered.delegated,
             "type": "Warning",
             "source": {"component": FIELD_MANAGER},

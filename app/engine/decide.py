@@ -21,7 +21,7 @@ from app.engine.context import Check, Context
 from app.engine.coverage import check_coverage
 from app.engine.escalation import check_escalation
 from app.engine.kinds import RBAC_RESOURCES, ROLE_KINDS
-from app.engine.labels import check_labels
+from app.engine.labels import check_labels, check_relabel
 from app.engine.model import ENFORCE, OPERATIONS, WARN, Decision, Request, softest, strictest
 from app.engine.node import check_node
 from app.engine.rbac import RBAC_GROUP
@@ -67,9 +67,10 @@ PRE_CHECKS: tuple[Check, ...] = (
     check_coverage,  # a widening write waits until the registration covers what it restricts
 )
 
-# Checks run after the label rule let the write itself through: what the write makes controllers
-# do. The object's own labels are judged (and explained) first.
-POST_CHECKS: tuple[Check, ...] = (check_workloads,)
+# Checks run after the label rule let the write itself through: what a change of labels decides
+# beyond the object's own entry, and what the write makes controllers do. The object's own labels
+# are judged (and explained) first.
+POST_CHECKS: tuple[Check, ...] = (check_relabel, check_workloads)
 
 
 # Policy denials, which a mode may soften. Malformed requests (400), internal errors (500) and an

@@ -120,13 +120,14 @@ def find_grants(
 
 
 def request_grants(
-    request: Request, snapshot: Snapshot, lends: Resource | None = None
+    request: Request, snapshot: Snapshot, lends: Resource | None = None, relabel: bool = False
 ) -> list[Grants]:
     """The granting roles of each authorization the request passed (see ``authorizations``),
     matched on the resource RBAC authorized.
 
     ``lends``: classify those same roles by the identity loan limits they set on ``lends``
     instead: a pod runs as its ServiceAccount with the grants of the roles that let it be written.
+    ``relabel``: by what a change of the object's labels must meet (``relabel_entries``).
     """
     resource = request.authorized_resource
     bound = snapshot.bound_roles(request.user, request.namespace)
@@ -136,6 +137,7 @@ def request_grants(
             lends or resource,
             alternatives[0].verb,
             loan=lends is not None or any(lends_identity(a.verb, resource) for a in alternatives),
+            relabel=relabel,
         )
         for alternatives in request.authorizations
     ]
@@ -147,6 +149,7 @@ def classify(
     verb: str | None = None,
     *,
     loan: bool = False,
+    relabel: bool = False,
 ) -> Grants:
     """Sort granting roles into unrestricted, restricted (with their entries) and invalid.
 
@@ -163,6 +166,8 @@ def classify(
             entries: tuple[Entry, ...] = ()
         elif loan:
             entries = role.permissions.loan_entries(resource)
+        elif relabel:
+            entries = role.permissions.relabel_entries(resource)
         else:
             entries = role.permissions.entries_for(resource)
         if not entries:
@@ -312,3 +317,55 @@ def _combine(decisions: Sequence[Decision]) -> Decision:
         *dict.fromkeys(line for d in judged for line in d.explanation),
         warnings=tuple(dict.fromkeys(w for d in judged for w in d.warnings)),
     )
+
+
+RELABEL_DENIED = "RelabelNotPermitted"
+
+
+def check_relabel(request: Request, ctx: Context) -> Decision | None:
+    """A change of an object's labels, judged by everything those labels decide.
+
+    The labels of an object decide its subresources too (``pods/exec`` is judged by the pod's).
+    A role whose entry for a subresource is narrower than its entry for the object, or whose
+    object writes have no entry at all, would otherwise let its holder relabel an object into
+    that entry's bucket and then use the subresource. So a change of labels that brings the
+    object within the entries naming its subresources (``Permissions.relabel_entries``) of a
+    role granting the write must find it there already. Roles without such entries are judged
+    by the label rule alone, which has passed.
+    """
+    old, new = request.old_object, request.object
+    if (
+        request.operation != "UPDATE"
+        or request.resource.subresource
+        or old is None
+        or new is None
+        or labels_of(old) == labels_of(new)
+        or not ctx.snapshot.limited(request.user, request.namespace)
+    ):
+        return None
+    allow_unlabeled = ctx.options.allow_unlabeled
+    stored, written = labels_of(old), labels_of(new)
+    plain = request_grants(request, ctx.snapshot)
+    relabel = request_grants(request, ctx.snapshot, relabel=True)
+    for own, grants in zip(plain, relabel, strict=True):
+        if grant_decision(request, grants) is not None:
+            continue  # unrestricted, or only void roles: the label rule has decided
+        if grant_decision(request, own) is None and not own.passing(stored, allow_unlabeled):
+            continue  # the label rule refuses the stored object itself (or a mode softened it)
+        if not grants.passing(written, allow_unlabeled) or grants.passing(stored, allow_unlabeled):
+            continue  # the change brings the object into no bucket it was not in
+        _, entries = grants.restricted[0]
+        violation = next(
+            v for e in entries if (v := e.violation(stored, allow_unlabeled)) is not None
+        )
+        limits = "; ".join(
+            f"{role.ref} allows {' and '.join(f'{e.pattern}: {e.describe()}' for e in es)}"
+            for role, es in grants.restricted
+        )
+        return Decision.deny(
+            RELABEL_DENIED,
+            f"{who(request, grants.verb)}: {violation.describe(existing=True)} where its "
+            f"subresources are concerned, and relabelling would bring it within them ({limits})",
+            mode=grants.mode(),
+        )
+    return None

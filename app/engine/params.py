@@ -19,7 +19,8 @@ agree on which roles grant a request and what they permit. ``spec``::
       c0: {"*": {CREATE: c0, UPDATE: c0, ...}}    # "*": every indexed resource not named
     grants:
       a: {role: role t1/team-a, mode: enforce, allows: "role t1/team-a allows team in [a]",
-          labels: [{key: team, exact: [a], patterns: []}], names: [...]}
+          labels: [{key: team, exact: [a], prefixes: [], suffixes: [], patterns: []}],
+          names: [...]}
       c0: {role: clusterrole edit, unrestricted: true}
       b: {role: role t1/broken, invalid: "role t1/broken grants nothing here: ..."}
 
@@ -32,10 +33,15 @@ in the namespace are indexed; for those every granting role is, unrestricted one
 subject RBAC authorizes but the index does not know can only mean parameters older than RBAC (the
 policy then denies: see ``admission_policy``).
 
-Globs become anchored RE2 patterns for CEL ``matches``: every character but the two wildcards is
-escaped, so a pattern is a plain sequence of literals, ``.`` and ``.*``, which RE2 matches in
-linear time. A namespace whose parameters would exceed ``max_bytes`` is never truncated: it is
-rendered ``delegated`` (the policy stands aside and the webhook keeps judging it).
+Globs become the cheapest test of their shape (``value_tests``): literals are looked up, ``x*``
+and ``*x`` are ``startsWith`` and ``endsWith``, and the rest of a requirement's globs one anchored
+RE2 pattern for CEL ``matches``: every character but the two wildcards is escaped, so a pattern
+is an alternation of plain sequences of literals, ``.`` and ``.*``, which RE2 matches in linear
+time. A namespace whose parameters would exceed ``max_bytes`` is never truncated: it is
+rendered ``delegated`` (the policy stands aside and the webhook keeps judging it), and so is a
+namespace where a role restricts an object's subresources more than the object's writes: a change
+of the object's labels is then judged by those entries too (``labels.check_relabel``), which only
+the webhook does.
 
 Rendering is linear in what the roles say: each (role, resource, operation) looks at the role's
 rules once and at the names those rules list once (``_names``), never at every name against
@@ -95,6 +101,7 @@ MAX_BYTES = 1_400_000
 MAX_WORK = 1_000_000
 # Why a namespace is delegated, as its Compiled condition's reason says.
 TOO_LARGE, TOO_COMPLEX = "TooLarge", "TooComplex"
+SUBRESOURCE_ENTRIES = "SubresourceEntries"
 
 # Resources the webhook keeps whatever the labels: RBAC objects (escalation check, annotation
 # validation), workloads (templates, selectors, scale targets, references) and pods (references,
@@ -153,6 +160,35 @@ def glob_pattern(glob: Glob) -> str:
             parts.append("\\" + ch)
     parts.append(r"\z")
     return "".join(parts)
+
+
+def value_tests(globs: Sequence[Glob]) -> dict[str, list[str]]:
+    """The tests the policy runs on a label value for ``globs`` (any may pass), cheapest first.
+
+    A CEL ``matches`` compiles its pattern on every call, so a glob written as a regular
+    expression costs the API server far more than a string comparison on every write carrying
+    the label. The usual shapes never reach one: a literal is looked up (``exact``), ``team-*``
+    is a ``startsWith`` (``prefixes``), ``*-dev`` an ``endsWith`` (``suffixes``); every other
+    glob of the requirement is one alternative of a single pattern (``patterns``: at most one),
+    compiled once per write whatever the count. The annotation schema bounds the globs.
+    """
+    exact: list[str] = []
+    prefixes: list[str] = []
+    suffixes: list[str] = []
+    general: list[str] = []
+    for glob in globs:
+        canonical = glob.canonical or glob.text
+        body = canonical.strip(STAR)
+        if glob.is_literal:
+            exact.append(glob.text)
+        elif ANY not in body and STAR not in body and canonical == body + STAR:
+            prefixes.append(body)  # "*" itself: the empty prefix, which every value has
+        elif ANY not in body and STAR not in body and canonical == STAR + body:
+            suffixes.append(body)
+        else:
+            general.append(glob_pattern(glob)[1:-2])  # unanchored: one alternative
+    patterns = [f"^(?:{'|'.join(general)})\\z"] if general else []
+    return {"exact": exact, "prefixes": prefixes, "suffixes": suffixes, "patterns": patterns}
 
 
 @dataclass(frozen=True)
@@ -214,7 +250,8 @@ class Rendered:
     grants: int
     text: str  # ``spec`` serialized by ``spec_text``: compared with what was written
     delegated: str | None = None
-    reason: str = ""  # why it is delegated: ``TOO_LARGE`` or ``TOO_COMPLEX``
+    reason: str = ""  # why it is delegated, as the status and Event say it: ``TOO_LARGE``,
+    # ``TOO_COMPLEX`` or ``SUBRESOURCE_ENTRIES``
     work: int = 0  # the units of ``Work`` the render took
 
     @property
@@ -240,11 +277,7 @@ def _grant_of(role: CompiledRole, res: Resource) -> dict[str, Any]:
         return {"role": str(role.ref), "invalid": grants.broken()}
     _, entries = grants.restricted[0]
     labels = [
-        {
-            "key": req.key,
-            "exact": [g.text for g in req.values if g.is_literal],
-            "patterns": [glob_pattern(g) for g in req.values if not g.is_literal],
-        }
+        {"key": req.key, **value_tests(req.values)}
         for entry in entries
         for req in entry.requirements
     ]
@@ -319,6 +352,27 @@ def _limited(scope: Scope | None, resources: Sequence[Resource], work: Work) -> 
     return frozenset(
         res for res in resources if any(_restricts(role, res, work) for role in roles.values())
     )
+
+
+def _relabelled(scope: Scope | None, resources: Sequence[Resource]) -> str | None:
+    """Why the policy cannot judge ``scope``'s writes: a role bound there whose entries for a
+    subresource (``configmaps/proxy``) add requirements to a change of its object's labels
+    (``labels.check_relabel``), which the policy does not judge. None when there is none."""
+    if scope is None:
+        return None
+    seen: set[RoleRef] = set()
+    for key in scope.limited:
+        for _, role in scope.entries[key]:
+            if role.ref in seen or role.permissions is None:
+                continue
+            seen.add(role.ref)
+            for res in resources:
+                if role.permissions.relabel_differs(res):
+                    return (
+                        f"{role.ref} restricts subresources of {resource_key(res)} more than its "
+                        "writes, which only the webhook judges on a change of labels"
+                    )
+    return None
 
 
 # A role's entry: resource key → operation → grant id; under DEFAULT, the operations of every
@@ -432,6 +486,7 @@ class _ClusterScope:
     def __init__(self, scope: Scope | None) -> None:
         self.scope = scope
         self._limited: dict[tuple[Resource, ...], frozenset[Resource]] = {}
+        self._relabelled: dict[tuple[Resource, ...], str | None] = {}
         self._parts: OrderedDict[tuple[Resource, ...], _Part] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -441,6 +496,12 @@ class _ClusterScope:
             if found is None:
                 found = self._limited[resources] = _limited(self.scope, resources, work)
             return found
+
+    def relabelled(self, resources: tuple[Resource, ...]) -> str | None:
+        with self._lock:
+            if resources not in self._relabelled:
+                self._relabelled[resources] = _relabelled(self.scope, resources)
+            return self._relabelled[resources]
 
     def part(self, indexed: tuple[Resource, ...], work: Work) -> _Part:
         with self._lock:
@@ -518,14 +579,22 @@ def _render(
         "grants": grants,
     }
     text = spec_text(spec)
-    if (size := len(text.encode())) > target.max_bytes:
+    reason, cause = None, TOO_LARGE
+    relabelled = _relabelled(own_scope, target.resources) or cluster_scope.relabelled(
+        target.resources
+    )
+    if relabelled is not None:
+        reason = f"in namespace {namespace}, {relabelled}: the webhook keeps judging its writes"
+        cause = SUBRESOURCE_ENTRIES
+    elif (size := len(text.encode())) > target.max_bytes:
         reason = (
             f"the parameters of namespace {namespace} would take {size} bytes, over the "
             f"limit of {target.max_bytes}: the webhook keeps judging its writes"
         )
+    if reason is not None:
         delegated = {**base, "delegated": reason}
         return Rendered(
-            namespace, delegated, len(grants), spec_text(delegated), reason, TOO_LARGE, work.spent
+            namespace, delegated, len(grants), spec_text(delegated), reason, cause, work.spent
         )
     return Rendered(namespace, spec, len(grants), text, work=work.spent)
 

@@ -57,6 +57,12 @@ _RESOURCE_PATTERN = whole(
 # coverage comparison of the escalation check (|pattern|·|pattern|) and denial messages small.
 # Real patterns ("staging-*", "*-dev-*", "v?.?") need a few.
 MAX_WILDCARDS = 16
+# Value globs per label key of an entry, and in a whole annotation (one role). Each glob is a test
+# the webhook and the compiled policy run on every write carrying that label, whoever writes it,
+# so a role bound to other subjects must not make their writes cost without bound. Real
+# annotations list a handful (a team, a few environments); a longer list is better one glob.
+MAX_VALUES_PER_KEY = 64
+MAX_VALUES_PER_ROLE = 256
 _MAX_VALUE_GLOB = 63
 _MAX_RESOURCE_PATTERN = 63 + 1 + 253 + 1 + 63
 
@@ -84,6 +90,7 @@ _FEW_WILDCARDS_RESOURCE = _few_wildcards(_MAX_RESOURCE_PATTERN)
 _VALUES = {
     "type": "array",
     "minItems": 1,
+    "maxItems": MAX_VALUES_PER_KEY,
     "items": {
         "type": "string",
         # The first failing pattern is the one reported: say what the text is before counting.
@@ -138,6 +145,8 @@ def _keyword(name: str, arg: Any, schema: Mapping[str, Any]) -> Check | None:
         return lambda value: not isinstance(value, dict) or len(value) >= arg
     if name == "minItems":
         return lambda value: not isinstance(value, list) or len(value) >= arg
+    if name == "maxItems":
+        return lambda value: not isinstance(value, list) or len(value) <= arg
     if name == "pattern":
         search = re.compile(arg).search  # jsonschema: re.search(pattern, instance)
         return lambda value: not isinstance(value, str) or search(value) is not None
@@ -340,6 +349,33 @@ class Permissions:
         """
         return self.entries_for(res) or self._every_entry
 
+    def relabel_entries(self, res: Resource) -> tuple[Entry, ...]:
+        """The requirements a change of an object's labels must meet: the entries deciding for
+        ``res`` and every entry naming one of its subresources (``pods/exec``), which the
+        object's labels decide too. Else a holder allowed to relabel the object under a wider
+        entry would move it into a subresource entry's bucket. () when no entry applies."""
+        children = tuple(
+            entry
+            for entry in self.entries
+            if entry.subresource is not None
+            and entry.resource.matches(res.resource)
+            and (entry.group is None or entry.group.matches(res.group))
+        )
+        own = self.entries_for(res)
+        return own + tuple(e for e in children if e not in own)
+
+    def relabel_differs(self, res: Resource) -> bool:
+        """Whether a change of labels of ``res`` meets requirements its writes do not (the
+        compiled policy does not judge changes of labels by subresource entries)."""
+        if not self._has_subresource_entries:
+            return False
+        requirements = {r for e in self.entries_for(res) for r in e.requirements}
+        return any(r not in requirements for e in self.relabel_entries(res) for r in e.requirements)
+
+    @functools.cached_property
+    def _has_subresource_entries(self) -> bool:
+        return any(entry.subresource is not None for entry in self.entries)
+
     @functools.cached_property
     def _every_entry(self) -> tuple[Entry, ...]:
         """Every entry, one per distinct set of requirements (a message names each once)."""
@@ -390,10 +426,27 @@ _PATTERN_NAMES = {
 }
 
 
+_FEWER_VALUES = "write one glob for a family of values (team-*) or split the role"
+
+
 def _explain(error: jsonschema.ValidationError) -> str:
     if error.validator == "pattern" and error.validator_value in _PATTERN_NAMES:
         return f"{error.instance!r} is not {_PATTERN_NAMES[error.validator_value]}"
+    if error.validator == "maxItems" and isinstance(error.instance, list):
+        # Never the list itself: it is long, and the message would quote all of it.
+        return (
+            f"{len(error.instance)} value globs, over the limit of {error.validator_value} "
+            f"for one label key; {_FEWER_VALUES}"
+        )
     return error.message
+
+
+def _value_count(document: Mapping[str, Any]) -> int:
+    """The value globs of a valid annotation, every entry and label key together."""
+    return sum(
+        len(value) if isinstance(value, list) else sum(len(v) for v in value.values())
+        for value in document.values()
+    )
 
 
 def parse_permissions(
@@ -412,6 +465,11 @@ def parse_permissions(
             raise AnnotationError("schema violation")
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
         raise AnnotationError(f"schema violation at {where}: {_explain(error)}")
+    if (count := _value_count(document)) > MAX_VALUES_PER_ROLE:
+        raise AnnotationError(
+            f"{count} value globs in all, over the limit of {MAX_VALUES_PER_ROLE} per role; "
+            f"{_FEWER_VALUES}"
+        )
     entries = tuple(
         _compile_entry(pattern, value, default_label_key) for pattern, value in document.items()
     )

@@ -14,7 +14,9 @@ do with it, so that a tenant cannot use a controller as a deputy to act in anoth
   labels the user's own ``get`` grant permits, where that grant is label-restricted; and it runs
   only as a service account the roles granting the write lend (an identity loan, as
   impersonation is: ``Permissions.loan_entries``);
-- the legacy ``bindings`` resource is judged by the bound pod's labels, as ``pods/binding`` is.
+- the legacy ``bindings`` resource is judged by the bound pod's labels, as ``pods/binding`` is;
+- a ServiceAccount's labels decide its identity loans, so relabelling or deleting one is judged
+  as lending it, before and after.
 
 The rules run after the label rule let the write through (``decide.POST_CHECKS``) and only deny.
 Requests of other resources cost one dictionary lookup; for users whose grants are unrestricted
@@ -48,6 +50,7 @@ POD_BINDING = Resource("", "pods", "binding")
 TEMPLATE_DENIED = "TemplateLabelNotPermitted"
 SELECTOR_DENIED = "SelectorNotPermitted"
 REFERENCE_DENIED = "ReferenceNotPermitted"
+ACCOUNT_DENIED = "AccountNotLent"
 UNAVAILABLE = "ParentUnavailable"
 
 Path = tuple[str, ...]
@@ -371,6 +374,64 @@ def _account_loans(request: Request, ctx: Context, account: bool) -> list[Grants
     return request_grants(request, ctx.snapshot, lends=Resource("", SERVICE_ACCOUNTS))
 
 
+# --- the labels that decide identity loans -------------------------------------------------------
+
+ACCOUNT = Resource("", SERVICE_ACCOUNTS)
+
+
+def check_account(request: Request, ctx: Context) -> Decision | None:
+    """A ServiceAccount's labels decide who may act as it (every identity loan is judged by
+    them), so changing them, or deleting the account, is judged as lending it.
+
+    The roles granting the write must lend the account as stored and, after a label change, as
+    written: else a tenant allowed to write ServiceAccounts (no annotation entry limits them)
+    could relabel another bucket's account into hers and run pods as it. A delete frees the
+    name for an account of her labels, which inherits everything bound to the name. Other
+    changes (secrets, automount) are left to the label rule.
+    """
+    if request.resource.subresource or request.operation not in ("UPDATE", "DELETE"):
+        return None
+    if (
+        request.operation == "UPDATE"
+        and request.old_object is not None
+        and labels_of(request.old_object) == labels_of(request.object)
+    ):
+        return None
+    versions: list[tuple[bool, Mapping[str, Any]]] | None = None
+    for grants in request_grants(request, ctx.snapshot, lends=ACCOUNT):
+        decided = grant_decision(request, grants)
+        if decided is not None:
+            if decided.allowed:
+                continue
+            return decided
+        try:
+            versions = versions if versions is not None else _versions(request, ctx)
+        except ParentUnavailable as exc:
+            return Decision.deny(
+                UNAVAILABLE,
+                f"{who(request)}: the labels it lends the account by cannot be checked: {exc}",
+                mode=grants.mode(),
+            )
+        changing = "deleting" if request.operation == "DELETE" else "relabelling"
+        for existing, obj in versions:
+            denial = _label_denial(
+                request,
+                ctx,
+                grants,
+                labels_of(obj),
+                "the account as stored" if existing else "the account as written",
+                ACCOUNT,
+                ACCOUNT_DENIED,
+                limits=(
+                    f": {changing} a ServiceAccount is judged as lending it, and the user may "
+                    f"lend only {grants.loan_limits()}"
+                ),
+            )
+            if denial is not None:
+                return denial
+    return None
+
+
 # --- scale targets -------------------------------------------------------------------------------
 
 
@@ -516,4 +577,5 @@ RULES: Mapping[tuple[str, str], Callable[[Request, Context], Decision | None]] =
     ("", "pods"): check_pod,
     ("autoscaling", "horizontalpodautoscalers"): check_scale_target,
     ("", "bindings"): check_binding,
+    ("", SERVICE_ACCOUNTS): check_account,
 }

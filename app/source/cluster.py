@@ -62,6 +62,11 @@ PARENT_RESOURCES: Mapping[tuple[str, str], str] = {
     ("apps", "statefulsets"): "v1",  # scale
     ("", "replicationcontrollers"): "v1",  # scale
 }
+# Parents whose labels are all a rule reads (a token request is judged by its ServiceAccount's):
+# read as metadata, from the metadata-only watch when it knows the object (``fetch_metadata``).
+METADATA_PARENTS: Mapping[tuple[str, str], str] = {
+    ("", "serviceaccounts"): "v1",  # token
+}
 
 # A freshly forked worker waits this long for its first sync before it accepts requests, so a
 # respawned worker does not answer "not synced" while its siblings could have answered.
@@ -320,6 +325,10 @@ class ClusterSource:
     def fetch_parent(self, request: Request) -> Mapping[str, Any]:
         """GET the parent object of the request (cached for ``tuning.parent_ttl`` seconds)."""
         res = request.resource
+        by_labels = METADATA_PARENTS.get((res.group, res.resource))
+        if by_labels is not None:
+            ref = ObjectRef(res.group, by_labels, res.resource, request.namespace, request.name)
+            return self.fetch_metadata(ref)
         version = self._parent_versions.get((res.group, res.resource))
         ref = ObjectRef(res.group, version or "", res.resource, request.namespace, request.name)
         if version is None:

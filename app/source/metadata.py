@@ -36,9 +36,17 @@ from app.source.informer import Informer, InformerObserver, Tuning
 log = logging.getLogger("label_rbac.source")
 
 # The resources whose labels are kept from a metadata-only watch by default: those the example
-# tenants' annotations restrict. manifests/deploy/rbac.yaml grants list/watch on exactly these.
+# tenants' annotations restrict, and ServiceAccounts, whose labels judge every identity loan
+# (token requests, impersonation, the account a pod runs as). manifests/deploy/rbac.yaml grants
+# list/watch on exactly these.
 WATCHED_RESOURCES: frozenset[tuple[str, str]] = frozenset(
-    {("", "configmaps"), ("", "secrets"), ("", "pods"), ("apps", "deployments")}
+    {
+        ("", "configmaps"),
+        ("", "secrets"),
+        ("", "pods"),
+        ("", "serviceaccounts"),
+        ("apps", "deployments"),
+    }
 )
 
 

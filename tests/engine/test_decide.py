@@ -967,3 +967,74 @@ def test_context_defaults_to_static_lookup() -> None:
     decision = evaluate(scale(), ctx)
     assert decision.reason == "ParentUnavailable"
     assert "without cluster access" in decision.message
+
+
+# --- A change of labels is judged by the entries of the subresources the labels decide ---------
+
+# bob manages configmaps of teams a and b but may use their (made-up) proxy only in team a; ed
+# writes configmaps without label limits (no entry names them) and uses the proxy in team a.
+NARROW_CHILD = role(
+    "narrow-child",
+    "t1",
+    [rule(f"{WRITE} get", "configmaps configmaps/proxy")],
+    {"configmaps": {"team": ["a", "b"]}, "configmaps/proxy": {"team": ["a"]}},
+)
+ONLY_CHILD = role(
+    "only-child",
+    "t1",
+    [rule(f"{WRITE} get", "configmaps configmaps/proxy")],
+    {"configmaps/proxy": {"team": ["a"]}},
+)
+BOB_NARROW = binding("bob-narrow", "narrow-child", "User:bob", namespace="t1")
+ALICE_ONLY = binding("alice-only", "only-child", "User:alice", namespace="t1")
+TEAM_B = {"team": "b"}
+
+
+@pytest.mark.parametrize(
+    ("objects", "user", "old", "new", "message"),
+    [
+        pytest.param((NARROW_CHILD, BOB_NARROW), "bob", TEAM_B, CREATE_A,
+                     'user "bob" may not update configmaps "c2" in namespace "t1": the existing '
+                     "object's label team=\"b\" is not permitted where its subresources are "
+                     "concerned, and relabelling would bring it within them (role "
+                     "t1/narrow-child allows configmaps: team in [a, b] and configmaps/proxy: "
+                     "team in [a])",
+                     id="into-the-subresources-bucket"),
+        pytest.param((NARROW_CHILD, BOB_NARROW), "bob", CREATE_A, TEAM_B, None, id="out-of-it"),
+        pytest.param((NARROW_CHILD, BOB_NARROW), "bob", TEAM_B, {**TEAM_B, "tier": "x"}, None,
+                     id="labels-the-subresource-ignores"),
+        pytest.param((NARROW_CHILD, BOB_NARROW), "bob", CREATE_A, {**CREATE_A, "tier": "x"},
+                     None, id="within-the-subresources-bucket"),
+        pytest.param((ONLY_CHILD, ALICE_ONLY), "alice", TEAM_B, CREATE_A,
+                     "(role t1/only-child allows configmaps/proxy: team in [a])",
+                     id="object-writes-unrestricted"),
+        pytest.param((ONLY_CHILD, ALICE_ONLY), "alice", {}, CREATE_A,
+                     "the existing object has no label team where its subresources",
+                     id="unlabeled-into-the-bucket"),
+        pytest.param((TEAM_A_ROLE, BOB_TEAM_A), "bob", CREATE_A, {**CREATE_A, "tier": "x"}, None,
+                     id="no-subresource-entry"),
+    ],
+)  # fmt: skip
+def test_a_change_of_labels_is_judged_by_what_the_labels_decide(
+    objects: tuple[Obj, ...],
+    user: str,
+    old: dict[str, str],
+    new: dict[str, str],
+    message: str | None,
+) -> None:
+    decision = decide(objects, request(user, "UPDATE", labels=new, old=old))
+    assert decision.allowed is (message is None), decision.message
+    if message is not None:
+        assert decision.reason == "RelabelNotPermitted"
+        assert message in decision.message
+
+
+def test_a_softened_label_denial_is_not_said_again_as_a_change_of_labels() -> None:
+    """The label rule refuses the stored object (softened by warn mode): said once, by it."""
+    objects = (NARROW_CHILD, BOB_NARROW)
+    snap = snapshot(*objects)
+    options = Options(Compiler((DEFAULT_ANNOTATION_KEY,)), mode="warn")
+    req = request("bob", "UPDATE", labels=CREATE_A, old={"team": "z"})
+    decision = evaluate(req, Context(snap, options, no_parent_lookup))
+    assert decision.allowed and decision.reason == "LabelNotPermitted", decision
+    assert "subresources" not in decision.message

@@ -27,6 +27,7 @@ from app.engine.params import (
     namespaces_of,
     render,
     touched,
+    value_tests,
 )
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
@@ -114,8 +115,14 @@ def test_grants_carry_what_the_webhook_judges_and_says() -> None:
         "mode": "enforce",
         "allows": "role t1/shared allows team in [shared-*] and env in [dev, stag?]",
         "labels": [
-            {"key": "team", "exact": [], "patterns": ["^shared\\-.*\\z"]},
-            {"key": "env", "exact": ["dev"], "patterns": ["^stag.\\z"]},
+            {"key": "team", "exact": [], "prefixes": ["shared-"], "suffixes": [], "patterns": []},
+            {
+                "key": "env",
+                "exact": ["dev"],
+                "prefixes": [],
+                "suffixes": [],
+                "patterns": ["^(?:stag.)\\z"],
+            },
         ],
     }
 
@@ -313,6 +320,41 @@ def test_a_namespace_over_the_work_budget_is_delegated_and_stops_early() -> None
     assert whole.reason == "" and over.work < whole.work
 
 
+@pytest.mark.parametrize(
+    ("annotation", "delegated"),
+    [
+        pytest.param({"configmaps/proxy": {"team": ["a"]}}, True, id="only-a-subresource"),
+        pytest.param(
+            {"configmaps": {"team": ["a", "b"]}, "configmaps/proxy": {"team": ["a"]}},
+            True,
+            id="narrower-subresource",
+        ),
+        pytest.param(
+            {"*": {"team": ["a"]}, "*/status": {"team": ["a"]}}, False, id="same-requirements"
+        ),
+        pytest.param({"pods/exec": {"team": ["a"]}}, False, id="a-resource-the-webhook-keeps"),
+    ],
+)
+def test_a_namespace_whose_roles_restrict_subresources_more_is_delegated(
+    annotation: dict[str, Any], delegated: bool
+) -> None:
+    """A change of an object's labels is judged by its subresource entries too, which only the
+    webhook does: the policy must not judge such a namespace's writes alone."""
+    narrow = role("narrow", "t1", [rule("*", "configmaps configmaps/proxy pods/exec")], annotation)
+    bound = binding("dan", "narrow", "User:dan", namespace="t1")
+    rendered = render(snapshot(*OBJECTS, narrow, bound), "t1", TARGET)
+    assert (rendered.delegated is not None) is delegated, rendered.delegated
+    if delegated:
+        assert rendered.delegated == (
+            "in namespace t1, role t1/narrow restricts subresources of configmaps more than its "
+            "writes, which only the webhook judges on a change of labels: the webhook keeps "
+            "judging its writes"
+        )
+        assert rendered.reason == "SubresourceEntries"
+    # Other namespaces are not concerned.
+    assert render(snapshot(*OBJECTS, narrow, bound), "t2", TARGET).delegated is None
+
+
 GLOBS = ["a", "shared-*", "stag?", "*-dev-*", "v?.?", "*", "a.b", "*?", "x*y*z"]
 VALUES = [
     "a",
@@ -340,6 +382,41 @@ def test_glob_patterns_match_exactly_what_the_glob_matches(text: str) -> None:
     # Matched by RE2, the engine behind CEL's matches(), as the API server matches it.
     for value in VALUES:
         assert bool(re2.search(pattern, value)) == glob.matches(value), (text, value)
+
+
+@pytest.mark.parametrize(
+    ("globs", "tests"),
+    [
+        pytest.param(["a", "b"], {"exact": ["a", "b"]}, id="literals"),
+        pytest.param(["team-*", "*"], {"prefixes": ["team-", ""]}, id="prefixes"),
+        pytest.param(["*-dev", "**x"], {"suffixes": ["-dev", "x"]}, id="suffixes"),
+        pytest.param(
+            ["a*b", "v?.?", "*x*"], {"patterns": ["^(?:a.*b|v.\\..|.*x.*)\\z"]}, id="one-pattern"
+        ),
+        pytest.param(["?*", "*?"], {"patterns": ["^(?:..*|..*)\\z"]}, id="any-is-no-prefix"),
+    ],
+)
+def test_each_glob_is_the_cheapest_test_of_its_shape(
+    globs: list[str], tests: dict[str, list[str]]
+) -> None:
+    empty: dict[str, list[str]] = {"exact": [], "prefixes": [], "suffixes": [], "patterns": []}
+    assert value_tests([Glob.compile(g) for g in globs]) == {**empty, **tests}
+
+
+@pytest.mark.parametrize("count", [1, 3, 64])
+def test_the_tests_of_a_requirement_accept_exactly_what_its_globs_accept(count: int) -> None:
+    """As the policy runs them: a lookup, startsWith, endsWith, then RE2 ``matches``."""
+    globs = [Glob.compile(text) for text in (GLOBS * 4)[:count]]
+    tests = value_tests(globs)
+    assert len(tests["patterns"]) <= 1
+    for value in VALUES:
+        passed = (
+            value in tests["exact"]
+            or any(value.startswith(p) for p in tests["prefixes"])
+            or any(value.endswith(s) for s in tests["suffixes"])
+            or any(re2.search(p, value) for p in tests["patterns"])
+        )
+        assert passed == any(g.matches(value) for g in globs), (globs, value)
 
 
 # --- incremental -------------------------------------------------------------------------------

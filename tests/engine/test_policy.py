@@ -314,13 +314,13 @@ def test_an_invalid_annotation_is_refused_every_time_with_its_cause() -> None:
 
 def test_a_long_annotation_is_compiled_without_the_cache() -> None:
     # Past the cached size every role's text is compiled on its own: still correct.
-    values = [f"v{i:04d}" for i in range(2000)]
-    text = json.dumps({"configmaps": {"team": values}})
+    values = [f"v{i:04d}{'x' * 58}" for i in range(64)]
+    text = json.dumps({"configmaps": {"team": values, "env": values, "tier": values}})
     assert len(text) > 8192
     first = permissions_of({KEYS[0]: text}, KEYS, None)
     again = permissions_of({KEYS[0]: text}, KEYS, None)
     assert first is not None and again is not None and again is not first
-    assert first == again and len(first.entries[0].requirements[0].values) == 2000
+    assert first == again and len(first.entries[0].requirements[0].values) == 64
 
 
 # --- entries_for: which entries decide -------------------------------------------------------

@@ -15,6 +15,7 @@ import string
 import tracemalloc
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -114,13 +115,14 @@ def test_the_answer_is_the_same_with_the_memo_cold_or_full(
 def test_compiled_annotations_are_bounded_in_total_text() -> None:
     """A role rewritten with ever new annotations: the cache keeps at most its budget."""
     keys = ("labelrbac.io/permissions",)
-    values = ",".join(f'"{i:02d}{"v" * 58}"' for i in range(80))  # about 5 KiB per annotation
+    # About 5 KiB per annotation: 80 globs of 61 characters under two label keys.
+    values = ",".join(f'"{i:02d}{"v" * 58}"' for i in range(40))
     gc.collect()
     tracemalloc.start()
     try:
         base, _ = tracemalloc.get_traced_memory()
         for i in range(500):  # 2.5 MB of distinct annotations
-            raw = f'{{"r{i}": {{"team": [{values}]}}}}'
+            raw = f'{{"r{i}": {{"team": [{values}], "env": [{values}]}}}}'
             found = permissions_of({keys[0]: raw}, keys, None)
             assert found is not None and found.entries[0].pattern == f"r{i}"
         gc.collect()
@@ -156,3 +158,55 @@ def test_interned_rules_leave_with_the_last_role_using_them() -> None:
         tracemalloc.stop()
     assert len(rbac._rules) <= before + 1  # the shared rule, held by the roles above
     assert grown < 1_000_000, grown  # all 300 rules of 2,001 names: tens of MB
+
+
+def _globs(n: int, prefix: str = "v") -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "error"),
+    [
+        pytest.param({"configmaps": {"team": _globs(64)}}, None, id="most-for-one-key"),
+        pytest.param(
+            {f"r{i}": {"team": _globs(64)} for i in range(4)}, None, id="most-for-one-role"
+        ),
+        pytest.param(
+            {"configmaps": {"team": _globs(65)}},
+            "schema violation at configmaps/team: 65 value globs, over the limit of 64 for one "
+            "label key; write one glob for a family of values (team-*) or split the role",
+            id="one-key-over",
+        ),
+        pytest.param(
+            {"configmaps": _globs(5000)},
+            "schema violation at configmaps: 5000 value globs, over the limit of 64 for one "
+            "label key; write one glob for a family of values (team-*) or split the role",
+            id="shorthand-over",
+        ),
+        pytest.param(
+            {"configmaps": {"team": _globs(64), "env": _globs(64), "tier": _globs(64)},
+             "secrets": {"team": _globs(64), "env": ["x"]}},
+            "257 value globs in all, over the limit of 256 per role; write one glob for a "
+            "family of values (team-*) or split the role",
+            id="role-over",
+        ),
+    ],
+)  # fmt: skip
+def test_value_globs_are_bounded_per_key_and_per_role(
+    annotation: dict[str, Any], error: str | None
+) -> None:
+    """Every glob is a test run on each write carrying its label, by the webhook and by the
+    compiled policy: a role bound to others must not make their writes cost without bound."""
+    raw = json.dumps(annotation)
+    if error is None:
+        parse_permissions(raw, default_label_key="team")
+        return
+    with pytest.raises(policy.AnnotationError) as caught:
+        parse_permissions(raw, default_label_key="team")
+    assert str(caught.value) == error
+    # A role carrying it is void (grants nothing through the webhook), as for any invalid
+    # annotation, and the message never quotes the globs.
+    _, obj = role("heavy", "t1", [rule("*", "configmaps")], annotation)
+    compiled = Compiler(("labelrbac.io/permissions",), "team").role(obj)
+    assert compiled.error == f"invalid labelrbac.io/permissions annotation: {error}"
+    assert "v17" not in compiled.error

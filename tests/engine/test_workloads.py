@@ -8,6 +8,7 @@ come from a metadata lookup backed by a table of labelled objects.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -95,6 +96,10 @@ WORLD = snapshot(
         },
     ),
     binding("tina", "workloads-a", "User:tina", namespace=NS),
+    # sam: pods restricted to team=a; ServiceAccounts written without label limits (no entry
+    # names them), lent only within team=a (every entry).
+    role("edit-a", NS, [rule("*", "pods serviceaccounts")], {"pods": A_ONLY}),
+    binding("sam", "edit-a", "User:sam", namespace=NS),
     # admin: everything everywhere, no annotation.
     role("admin", rules=[rule("*", ALL, "*")]),
     binding("admin", "admin", "User:admin"),
@@ -159,6 +164,7 @@ USERS = {
     "gina": [],
     "sched": [],
     "tina": [],
+    "sam": [],
     "admin": [],
 }
 
@@ -175,6 +181,7 @@ KINDS = {
     "Pod": ("", "v1", "pods"),
     "HorizontalPodAutoscaler": ("autoscaling", "v2", "horizontalpodautoscalers"),
     "Binding": ("", "v1", "bindings"),
+    "ServiceAccount": ("", "v1", "serviceaccounts"),
 }
 
 
@@ -921,3 +928,89 @@ def test_a_new_snapshot_is_seen_by_the_shortcut() -> None:
     denial = check_workloads(foreign, Context(limited))
     assert denial is not None and denial.reason == "TemplateLabelNotPermitted"
     assert check_workloads(foreign, Context(open_world)) is None
+
+
+# --- The labels that decide identity loans: relabelling a ServiceAccount is lending it ---------
+
+
+def account(name: str, labels: Mapping[str, str], **fields: Any) -> dict[str, Any]:
+    meta = {"name": name, "namespace": NS, "labels": dict(labels)}
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, **fields}
+
+
+def account_denial(verb: str, name: str, version: str, has: str) -> str:
+    changing = "deleting" if verb == "delete" else "relabelling"
+    return (
+        f'user "sam" may not {verb} serviceaccounts "{name}" in namespace "t1": the account '
+        f"as {version} {has}: {changing} a ServiceAccount is judged as lending it, and the "
+        "user may lend only ServiceAccounts labeled team in [a] (role t1/edit-a)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("user", "operation", "new", "old", "message"),
+    [
+        pytest.param("sam", "UPDATE", account("sa-b", TEAM_A), account("sa-b", TEAM_B),
+                     account_denial("update", "sa-b", "stored", 'has label team="b"'),
+                     id="another-bucket-into-hers"),
+        pytest.param("sam", "UPDATE", account("sa-none", TEAM_A), account("sa-none", {}),
+                     account_denial("update", "sa-none", "stored", "has no label team"),
+                     id="unlabeled-into-hers"),
+        pytest.param("sam", "UPDATE", account("sa-a", TEAM_B), account("sa-a", TEAM_A),
+                     account_denial("update", "sa-a", "written", 'has label team="b"'),
+                     id="hers-into-another-bucket"),
+        pytest.param("sam", "UPDATE", account("sa-a", {**TEAM_A, "tier": "x"}),
+                     account("sa-a", TEAM_A), None, id="hers-relabelled-within"),
+        pytest.param("sam", "UPDATE", account("sa-b", TEAM_B, automountServiceAccountToken=False),
+                     account("sa-b", TEAM_B), None, id="labels-unchanged"),
+        pytest.param("sam", "DELETE", None, account("sa-b", TEAM_B),
+                     account_denial("delete", "sa-b", "stored", 'has label team="b"'),
+                     id="delete-another-buckets"),
+        pytest.param("sam", "DELETE", None, account("sa-a", TEAM_A), None, id="delete-hers"),
+        pytest.param("sam", "CREATE", account("sa-new", TEAM_B), None, None,
+                     id="create-is-no-loan"),
+        pytest.param("admin", "UPDATE", account("sa-b", TEAM_A), account("sa-b", TEAM_B), None,
+                     id="unrestricted-writer"),
+    ],
+)  # fmt: skip
+def test_relabelling_a_service_account_is_judged_as_lending_it(
+    user: str,
+    operation: str,
+    new: dict[str, Any] | None,
+    old: dict[str, Any] | None,
+    message: str | None,
+) -> None:
+    """sam may write any ServiceAccount (her role's entries do not name them) but lends only
+    team=a: she may not move an account between what she may and may not lend."""
+    decision = decide(review(user, operation, new, old))
+    assert decision.allowed is (message is None), decision.message
+    if message is not None:
+        assert (decision.reason, decision.message) == ("AccountNotLent", message)
+
+
+@pytest.mark.parametrize(
+    ("operation", "new"),
+    [
+        pytest.param("UPDATE", account("sa-b", TEAM_A), id="update-without-old-object"),
+        pytest.param("DELETE", None, id="delete-without-old-object"),
+    ],
+)
+def test_an_account_whose_stored_labels_cannot_be_read_is_not_relabelled(
+    operation: str, new: dict[str, Any] | None
+) -> None:
+    request = review("sam", operation, new, account("sa-b", TEAM_B))
+    request = dataclasses.replace(request, old_object=None)
+    decision = decide(request)
+    assert (decision.allowed, decision.reason) == (False, "ParentUnavailable"), decision.message
+    assert "the labels it lends the account by cannot be checked" in decision.message
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_softer_modes_soften_account_denials(mode: str) -> None:
+    options = Options(Compiler((DEFAULT_ANNOTATION_KEY,)), mode=mode)
+    cluster = Cluster()
+    ctx = Context(WORLD, options, cluster.lookup, cluster.metadata)
+    request = review("sam", "UPDATE", account("sa-b", TEAM_A), account("sa-b", TEAM_B))
+    decision = evaluate(request, ctx)
+    assert (decision.allowed, decision.mode, decision.reason) == (True, mode, "AccountNotLent")
+    assert bool(decision.warnings) is (mode == "warn")

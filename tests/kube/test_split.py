@@ -32,7 +32,10 @@ def tenant_rbac(namespace: str, extra_users: int = 0) -> list[dict[str, Any]]:
     team_a = role(
         "team-a",
         namespace,
-        [rule(CRUD, "configmaps secrets"), rule(CRUD, "deployments deployments/scale", "apps")],
+        [
+            rule(CRUD, "configmaps secrets serviceaccounts"),
+            rule(CRUD, "deployments deployments/scale", "apps"),
+        ],
         {"configmaps": {"team": ["a"]}},
     )
     bound = binding("team-a", "team-a", "User:alice", namespace=namespace)
@@ -134,6 +137,77 @@ def test_in_a_compiled_namespace_the_webhook_decides_only_what_the_policy_leaves
     # In the delegated namespace the webhook judges every write, as without the policies.
     assert LABEL_DENIAL.format(ns="t2") in write(kube, "t2", "configmap", team="b")
     assert decisions(kube, "configmaps") == configmaps + 1
+
+
+def test_in_a_compiled_namespace_relabelling_an_account_is_judged_as_lending_it(
+    kube_split: LabelRbacCluster,
+) -> None:
+    """alice writes ServiceAccounts without label limits (her annotation names configmaps only)
+    but lends only team=a: the webhook, not the policy, judges the labels that decide loans."""
+    kube = kube_split
+    meta = {"name": "robot-b", "namespace": "t1", "labels": {"team": "b"}}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
+    kube.control_plane.apply(ADMIN, [account])
+    accounts = decisions(kube, "serviceaccounts")
+    status, answer = kube.control_plane.request(
+        "alice",
+        "PATCH",
+        "/api/v1/namespaces/t1/serviceaccounts/robot-b",
+        {"metadata": {"labels": {"team": "a"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 403, answer
+    assert answer["message"] == (
+        'admission webhook "labels-compiled.labelrbac.io" denied the request: user "alice" may '
+        'not update serviceaccounts "robot-b" in namespace "t1": the account as stored has label '
+        'team="b": relabelling a ServiceAccount is judged as lending it, and the user may lend '
+        "only ServiceAccounts labeled team in [a] (role t1/team-a)"
+    )
+    assert decisions(kube, "serviceaccounts") == accounts + 1
+
+
+def test_a_namespace_whose_roles_restrict_subresources_more_is_left_to_the_webhook(
+    kube_split: LabelRbacCluster,
+) -> None:
+    """A change of labels is judged by the object's subresource entries too, which the policy
+    does not do: the compiler delegates the namespace, and the webhook judges its writes."""
+    kube, cp = kube_split, kube_split.control_plane
+    cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": "t3"}})
+    narrow = role(
+        "narrow",
+        "t3",
+        [rule(CRUD, "configmaps configmaps/proxy")],
+        {"configmaps": {"team": ["a", "b"]}, "configmaps/proxy": {"team": ["a"]}},
+    )
+    bound = binding("narrow", "narrow", "User:alice", namespace="t3")
+    cp.apply(
+        ADMIN, [{"apiVersion": "rbac.authorization.k8s.io/v1", **o} for _, o in (narrow, bound)]
+    )
+    wait_for(lambda: compiled("t3", kube) == "False", "t3 delegated")
+    _, params = cp.request(
+        ADMIN, "GET", "/apis/labelrbac.io/v1alpha1/namespaces/t3/labelrbacparams/label-rbac"
+    )
+    condition = params["status"]["conditions"][0]
+    assert condition["reason"] == "SubresourceEntries", condition
+    assert "role t3/narrow restricts subresources of configmaps" in condition["message"]
+    assert not marked("t3", kube)
+    meta = {"name": "c", "namespace": "t3", "labels": {"team": "b"}}
+    cp.apply(ADMIN, [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}])
+    # Once the webhook knows the Role (a dry run names it), alice's relabel is its to refuse.
+    wait_for(lambda: "t3/narrow" in write(kube, "t3", "configmap", team="z"), "webhook knows t3")
+    status, answer = cp.request(
+        "alice",
+        "PATCH",
+        "/api/v1/namespaces/t3/configmaps/c",
+        {"metadata": {"labels": {"team": "a"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert status == 403, answer
+    assert answer["message"].startswith(
+        'admission webhook "labels.labelrbac.io" denied the request: user "alice" may not update '
+        'configmaps "c" in namespace "t3": the existing object\'s label team="b" is not '
+        "permitted where its subresources are concerned"
+    ), answer
 
 
 @pytest.fixture()

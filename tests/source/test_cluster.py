@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -268,6 +269,31 @@ def test_scale_parent_is_read_from_its_group(kubeapi: FakeKubeAPI, make_source: 
     )
     assert source.fetch_parent(scale)["kind"] == "Deployment"
     assert [r.path for r in kubeapi.recorded() if "deployments" in r.path] == [path]
+
+
+def test_a_token_requests_service_account_is_read_as_metadata(
+    kubeapi: FakeKubeAPI, make_source: MakeSource
+) -> None:
+    """A token request is judged by its ServiceAccount's labels: they are read (metadata only,
+    from the watch or a GET), not refused as a parent label-rbac cannot look up."""
+    path = "/api/v1/namespaces/default/serviceaccounts/robot"
+    account = {"kind": "ServiceAccount", "metadata": {"name": "robot", "namespace": "default",
+               "labels": {"team": "a"}}, "secrets": [{"name": "robot-token"}]}  # fmt: skip
+    kubeapi.put_object(path, account)
+    source = make_source()
+    token = Request(
+        uid="u",
+        operation="CREATE",
+        user=exec_request().user,
+        resource=Resource("", "serviceaccounts", "token"),
+        kind="TokenRequest",
+        namespace="default",
+        name="robot",
+    )
+    found = source.fetch_parent(token)
+    assert set(found) == {"metadata"} and found["metadata"]["labels"] == {"team": "a"}
+    with pytest.raises(ParentUnavailable, match="404"):
+        source.fetch_parent(dataclasses.replace(token, name="gone"))
 
 
 def test_unconfigured_parents_are_not_fetched(
