@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.context import Options
+from app.engine.coverage import named
 from app.engine.glob import ANY, STAR, Glob
 from app.engine.incremental import BINDINGS, CATEGORIES, NAMESPACES, ROLES, Change, LiveSnapshot
 from app.engine.kinds import RBAC_RESOURCES
@@ -57,10 +58,10 @@ from app.engine.rbac import (
     RBAC_GROUP,
     Binding,
     CompiledRole,
+    Restrictions,
     RoleRef,
     Scope,
     Snapshot,
-    limits,
 )
 from app.engine.workloads import RULES as WORKLOAD_RULES
 
@@ -140,11 +141,13 @@ def glob_pattern(glob: Glob) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """What the compiler renders for: the resources the policy may see and the settings."""
+    """What the compiler renders for: the resources the policy may see, the settings, and the
+    resources every namespace indexes (None: those the snapshot's annotations name, ``index``)."""
 
     resources: tuple[Resource, ...]
     options: Options = field(default_factory=Options)
     max_bytes: int = MAX_BYTES
+    indexed: tuple[Resource, ...] | None = None
 
     @classmethod
     def of(
@@ -158,6 +161,22 @@ class Target:
             {Resource(r.group, r.resource) for r in resources if in_scope(r)}, key=resource_key
         )
         return cls(tuple(kept), options or Options(), max_bytes)
+
+    def index(
+        self, restrictions: Restrictions, published: Iterable[str] | None = ()
+    ) -> tuple[Resource, ...]:
+        """What every namespace indexes: the resources among ``resources`` that some annotation
+        names (or a broken role reaches), bound anywhere or not, and those ``published`` (the
+        webhook registration says the policy judges them; None: unknown, so every resource).
+
+        The same in every namespace, so a subject bound a moment ago to any existing restricted
+        role meets an indexed resource (and "not listed yet"), wherever it is bound."""
+        found = set(named(restrictions, self.resources))
+        if published is None:
+            found.update(self.resources)
+        else:
+            found.update(r for r in map(Resource.parse, published) if in_scope(r))
+        return tuple(sorted(found, key=resource_key))
 
 
 @dataclass(frozen=True)
@@ -230,33 +249,6 @@ def _short_id(n: int) -> str:
         n //= 36
         out = digits[n % 36] + out
     return out
-
-
-def _restricts(role: CompiledRole, res: Resource) -> bool:
-    """Whether ``role`` grants some write of ``res`` with label limits (or is void for it)."""
-    if not limits(role):
-        return False
-    if not any(
-        role.grants(verbs, res, name)
-        for verbs in OPERATION_VERBS.values()
-        for name in ("", *sorted({n for rule in role.rules for n in rule.names}))
-    ):
-        return False
-    return classify((role,), res).unrestricted is None
-
-
-def _limited(scope: Scope | None, resources: Sequence[Resource]) -> frozenset[Resource]:
-    """The resources some restricted or void role bound in ``scope`` grants a write of."""
-    if scope is None:
-        return frozenset()
-    roles: dict[RoleRef, CompiledRole] = {}
-    for key in scope.limited:
-        for _, role in scope.entries[key]:
-            if limits(role):
-                roles.setdefault(role.ref, role)
-    return frozenset(
-        res for res in resources if any(_restricts(role, res) for role in roles.values())
-    )
 
 
 # A role's entry: resource key → operation → grant id; under DEFAULT, the operations of every
@@ -362,14 +354,7 @@ class _ClusterScope:
 
     def __init__(self, scope: Scope | None) -> None:
         self.scope = scope
-        self._limited: dict[tuple[Resource, ...], frozenset[Resource]] = {}
         self._parts: OrderedDict[tuple[Resource, ...], _Part] = OrderedDict()
-
-    def limited(self, resources: tuple[Resource, ...]) -> frozenset[Resource]:
-        found = self._limited.get(resources)
-        if found is None:
-            found = self._limited[resources] = _limited(self.scope, resources)
-        return found
 
     def part(self, indexed: tuple[Resource, ...]) -> _Part:
         found = self._parts.get(indexed)
@@ -400,8 +385,9 @@ def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
     """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding."""
     own_scope = snapshot.bindings.scopes.get(namespace)
     cluster_scope = _cluster_scope(snapshot)
-    limited = _limited(own_scope, target.resources) | cluster_scope.limited(target.resources)
-    indexed = tuple(r for r in target.resources if r in limited)
+    indexed = target.indexed
+    if indexed is None:
+        indexed = target.index(snapshot.restrictions())
     own, cluster = _Part(own_scope, indexed, ""), cluster_scope.part(indexed)
     grants = {**own.grants, **cluster.grants}
     base: dict[str, Any] = {
