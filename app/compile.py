@@ -82,6 +82,9 @@ WRITERS = 8
 REPORT_EVERY = 10.0
 # The status condition saying whether the namespace is compiled or left to the webhook.
 CONDITION = "Compiled"
+# How few namespaces must be left of a render for every one before those without a Namespace
+# object are no longer waited for (a bound on the work of each step).
+PRUNED_AT = 64
 # Page size and (connect, read) timeouts of the lists a new leader reads.
 LIST_PAGE = 500
 LIST_TIMEOUT = (10.0, 60.0)
@@ -434,8 +437,10 @@ class ParamsWriter:
         indexed = frozenset(resource_key(r) for r in target.indexed or ()) & self._restricted
         with self._lock:
             unsettled, floor = self._unsettled, self._floor
-            if unsettled and self._pending.empty() and not self._running:
-                known = Namespaces(snapshot)  # namespaces gone meanwhile hold no parameters
+            if unsettled and len(unsettled) <= PRUNED_AT:
+                # A namespace with no Namespace object (gone meanwhile, or known only from a
+                # RoleBinding) holds no parameters: its writes fail, and it is not waited for.
+                known = snapshot.namespaces
                 unsettled = self._unsettled = {ns for ns in unsettled if ns in known}
             if unsettled is not None and not unsettled:
                 floor = self._floor = indexed

@@ -709,3 +709,25 @@ def test_a_new_leader_keeps_indexed_what_the_live_registration_leaves_to_the_pol
     params.step(live(*OBJECTS).snapshot)
     bodies = [b for _, p, b, _ in client.writes if "labelrbacparams" in p]
     assert {tuple(b["spec"]["indexed"]) for b in bodies} == {tuple(indexed)}
+
+
+def test_a_namespace_without_its_namespace_object_does_not_hold_the_publication() -> None:
+    """Known only from a RoleBinding (deleted meanwhile), its writes fail: it holds no
+    parameters, so what every other namespace indexes is left to the policy all the same."""
+    client, clock = Client(), [0.0]
+    client.missing.add(f"/apis/labelrbac.io/v1alpha1/namespaces/gone/labelrbacparams/{NAME}")
+    params, coverage = publishing_writer(client, clock)
+    edit = role("edit", "", [rule("*", "configmaps")])
+    gone = binding("dan", "edit", "User:dan", namespace="gone", role_kind="ClusterRole")
+    state = live(*OBJECTS, edit, gone)
+    params.step(state.snapshot)
+    params.settle(10)
+    # secrets become restricted: every namespace is rendered again, and "gone" fails each time.
+    change = ("Role", None, compiled(SECRETS_A))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    for _ in range(3):
+        params.step(state.snapshot)
+        params.settle(10)
+    assert client.params_written().count("gone") >= 2
+    assert coverage.handed[-1] == {"configmaps", "secrets"}
