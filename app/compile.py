@@ -36,11 +36,13 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from app.coverage import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import Change, LiveSnapshot
+from app.engine.kinds import KindSpec
 from app.engine.model import Resource
 from app.engine.params import (
     ALL,
@@ -61,7 +63,7 @@ from app.engine.rbac import Snapshot
 from app.settings import Settings
 from app.source.api import ApiError, KubeClient, KubeError
 from app.source.cluster import ClusterSource
-from app.source.informer import Tuning
+from app.source.informer import Informer, Tuning
 
 log = logging.getLogger("label_rbac.compile")
 
@@ -72,7 +74,8 @@ _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 # (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
 MERGE = "application/merge-patch+json"
 LEASE_API = "/apis/coordination.k8s.io/v1"
-# How often the served resources are listed again (a new CRD becomes compilable).
+# How often the served resources are listed again (a new aggregated API becomes compilable); a
+# CRD changing (created, established, deleted, a version served or not) starts one at once.
 DISCOVERY_INTERVAL = 60.0
 # Namespaces written at once. Each is two or three requests in a row, and the API server answers
 # many at a time: one by one, a batch of changes touching a hundred namespaces waited for two
@@ -234,6 +237,27 @@ class ServedResources:
             if res.get("namespaced") and "/" not in name and "create" in (res.get("verbs") or ()):
                 found.append(Resource(group_name, name))
         return tuple(found)
+
+
+def _crd(_: object, obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a CRD discovery depends on: its name, scope, served versions and whether it is
+    established (the API server serves it only then)."""
+    spec = obj.get("spec") or {}
+    versions = tuple(
+        str(v.get("name")) for v in spec.get("versions") or () if isinstance(v, Mapping)
+        and v.get("served")
+    )  # fmt: skip
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    established = any(
+        isinstance(c, Mapping) and c.get("type") == "Established" and c.get("status") == "True"
+        for c in conditions
+    )
+    return (_name(obj), spec.get("group"), spec.get("scope"), versions, established)
+
+
+CRDS = KindSpec(
+    "CustomResourceDefinition", "apiextensions.k8s.io", "customresourcedefinitions", _crd
+)
 
 
 def served_resources(client: KubeClient) -> list[Resource]:
@@ -543,8 +567,11 @@ class ParamsWriter:
         served = tuple(self._discover(self._client))
         base = Target.of(served, self._options, self._max_bytes)
         with self._lock:
+            moved = self._base is not None and base != self._base
             self.served, self._base = served, base
             self._discovered_at = self._clock()
+        if moved:
+            self._wake.set()  # render for it now, not at the next round
         return base
 
     def _due(self, rendered: Rendered) -> bytes:
@@ -694,6 +721,12 @@ class ParamsWriter:
         self._wake.wait(seconds)
         self._wake.clear()
 
+    def rediscover_soon(self) -> None:
+        """Discovery at the next step (a CRD changed), whenever the last one was."""
+        with self._lock:
+            self._discovered_at = float("-inf")
+        self._wake.set()
+
 
 def _rbac_version(source: ClusterSource) -> str:
     """The newest resourceVersion the RBAC informers have seen (etcd revisions)."""
@@ -722,10 +755,13 @@ def run(
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:
         writer.applied(live, changes, _rbac_version(source))
 
-    source = ClusterSource(
-        client, settings.compiler, tuning=Tuning(start_wait=0), on_applied=applied
-    )
+    tuning = Tuning(start_wait=0)
+    source = ClusterSource(client, settings.compiler, tuning=tuning, on_applied=applied)
+    # CRDs, watched only to discover a new one at once: until discovery lists it, its writes go
+    # to the webhook in compiled namespaces.
+    crds = Informer(CRDS, client, partial(_crd, None), writer.rediscover_soon, tuning)
     source.start()
+    crds.start()
     retry = max(0.2, lease.duration / 6)
     try:
         while not stop.is_set():
@@ -736,6 +772,7 @@ def run(
             writer.wait(retry)  # woken by a change, or a write finished
     finally:
         writer.settle(lease.duration)
+        crds.stop()
         source.stop()
 
 

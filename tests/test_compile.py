@@ -121,15 +121,21 @@ def writer(
     max_bytes: int = 1_400_000,
     snapshots: Callable[[], Snapshot | None] | None = None,
     lease_seconds: float = 15.0,
+    discover: Callable[[Any], Sequence[Resource]] = lambda _: [Resource("", "configmaps")],
+    coverage: CoverageWriter | None = None,
+    own_clock: bool = False,
 ) -> ParamsWriter:
+    """A writer whose lease (and, with ``own_clock``, discovery) follows ``clock``."""
     lease = LeaderLease(client, "label-rbac", "lead", "me", lease_seconds, clock=lambda: clock[0])  # type: ignore[arg-type]
     return ParamsWriter(
         client,  # type: ignore[arg-type]
         lease,
         Options(),
         max_bytes,
-        discover=lambda _: [Resource("", "configmaps")],
+        discover=discover,
         snapshots=snapshots,
+        coverage=coverage,
+        **({"clock": lambda: clock[0]} if own_clock else {}),
     )
 
 
@@ -616,15 +622,7 @@ SECRETS_A = role("secrets-a", "t3", [rule("*", "secrets")], {"secrets": {"team":
 
 def publishing_writer(client: Client, clock: list[float]) -> tuple[ParamsWriter, Publishing]:
     coverage = Publishing(client)
-    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0])  # type: ignore[arg-type]
-    params = ParamsWriter(
-        client,  # type: ignore[arg-type]
-        lease,
-        Options(),
-        discover=lambda _: SERVED,
-        coverage=coverage,
-    )
-    return params, coverage
+    return writer(client, clock, discover=lambda _: SERVED, coverage=coverage), coverage
 
 
 def test_a_resource_is_left_to_the_policy_only_once_every_namespace_indexes_it() -> None:
@@ -699,13 +697,8 @@ def test_a_new_leader_keeps_indexed_what_the_live_registration_leaves_to_the_pol
             "metadata": {"name": "label-rbac"},
             "webhooks": [{"name": COMPILED_ENTRY, "matchConditions": [condition]}],
         }
-    params = ParamsWriter(
-        client,  # type: ignore[arg-type]
-        LeaderLease(client, "label-rbac", "lead", "me", 15.0, clock=lambda: clock[0]),  # type: ignore[arg-type]
-        Options(),
-        discover=lambda _: SERVED,
-        coverage=CoverageWriter(client, FIELD_MANAGER),  # type: ignore[arg-type]
-    )
+    coverage = CoverageWriter(client, FIELD_MANAGER)  # type: ignore[arg-type]
+    params = writer(client, clock, discover=lambda _: SERVED, coverage=coverage)
     params.step(live(*OBJECTS).snapshot)
     bodies = [b for _, p, b, _ in client.writes if "labelrbacparams" in p]
     assert {tuple(b["spec"]["indexed"]) for b in bodies} == {tuple(indexed)}
@@ -731,3 +724,23 @@ def test_a_namespace_without_its_namespace_object_does_not_hold_the_publication(
         params.settle(10)
     assert client.params_written().count("gone") >= 2
     assert coverage.handed[-1] == {"configmaps", "secrets"}
+
+
+def test_a_crd_changing_starts_discovery_at_the_next_step() -> None:
+    client, clock = Client(), [0.0]
+    listed: list[int] = []
+
+    def discover(_: Any) -> list[Resource]:
+        listed.append(1)
+        return SERVED
+
+    params = writer(client, clock, discover=discover, own_clock=True)
+    state = live(*OBJECTS)
+    for _ in range(2):
+        params.step(state.snapshot)
+        params.settle(10)
+    assert len(listed) == 1  # the interval has not passed
+    params.rediscover_soon()
+    params.step(state.snapshot)
+    params.settle(10)
+    assert len(listed) == 2

@@ -9,7 +9,7 @@ agree on which roles grant a request and what they permit. ``spec``::
 
     mode: enforce | warn | audit          # the global mode
     allowUnlabeled: false
-    indexed: [configmaps]                 # the resources judged here
+    indexed: [configmaps]                 # the resources judged here (the same everywhere)
     users: {alice: ["0"]}                 # subject → role ids, from the namespace's RoleBindings
     groups: {tenants: ["1"]}
     clusterUsers: {}                      # ... and from the ClusterRoleBindings
@@ -27,10 +27,12 @@ A subject appears once per namespace, a role once however many subjects it is bo
 grant once however many roles' resources and operations share it; lookups are by key, so the
 policy's time does not grow with the bindings in a namespace. Subject lists keep the webhook's
 order (a namespace's RoleBindings before ClusterRoleBindings, each by binding name), so denial
-messages name the roles in the same order. Only resources some restricted (or void) role grants
-in the namespace are indexed; for those every granting role is, unrestricted ones included, so a
-subject RBAC authorizes but the index does not know can only mean parameters older than RBAC (the
-policy then denies: see ``admission_policy``).
+messages name the roles in the same order. Every namespace indexes the same resources: those
+some annotation names (or a void role reaches), bound anywhere or not (``Target.index``); for
+those every granting role is indexed, unrestricted ones included, so a subject RBAC authorizes
+but the index does not know can only mean parameters older than RBAC (the policy then denies:
+see ``admission_policy``), wherever the subject was bound a moment ago. A resource indexed
+nowhere yet is left to the webhook by the registration (``app.coverage``).
 
 Globs become anchored RE2 patterns for CEL ``matches``: every character but the two wildcards is
 escaped, so a pattern is a plain sequence of literals, ``.`` and ``.*``, which RE2 matches in

@@ -10,6 +10,7 @@ and configmaps to ``team=a``; ``t2`` binds no restricted role, and holds an unbo
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from app.coverage import COMPILED_ENTRY, judged_in
+from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.params import NAME, PLURAL
 from tests.kube.cluster import Compilers, LabelRbacCluster
 from tests.kube.conftest import require_control_plane, wait_for
@@ -63,6 +65,13 @@ BROKEN = {
 def served(kube: LabelRbacCluster, plural: str) -> bool:
     path = f"/apis/{GROUP}/{VERSIONS[plural]}/{plural}"
     return kube.control_plane.request(ADMIN, "GET", path)[0] == 200
+
+
+def unjudged(kube: LabelRbacCluster) -> list[str]:
+    """What the registration leaves out (no annotation restricts it)."""
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/label-rbac"
+    _, config = kube.control_plane.request(ADMIN, "GET", path)
+    return list(json.loads(config["metadata"]["annotations"].get(UNJUDGED_ANNOTATION, "[]")))
 
 
 def judged(kube: LabelRbacCluster) -> frozenset[str] | None:
@@ -174,9 +183,10 @@ def test_with_the_webhook_down_the_policy_judges_them(
 
 
 def test_a_crd_created_after_the_restricting_role_is_judged_by_the_webhook_until_indexed(
-    cluster: tuple[LabelRbacCluster, Compilers],
+    cluster: tuple[LabelRbacCluster, Compilers], capsys: pytest.CaptureFixture[str]
 ) -> None:
     kube, _ = cluster
+    created = time.monotonic()
     kube.apply(ADMIN, [crd("things", "Thing")])
     wait_for(lambda: served(kube, "things"), "things served")
     before = judged(kube) or frozenset()
@@ -193,12 +203,38 @@ def test_a_crd_created_after_the_restricting_role_is_judged_by_the_webhook_until
                 assert UNREACHABLE in message  # failing closed, never allowed unjudged
         finally:
             kube.restart_webhook()
-    # The next discovery (a minute at most) indexes things everywhere; then the policy judges.
-    wait_for(lambda: THINGS in (judged(kube) or ()), "things left to the policy", 90, 0.5)
+    # The compiler watches CRDs: discovery lists things at once, every namespace indexes them,
+    # and then the policy judges them alone.
+    wait_for(lambda: THINGS in (judged(kube) or ()), "things left to the policy", 20, 0.02)
+    with capsys.disabled():
+        print(
+            f"\n[discovery] CRD created -> left to the policy: {time.monotonic() - created:.2f} s"
+        )
     assert THINGS in indexed(kube, "t2")
     seen = decisions(kube, THINGS)
     assert LABEL_DENIAL in write(kube, "alice", "t1", "things", "b")
     assert decisions(kube, THINGS) == seen
+
+
+def test_a_new_crd_is_discovered_at_once(
+    cluster: tuple[LabelRbacCluster, Compilers], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The compiler watches CRDs: a new one (no annotation restricts it) is listed by the next
+    discovery at once, not a minute later; timed until the registration leaves it out."""
+    kube, _ = cluster
+    took = []
+    for plural in ("sprockets", "cogs", "levers"):
+        started = time.monotonic()
+        kube.apply(ADMIN, [crd(plural, plural.title()[:-1])])
+        key = f"{plural}.{GROUP}"
+        wait_for(lambda k=key: k in unjudged(kube), f"{plural} left out", 20, 0.02)  # type: ignore[misc]
+        took.append(time.monotonic() - started)
+    with capsys.disabled():
+        print(
+            "\n[discovery] CRD created -> discovered and left out: "
+            + ", ".join(f"{t:.2f} s" for t in took)
+        )
+    assert max(took) < 10  # a minute without the watch
 
 
 def test_a_subject_bound_with_the_compiler_stopped_can_write_nothing_unchecked(
