@@ -383,13 +383,25 @@ def _cluster_scope(snapshot: Snapshot) -> _ClusterScope:
     return current
 
 
+_last_index: tuple[Restrictions, Target, tuple[Resource, ...]] | None = None
+
+
+def _index(snapshot: Snapshot, target: Target) -> tuple[Resource, ...]:
+    """``target.index`` of the snapshot's restrictions, the last one kept: a render of every
+    namespace computes it once."""
+    global _last_index
+    restrictions = snapshot.restrictions()
+    last = _last_index
+    if last is None or last[0] is not restrictions or last[1] is not target:
+        last = _last_index = (restrictions, target, target.index(restrictions))
+    return last[2]
+
+
 def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
     """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding."""
     own_scope = snapshot.bindings.scopes.get(namespace)
     cluster_scope = _cluster_scope(snapshot)
-    indexed = target.indexed
-    if indexed is None:
-        indexed = target.index(snapshot.restrictions())
+    indexed = target.indexed if target.indexed is not None else _index(snapshot, target)
     own, cluster = _Part(own_scope, indexed, ""), cluster_scope.part(indexed)
     grants = {**own.grants, **cluster.grants}
     base: dict[str, Any] = {
