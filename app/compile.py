@@ -88,6 +88,8 @@ CONDITION = "Compiled"
 # How few namespaces must be left of a render for every one before those without a Namespace
 # object are no longer waited for (a bound on the work of each step).
 PRUNED_AT = 64
+# How long a resource stays indexed after the last annotation restricting it went.
+KEEP_INDEXED = 600.0
 # Page size and (connect, read) timeouts of the lists a new leader reads.
 LIST_PAGE = 500
 LIST_TIMEOUT = (10.0, 60.0)
@@ -393,6 +395,7 @@ class ParamsWriter:
         self._unsettled: set[str] | None = None
         # What the annotations restrict (keys), and the index last computed, with what from.
         self._restricted: frozenset[str] = frozenset()
+        self._lingering: dict[str, float] = {}  # key → when last seen restricted
         self._indexed_for: tuple[tuple[object, ...], frozenset[str], tuple[Resource, ...]] | None
         self._indexed_for = None
         # The namespaced resources discovery last listed (the coverage is computed over them).
@@ -443,15 +446,22 @@ class ParamsWriter:
         if not leading or snapshot is None:
             return 0
         target = self._refresh_target(snapshot)
+        # Before the writes too: a new restriction's coverage must not wait for a render of
+        # every namespace (the index moved), and after them, for what they completed.
+        self._check_soon(snapshot, target)
         done = self._write_pending(snapshot, target)
         self._report(done)
+        self._check_soon(snapshot, target)
+        return done
+
+    def _check_soon(self, snapshot: Snapshot, target: Target) -> None:
+        """Start the checks beside the writes unless they are running."""
         if self._beside_due is None or self._beside_due.done():
             judged = self._judged(snapshot, target)
             with self._lock:  # published from now on, whether the apply is made or not
                 if self._published is not None:
                     self._published |= judged
             self._beside_due = self._beside.submit(self._check_beside, snapshot, judged)
-        return done
 
     def _judged(self, snapshot: Snapshot, target: Target) -> frozenset[str]:
         """What the registration may leave to the policy: the keys the annotations restrict that
@@ -543,7 +553,8 @@ class ParamsWriter:
         base = self._base or self._rediscover()
         restrictions = snapshot.restrictions()
         with self._lock:
-            published = self._published
+            kept = self._lingering_keys()
+            published = None if self._published is None else self._published | kept
             seen = (restrictions, base, published)
             found = self._indexed_for
             if found is None or found[0][0] is not restrictions or found[0][1:] != seen[1:]:
@@ -561,6 +572,18 @@ class ParamsWriter:
                 self._unsettled = None
             self._target = target
         return target
+
+    def _lingering_keys(self) -> frozenset[str]:
+        """What was restricted less than ``KEEP_INDEXED`` seconds ago: it stays indexed, so an
+        annotation entry put on and taken off again does not make every namespace be written
+        each time. (Indexing more than is restricted is safe: every granting role is indexed,
+        and an unrestricted one allows.)"""
+        now = self._clock()
+        for key in self._restricted:
+            self._lingering[key] = now
+        for key in [k for k, since in self._lingering.items() if now - since > KEEP_INDEXED]:
+            del self._lingering[key]
+        return frozenset(self._lingering)
 
     def _rediscover(self) -> Target:
         """List the served resources."""
