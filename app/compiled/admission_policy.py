@@ -51,7 +51,18 @@ from typing import Any
 
 import yaml
 
-from app.compiled.registration import ANNOTATION_SHAPE, CONDITION, LABEL_ENTRIES, SHAPE
+from app.compiled.registration import (
+    ANNOTATION_SHAPE,
+    COMPILED_ENTRY,
+    CONDITION,
+    LABEL_ENTRIES,
+    LEFT_SHAPE,
+    NODE,
+    OPERATIONS,
+    POLICY_CONDITION,
+    SHAPE,
+    left_expression,
+)
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.model import AUDIT, ENFORCE, WARN
 from app.engine.params import API_VERSION, DEFAULT, KIND, MARK, NAME, WEBHOOK_RESOURCES
@@ -63,7 +74,6 @@ ACTIONS: Mapping[str, tuple[str, str]] = {
     f"{POLICY}-warn": (WARN, "Warn"),
     f"{POLICY}-audit": (AUDIT, "Audit"),
 }
-OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 SUPERUSERS = "system:masters"
 # The compiler's identity (manifests/compiled/rbac.yaml): the one writer of parameters.
 COMPILER = "system:serviceaccount:label-rbac:label-rbac-compiler"
@@ -105,9 +115,8 @@ JUDGED: Mapping[str, Any] = {
         {"key": "labelrbac.io/exempt", "operator": "NotIn", "values": ["true"]},
     ]
 }
-# The webhook's label-rule entry, and the one the split adds for compiled namespaces.
+# The webhook's label-rule entry (the split adds ``COMPILED_ENTRY`` for compiled namespaces).
 LABEL_ENTRY = "labels.labelrbac.io"
-COMPILED_ENTRY = "labels-compiled.labelrbac.io"
 WEBHOOK_YAML = Path(__file__).resolve().parents[2] / "manifests" / "deploy" / "webhook.yaml"
 
 
@@ -423,25 +432,17 @@ def _judgement(mode: str) -> dict[str, Any]:
 
 
 # A kubelet, as the policy and the split webhook entry both say it.
-_NODE = f"has(request.userInfo.groups) && '{NODES}' in request.userInfo.groups"
+_NODE = NODE
 
 
 def left_to_webhook() -> str:
-    """CEL: whether the compiled policy does not judge a request (the complement of its match).
-
-    The condition of the webhook entry for compiled namespaces: generated from the same
-    constants as ``policy()``'s ``matchConstraints`` and the kubelets its validations let pass
-    (operations, subresources, kubelets, the compiler's group, ``WEBHOOK_RESOURCES``), so that
-    every request in such a namespace is judged by one of them.
-    """
-    kept = ", ".join(f"'{group}/{resource}'" for group, resource in sorted(WEBHOOK_RESOURCES))
-    operations = ", ".join(f"'{op}'" for op in OPERATIONS)
-    return (
-        f"!(request.operation in [{operations}]) || "
-        "has(request.subResource) && request.subResource != '' || "
-        f"({_NODE}) || request.resource.group == '{GROUP}' || "
-        f"(request.resource.group + '/' + request.resource.resource) in [{kept}]"
-    )
+    """CEL: the condition of the webhook entry for compiled namespaces as shipped: whatever the
+    compiled policy does not judge (the complement of its match, generated from the same
+    constants as ``policy()``'s ``matchConstraints`` and the kubelets its validations let pass),
+    and every plain write too, until the compiler lists the resources every namespace's
+    parameters index (``app.coverage.left_expression``). So every request in such a namespace is
+    judged by one of them, and a resource the parameters do not index by the webhook."""
+    return left_expression(())
 
 
 def _marked(operator: str) -> dict[str, Any]:
@@ -467,7 +468,7 @@ def webhook_patch(config: Mapping[str, Any]) -> dict[str, Any]:
     compiled.update(name=COMPILED_ENTRY, failurePolicy="Fail", namespaceSelector=_marked("In"))
     compiled["matchConditions"] = [
         *labels.get("matchConditions", ()),
-        {"name": "left-by-the-policy", "expression": left_to_webhook()},
+        {"name": POLICY_CONDITION, "expression": left_to_webhook()},
     ]
     return {
         "apiVersion": config["apiVersion"],
@@ -622,14 +623,16 @@ def guard() -> list[dict[str, Any]]:
 
 def _registration_checks() -> list[tuple[str, str]]:
     """(expression, message) pairs: the compiler's update of the webhook registration changes
-    nothing but the ``skip-unjudged`` conditions of the label-rule entries, in their generated
-    shape, and the unjudged annotation."""
+    nothing but the ``skip-unjudged`` conditions of the label-rule entries and the
+    ``left-by-the-policy`` condition of the compiled entry, in their generated shapes, and the
+    unjudged annotation."""
     entries = "[" + ", ".join(f"'{e}'" for e in LABEL_ENTRIES) + "]"
 
     def others(hook: str) -> str:  # the conditions the compiler does not own
         return (
             f"{hook}.?matchConditions.orValue([]).filter(c, "
-            f"!(c.name == '{CONDITION}' && {hook}.name in {entries}))"
+            f"!(c.name == '{CONDITION}' && {hook}.name in {entries}) && "
+            f"!(c.name == '{POLICY_CONDITION}' && {hook}.name == '{COMPILED_ENTRY}'))"
         )
 
     same_fields = " && ".join(f"w.?{f} == o.?{f}" for f in _WEBHOOK_FIELDS)
@@ -641,12 +644,19 @@ def _registration_checks() -> list[tuple[str, str]]:
             "object.webhooks.size() == oldObject.webhooks.size() && object.webhooks.all(w, "
             f"oldObject.webhooks.exists(o, o.name == w.name && {same_fields} "
             f"&& {others('w')} == {others('o')}))",
-            f"may change no webhook but the {CONDITION} condition of {', '.join(LABEL_ENTRIES)}",
+            f"may change no webhook but the {CONDITION} condition of {', '.join(LABEL_ENTRIES)} "
+            f"and the {POLICY_CONDITION} condition of {COMPILED_ENTRY}",
         ),
         (
             "object.webhooks.all(w, w.?matchConditions.orValue([]).all(c, "
             f'c.name != \'{CONDITION}\' || c.expression.matches(r"""{SHAPE}""")))',
             f"may write the {CONDITION} condition only in its generated shape",
+        ),
+        (
+            f"object.webhooks.all(w, w.name != '{COMPILED_ENTRY}' || "
+            "w.?matchConditions.orValue([]).all(c, "
+            f'c.name != \'{POLICY_CONDITION}\' || c.expression.matches(r"""{LEFT_SHAPE}""")))',
+            f"may write the {POLICY_CONDITION} condition only in its generated shape",
         ),
         (
             f"{new_ann}.all(k, k == {key} || ({old_ann}.exists(j, j == k) && {new_ann}[k] == "

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from app.compiled.registration import CoverageWriter
@@ -57,6 +58,7 @@ from app.engine.params import (
     Rendered,
     Target,
     render,
+    resource_key,
     spec_text,
     touched,
 )
@@ -76,7 +78,8 @@ _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 # (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
 MERGE = "application/merge-patch+json"
 LEASE_API = "/apis/coordination.k8s.io/v1"
-# How often the served resources are listed again (a new CRD becomes compilable).
+# How often the served resources are listed again (a new aggregated API becomes compilable); a
+# CRD changing (created, established, deleted, a version served or not) starts one at once.
 DISCOVERY_INTERVAL = 60.0
 # Namespaces written at once. Each is two or three requests in a row, and the API server answers
 # many at a time: one by one, a batch of changes touching a hundred namespaces waited for two
@@ -86,6 +89,11 @@ WRITERS = 8
 REPORT_EVERY = 10.0
 # The status condition saying whether the namespace is compiled or left to the webhook.
 CONDITION = "Compiled"
+# How few namespaces must be left of a render for every one before those without a Namespace
+# object are no longer waited for (a bound on the work of each step).
+PRUNED_AT = 64
+# How long a resource stays indexed after the last annotation restricting it went.
+KEEP_INDEXED = 600.0
 # Page size and (connect, read) timeouts of the lists a new leader reads.
 LIST_PAGE = 500
 LIST_TIMEOUT = (10.0, 60.0)
@@ -227,25 +235,80 @@ class LeaderLease:
         return True
 
 
-def served_resources(client: KubeClient) -> list[Resource]:
-    """Namespaced resources the API server serves and lets be created (discovery)."""
-    found: list[Resource] = []
-    versions = [("", "/api/v1")]
-    for group in client.get("/apis").get("groups") or ():
-        preferred = (group.get("preferredVersion") or {}).get("groupVersion")
-        if preferred:
-            versions.append((group.get("name", ""), f"/apis/{preferred}"))
-    for group_name, path in versions:
-        try:
-            listing = client.get(path)
-        except KubeError as exc:  # an aggregated API down: its resources wait for the next try
-            log.warning("discovery of %s failed: %s", path, exc)
-            continue
-        for res in listing.get("resources") or ():
+class ServedResources:
+    """Discovery: the namespaced resources the API server serves and lets be created, at every
+    version of every group (a CRD or a beta built-in may be served only at a version that is not
+    its group's preferred one).
+
+    A group version whose listing fails (an aggregated API answering 503, a 429, a timeout)
+    keeps what it listed last: one failed request must not drop its resources until the next
+    discovery. What was never listed is not known, and the compiled policy leaves it to the
+    webhook (``app.coverage``)."""
+
+    def __init__(self) -> None:
+        self._listed: dict[str, tuple[Resource, ...]] = {}
+
+    def __call__(self, client: KubeClient) -> list[Resource]:
+        versions = [("", "/api/v1")]
+        for group in client.get("/apis").get("groups") or ():
+            if not isinstance(group, Mapping):
+                continue
+            for version in group.get("versions") or ():
+                found = version.get("groupVersion") if isinstance(version, Mapping) else None
+                if isinstance(found, str) and found:
+                    versions.append((str(group.get("name", "")), f"/apis/{found}"))
+        listed: dict[str, tuple[Resource, ...]] = {}
+        for group_name, path in versions:
+            try:
+                listed[path] = self._list(client, group_name, path)
+            except KubeError as exc:
+                kept = self._listed.get(path)
+                log.warning(
+                    "discovery of %s failed: %s; %s", path, exc,
+                    f"keeping the {len(kept)} resources it listed before" if kept is not None
+                    else "its resources are left to the webhook until it answers",
+                )  # fmt: skip
+                if kept is not None:
+                    listed[path] = kept
+        self._listed = listed
+        return list(dict.fromkeys(res for found in listed.values() for res in found))
+
+    @staticmethod
+    def _list(client: KubeClient, group_name: str, path: str) -> tuple[Resource, ...]:
+        found = []
+        for res in client.get(path).get("resources") or ():
+            if not isinstance(res, Mapping):
+                continue
             name = res.get("name", "")
             if res.get("namespaced") and "/" not in name and "create" in (res.get("verbs") or ()):
                 found.append(Resource(group_name, name))
-    return found
+        return tuple(found)
+
+
+def _crd(_: object, obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a CRD discovery depends on: its name, scope, served versions and whether it is
+    established (the API server serves it only then)."""
+    spec = obj.get("spec") or {}
+    versions = tuple(
+        str(v.get("name")) for v in spec.get("versions") or () if isinstance(v, Mapping)
+        and v.get("served")
+    )  # fmt: skip
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    established = any(
+        isinstance(c, Mapping) and c.get("type") == "Established" and c.get("status") == "True"
+        for c in conditions
+    )
+    return (_name(obj), spec.get("group"), spec.get("scope"), versions, established)
+
+
+CRDS = KindSpec(
+    "CustomResourceDefinition", "apiextensions.k8s.io", "customresourcedefinitions", _crd
+)
+
+
+def served_resources(client: KubeClient) -> list[Resource]:
+    """Namespaced resources the API server serves and lets be created (one discovery)."""
+    return ServedResources()(client)
 
 
 def digest(text: str) -> bytes:
@@ -268,19 +331,29 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-def _stored_params(obj: Mapping[str, Any]) -> tuple[str, Written | None]:
-    """(namespace, what it holds) of a stored ``LabelRbacParams``, its mark not known yet;
-    ("", None) for another object than the compiler's."""
+Stored = tuple[str, Written | None, frozenset[str] | None]
+
+
+def _stored_params(obj: Mapping[str, Any]) -> Stored:
+    """(namespace, what it holds, what it indexes) of a stored ``LabelRbacParams``, its mark not
+    known yet; ("", None, None) for another object than the compiler's. Delegated parameters
+    index nothing and leave everything to the webhook: None."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec")
     if meta.get("name") != NAME or not isinstance(spec, dict):
-        return "", None
+        return "", None, None
     conditions = (obj.get("status") or {}).get("conditions") or ()
     since = next((str(c.get("lastTransitionTime") or "") for c in conditions
                   if isinstance(c, dict) and c.get("type") == CONDITION), "")  # fmt: skip
     text = spec_text(spec)
-    return str(meta.get("namespace") or ""), Written(
-        digest(text), "delegated" in spec, False, since
+    indexed = spec.get("indexed")
+    keys = None
+    if "delegated" not in spec:
+        keys = frozenset(k for k in indexed or () if isinstance(k, str))
+    return (
+        str(meta.get("namespace") or ""),
+        Written(digest(text), "delegated" in spec, False, since),
+        keys,
     )
 
 
@@ -298,6 +371,10 @@ class PendingNamespaces:
             self._everything = True
         else:
             self._touched.update(dict.fromkeys(names))
+
+    def empty(self) -> bool:
+        """Whether nothing is pending."""
+        return not (self._everything or self._touched or self._rest)
 
     def take(self, known: Set[str], busy: Set[str], most: int) -> list[str]:
         """Up to ``most`` of the pending namespaces in ``known`` and not in ``busy`` (those stay
@@ -332,7 +409,7 @@ class ParamsWriter:
         lease: LeaderLease,
         options: Options,
         max_bytes: int = MAX_BYTES,
-        discover: Callable[[KubeClient], Iterable[Resource]] = served_resources,
+        discover: Callable[[KubeClient], Iterable[Resource]] | None = None,
         max_work: int = MAX_WORK,
         coverage: CoverageWriter | None = None,
         snapshots: Callable[[], Snapshot | None] | None = None,
@@ -347,9 +424,26 @@ class ParamsWriter:
         self._options = options
         self._max_bytes = max_bytes
         self._max_work = max_work
-        self._discover = discover
+        self._discover = discover or ServedResources()
         self._coverage = coverage
+        # What discovery found (``_base``), and that with what every namespace indexes
+        # (``_target``, rendered for).
+        self._base: Target | None = None
         self._target: Target | None = None
+        # What the registration may leave to the policy in compiled namespaces (None: unknown,
+        # maybe anything): every namespace keeps indexing it, so the policy never stands aside
+        # where the webhook is not asked.
+        self._published: frozenset[str] | None = frozenset()
+        # Keys every namespace's stored parameters index at least (None: no parameters known).
+        self._floor: frozenset[str] | None = None
+        # The namespaces not yet rendered (and written, or found unchanged) for the target's
+        # index; None until the next render starts. Empty: the floor is the target's index.
+        self._unsettled: set[str] | None = None
+        # What the annotations restrict (keys), and the index last computed, with what from.
+        self._restricted: frozenset[str] = frozenset()
+        self._lingering: dict[str, float] = {}  # key → when last seen restricted
+        self._indexed_for: tuple[tuple[object, ...], frozenset[str], tuple[Resource, ...]] | None
+        self._indexed_for = None
         # The namespaced resources discovery last listed (the coverage is computed over them).
         self.served: tuple[Resource, ...] = ()
         self._discovered_at = -DISCOVERY_INTERVAL
@@ -373,10 +467,9 @@ class ParamsWriter:
 
     def applied(self, live: LiveSnapshot, changes: list[Change], version: str) -> None:
         """Called by the cluster source's builder after each batch: mark what it touches."""
-        if self._coverage is not None:
-            # Known before the builder derives the next snapshot from this one, so that each
-            # derived snapshot updates them by its own role changes (``Snapshot.restrictions``).
-            live.snapshot.restrictions()
+        # Known before the builder derives the next snapshot from this one, so that each
+        # derived snapshot updates them by its own role changes (``Snapshot.restrictions``).
+        live.snapshot.restrictions()
         found = touched(live, changes)
         with self._lock:
             self._pending.add(found)
@@ -390,20 +483,51 @@ class ParamsWriter:
             log.info("leading (lease %s/%s): rendering every namespace", *self._lease_name())
             with self._lock:
                 self._pending.add(ALL)
-            self._written = self._stored()
+                self._unsettled = None
+            self._written, self._floor = self._stored()
             if self._coverage is not None:
                 self._beside.submit(self._coverage.reset)  # after any check running now
+                with self._lock:  # what a previous leader may have left to the policy
+                    self._published = self._coverage.learn()
         elif self.leading and not leading:
             log.info("lost the lease; no longer writing")
         self.leading = leading
         if not leading or snapshot is None:
             return 0
-        target = self._refresh_target()
+        target = self._refresh_target(snapshot)
+        # Before the writes too: a new restriction's coverage must not wait for a render of
+        # every namespace (the index moved), and after them, for what they completed.
+        self._check_soon(snapshot, target)
         done = self._write_pending(snapshot, target)
         self._report(done)
-        if self._beside_due is None or self._beside_due.done():
-            self._beside_due = self._beside.submit(self._check_beside, snapshot)
+        self._check_soon(snapshot, target)
         return done
+
+    def _check_soon(self, snapshot: Snapshot, target: Target) -> None:
+        """Start the checks beside the writes unless they are running."""
+        if self._beside_due is None or self._beside_due.done():
+            judged = self._judged(snapshot, target)
+            with self._lock:  # published from now on, whether the apply is made or not
+                if self._published is not None:
+                    self._published |= judged
+            self._beside_due = self._beside.submit(self._check_beside, snapshot, judged)
+
+    def _judged(self, snapshot: Snapshot, target: Target) -> frozenset[str]:
+        """What the registration may leave to the policy: the keys the annotations restrict that
+        every namespace's parameters index, as written (all of them once every namespace is
+        rendered for the target). What is indexed only because the registration said so is not
+        handed on, so the registration lets it go and the index can shrink after it."""
+        indexed = frozenset(resource_key(r) for r in target.indexed or ()) & self._restricted
+        with self._lock:
+            unsettled, floor = self._unsettled, self._floor
+            if unsettled and len(unsettled) <= PRUNED_AT:
+                # A namespace with no Namespace object (gone meanwhile, or known only from a
+                # RoleBinding) holds no parameters: its writes fail, and it is not waited for.
+                known = snapshot.namespaces
+                unsettled = self._unsettled = {ns for ns in unsettled if ns in known}
+            if unsettled is not None and not unsettled:
+                floor = self._floor = indexed
+        return indexed if floor is None else indexed & floor
 
     def _report(self, done: int) -> None:
         """Log how many namespaces were written, at most every ``REPORT_EVERY`` seconds (under
@@ -415,9 +539,9 @@ class ParamsWriter:
             log.info("wrote the parameters of %d namespaces", self._unreported)
             self._unreported, self._reported_at = 0, now
 
-    def _check_beside(self, snapshot: Snapshot) -> None:
-        """Discovery when it is due, then the registration's coverage for ``snapshot`` (in the
-        thread beside the writes)."""
+    def _check_beside(self, snapshot: Snapshot, judged: frozenset[str] = frozenset()) -> None:
+        """Discovery when it is due, then the registration's coverage for ``snapshot`` and what
+        every namespace's parameters index (in the thread beside the writes)."""
         if not self._lease.current():
             return
         if self._clock() - self._discovered_at > DISCOVERY_INTERVAL:
@@ -427,9 +551,11 @@ class ParamsWriter:
                 log.warning("discovery failed: %s", exc)
         if self._coverage is not None:
             try:
-                self._coverage.step(snapshot, self.served)
+                self._coverage.step(snapshot, self.served, judged)
             except KubeError as exc:
                 log.warning("could not update %s: %s", self._coverage.name, exc)
+            with self._lock:
+                self._published = self._coverage.published
 
     def settle(self, timeout: float | None = None) -> None:
         """Wait for the writes in flight and the checks beside them (tests; shutting down)."""
@@ -437,10 +563,11 @@ class ParamsWriter:
         if self._beside_due is not None:
             wait([self._beside_due], timeout)
 
-    def _stored(self) -> dict[str, Written]:
+    def _stored(self) -> tuple[dict[str, Written], frozenset[str] | None]:
         """What the parameters already say, as written: a replica taking the lease over renders
         every namespace, and writes only those that differ. Empty (write them all) when they
-        cannot be read."""
+        cannot be read. With it, the keys every one of them indexes (None: there are none;
+        empty when they cannot be read)."""
         marked = f"{MARK}=true"
         try:
             compiled, _ = self._client.list_each(
@@ -452,31 +579,72 @@ class ParamsWriter:
             )
         except KubeError as exc:
             log.warning("could not read the parameters written so far: %s", exc)
-            return {}
-        return {
-            namespace: replace(written, marked=namespace in compiled)
-            for namespace, written in stored
-            if written is not None
+            return {}, frozenset()
+        floor: frozenset[str] | None = None
+        for _, _, keys in stored:
+            if keys is not None:
+                floor = keys if floor is None else floor & keys
+        written = {
+            namespace: replace(found, marked=namespace in compiled)
+            for namespace, found, _ in stored
+            if found is not None
         }
+        return written, floor
 
     def _lease_name(self) -> tuple[str, str]:
         return self._lease.namespace, self._lease.name
 
-    def _refresh_target(self) -> Target:
-        """What to render for: the first discovery is made here, the next ones beside the
-        writes (``_check_beside``)."""
-        return self._target or self._rediscover()
+    def _refresh_target(self, snapshot: Snapshot) -> Target:
+        """What to render for: the served resources (the first discovery is made here, the next
+        ones beside the writes, ``_check_beside``) and what every namespace indexes: what the
+        annotations restrict and what the registration may leave to the policy. Every namespace
+        is rendered again when it moved."""
+        base = self._base or self._rediscover()
+        restrictions = snapshot.restrictions()
+        with self._lock:
+            kept = self._lingering_keys()
+            published = None if self._published is None else self._published | kept
+            seen = (restrictions, base, published)
+            found = self._indexed_for
+            if found is None or found[0][0] is not restrictions or found[0][1:] != seen[1:]:
+                restricted = frozenset(map(resource_key, base.index(restrictions)))
+                found = self._indexed_for = (seen, restricted, base.index(restrictions, published))
+            _, self._restricted, indexed = found
+            target = replace(base, indexed=indexed)
+            previous = self._target
+            if previous is not None and target != previous:
+                self._pending.add(ALL)
+            if previous is None or target.indexed != previous.indexed:
+                # Namespaces keep the old index until rendered again; every one is, from now.
+                keys = frozenset(resource_key(r) for r in target.indexed or ())
+                self._floor = keys if self._floor is None else self._floor & keys
+                self._unsettled = None
+            self._target = target
+        return target
+
+    def _lingering_keys(self) -> frozenset[str]:
+        """What was restricted less than ``KEEP_INDEXED`` seconds ago: it stays indexed, so an
+        annotation entry put on and taken off again does not make every namespace be written
+        each time. (Indexing more than is restricted is safe: every granting role is indexed,
+        and an unrestricted one allows.)"""
+        now = self._clock()
+        for key in self._restricted:
+            self._lingering[key] = now
+        for key in [k for k, since in self._lingering.items() if now - since > KEEP_INDEXED]:
+            del self._lingering[key]
+        return frozenset(self._lingering)
 
     def _rediscover(self) -> Target:
-        """List the served resources; every namespace is rendered again when the target moved."""
+        """List the served resources."""
         served = tuple(self._discover(self._client))
-        target = Target.of(served, self._options, self._max_bytes, self._max_work)
+        base = Target.of(served, self._options, self._max_bytes, self._max_work)
         with self._lock:
-            if self._target is not None and target != self._target:
-                self._pending.add(ALL)
-            self.served, self._target = served, target
+            moved = self._base is not None and base != self._base
+            self.served, self._base = served, base
             self._discovered_at = self._clock()
-        return target
+        if moved:
+            self._wake.set()  # render for it now, not at the next round
+        return base
 
     def _due(self, rendered: Rendered, previous: Written | None) -> bytes:
         """The spec's digest when ``rendered`` differs from ``previous``, what was last written
@@ -521,6 +689,8 @@ class ParamsWriter:
             if self._lease.current():
                 current = (self._snapshots() if self._snapshots else None) or snapshot
                 busy = set(running.values()) | lost | self._waiting(Namespaces(current))
+                if self._unsettled is None:
+                    self._unsettled = set(Namespaces(current))
                 for namespace in self._take(current, busy, WRITERS - len(running)):
                     previous = self._written.get(namespace)
                     future = self._pool.submit(
@@ -541,9 +711,12 @@ class ParamsWriter:
                         self._pending.add((namespace,))
                     if namespace not in self._retry:
                         lost.add(namespace)  # not before the next step
-                elif result is not previous:
-                    self._written[namespace] = result
-                    done += 1
+                else:
+                    if self._unsettled is not None:
+                        self._unsettled.discard(namespace)
+                    if result is not previous:
+                        self._written[namespace] = result
+                        done += 1
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
         """What the write gave; None (and a retry scheduled) when it failed."""
@@ -671,6 +844,12 @@ class ParamsWriter:
         self._wake.wait(seconds)
         self._wake.clear()
 
+    def rediscover_soon(self) -> None:
+        """Discovery at the next step (a CRD changed), whenever the last one was."""
+        with self._lock:
+            self._discovered_at = float("-inf")
+        self._wake.set()
+
 
 def _rbac_version(source: ClusterSource) -> str:
     """The newest resourceVersion the RBAC informers have seen (etcd revisions)."""
@@ -729,8 +908,12 @@ def run(
     tuning = Tuning(start_wait=0)
     source = ClusterSource(client, settings.compiler, tuning=tuning, on_applied=applied)
     stored = params_informer(client, writer, tuning)
+    # CRDs, watched only to discover a new one at once: until discovery lists it, its writes go
+    # to the webhook in compiled namespaces.
+    crds = Informer(CRDS, client, partial(_crd, None), writer.rediscover_soon, tuning)
     source.start()
     stored.start()
+    crds.start()
     retry = max(0.2, lease.duration / 6)
     failures = 0
     try:
@@ -748,6 +931,7 @@ def run(
             writer.wait(retry)  # woken by a change, or a write finished
     finally:
         writer.settle(lease.duration)
+        crds.stop()
         stored.stop()
         source.stop()
 

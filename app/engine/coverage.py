@@ -126,17 +126,15 @@ class _Reach:
         return self.star or self.star_sub
 
 
-def unjudged(restrictions: Restrictions, served: Iterable[Resource]) -> tuple[str, ...]:
-    """The keys of the served namespaced resources the label rule always allows, sorted.
+def named(restrictions: Restrictions, resources: Iterable[Resource]) -> frozenset[Resource]:
+    """The ``resources`` (group and resource, no subresource) the label rule may restrict: those
+    a resource pattern of some annotation names, or a rule of a role with a broken annotation
+    reaches, bound or not.
 
     Linear in the distinct resource patterns and broken roles' rules (``Snapshot.restrictions``),
     not in the roles: tenants' roles restrict the same few resources."""
-    candidates = {
-        Resource(res.group, res.resource)
-        for res in served
-        if (res.group, res.resource) not in ALWAYS_JUDGED
-    }
-    candidates = {res for res in candidates if is_key(key(res))}
+    candidates = {Resource(res.group, res.resource) for res in resources}
+    found: set[Resource] = set()
     # A literal resource name is looked up; only wildcard patterns are compared with every
     # candidate left.
     by_name: dict[str, set[Resource]] = {}
@@ -144,16 +142,31 @@ def unjudged(restrictions: Restrictions, served: Iterable[Resource]) -> tuple[st
         by_name.setdefault(res.resource, set()).add(res)
     for pattern in restrictions.patterns:
         if pattern.resource.is_literal:
-            named = {r for r in by_name.get(pattern.resource.text, ()) if names(pattern, r)}
+            hit = {r for r in by_name.get(pattern.resource.text, ()) if names(pattern, r)}
         else:
-            named = {r for r in candidates if names(pattern, r)}
-        candidates -= named
-        for res in named:
+            hit = {r for r in candidates if names(pattern, r)}
+        candidates -= hit
+        found |= hit
+        for res in hit:
             by_name[res.resource].discard(res)
         if not candidates:
-            return ()
+            return frozenset(found)
     for reach in map(_Reach.of, restrictions.broken_rules):
-        candidates = {res for res in candidates if not reach.reaches(res)}
+        hit = {res for res in candidates if reach.reaches(res)}
+        candidates -= hit
+        found |= hit
+    return frozenset(found)
+
+
+def unjudged(restrictions: Restrictions, served: Iterable[Resource]) -> tuple[str, ...]:
+    """The keys of the served namespaced resources the label rule always allows, sorted."""
+    candidates = {
+        Resource(res.group, res.resource)
+        for res in served
+        if (res.group, res.resource) not in ALWAYS_JUDGED
+    }
+    candidates = {res for res in candidates if is_key(key(res))}
+    candidates -= named(restrictions, candidates)
     return tuple(sorted(key(res) for res in candidates))
 
 

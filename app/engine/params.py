@@ -9,7 +9,7 @@ agree on which roles grant a request and what they permit. ``spec``::
 
     mode: enforce | warn | audit          # the global mode
     allowUnlabeled: false
-    indexed: [configmaps]                 # the resources judged here
+    indexed: [configmaps]                 # the resources judged here (the same everywhere)
     users: {alice: ["0"]}                 # subject → role ids, from the namespace's RoleBindings
     groups: {tenants: ["1"]}
     clusterUsers: {}                      # ... and from the ClusterRoleBindings
@@ -28,10 +28,12 @@ A subject appears once per namespace, a role once however many subjects it is bo
 grant once however many roles' resources and operations share it; lookups are by key, so the
 policy's time does not grow with the bindings in a namespace. Subject lists keep the webhook's
 order (a namespace's RoleBindings before ClusterRoleBindings, each by binding name), so denial
-messages name the roles in the same order. Only resources some restricted (or void) role grants
-in the namespace are indexed; for those every granting role is, unrestricted ones included, so a
-subject RBAC authorizes but the index does not know can only mean parameters older than RBAC (the
-policy then denies: see ``admission_policy``).
+messages name the roles in the same order. Every namespace indexes the same resources: those
+some annotation names (or a void role reaches), bound anywhere or not (``Target.index``); for
+those every granting role is indexed, unrestricted ones included, so a subject RBAC authorizes
+but the index does not know can only mean parameters older than RBAC (the policy then denies:
+see ``admission_policy``), wherever the subject was bound a moment ago. A resource indexed
+nowhere yet is left to the webhook by the registration (``app.coverage``).
 
 Globs become the cheapest test of their shape (``value_tests``): literals are looked up, ``x*``
 and ``*x`` are ``startsWith`` and ``endsWith``, and the rest of a requirement's globs one anchored
@@ -63,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.context import Options
+from app.engine.coverage import named
 from app.engine.glob import ANY, STAR, Glob
 from app.engine.incremental import BINDINGS, CATEGORIES, NAMESPACES, ROLES, Change, LiveSnapshot
 from app.engine.kinds import RBAC_RESOURCES
@@ -72,11 +75,11 @@ from app.engine.rbac import (
     RBAC_GROUP,
     Binding,
     CompiledRole,
+    Restrictions,
     RoleRef,
     Rule,
     Scope,
     Snapshot,
-    limits,
 )
 from app.engine.workloads import RULES as WORKLOAD_RULES
 
@@ -193,12 +196,14 @@ def value_tests(globs: Sequence[Glob]) -> dict[str, list[str]]:
 
 @dataclass(frozen=True)
 class Target:
-    """What the compiler renders for: the resources the policy may see and the settings."""
+    """What the compiler renders for: the resources the policy may see, the settings, and the
+    resources every namespace indexes (None: those the snapshot's annotations name, ``index``)."""
 
     resources: tuple[Resource, ...]
     options: Options = field(default_factory=Options)
     max_bytes: int = MAX_BYTES
     max_work: int = MAX_WORK
+    indexed: tuple[Resource, ...] | None = None
 
     @classmethod
     def of(
@@ -213,6 +218,22 @@ class Target:
             {Resource(r.group, r.resource) for r in resources if in_scope(r)}, key=resource_key
         )
         return cls(tuple(kept), options or Options(), max_bytes, max_work)
+
+    def index(
+        self, restrictions: Restrictions, published: Iterable[str] | None = ()
+    ) -> tuple[Resource, ...]:
+        """What every namespace indexes: the resources among ``resources`` that some annotation
+        names (or a broken role reaches), bound anywhere or not, and those ``published`` (the
+        webhook registration says the policy judges them; None: unknown, so every resource).
+
+        The same in every namespace, so a subject bound a moment ago to any existing restricted
+        role meets an indexed resource (and "not listed yet"), wherever it is bound."""
+        found = set(named(restrictions, self.resources))
+        if published is None:
+            found.update(self.resources)
+        else:
+            found.update(r for r in map(Resource.parse, published) if in_scope(r))
+        return tuple(sorted(found, key=resource_key))
 
 
 class OverBudget(Exception):
@@ -322,36 +343,6 @@ def _short_id(n: int) -> str:
         n //= 36
         out = digits[n % 36] + out
     return out
-
-
-def _restricts(role: CompiledRole, res: Resource, work: Work) -> bool:
-    """Whether ``role`` grants some write of ``res`` with label limits (or is void for it).
-
-    A rule listing names grants one of them, so a rule matching a write verb and ``res`` is
-    enough, whatever its names: the names are never looked at here."""
-    if not limits(role):
-        return False
-    work.spend(len(role.rules))
-    if not any(
-        _rule_grants(rule, verbs, res) for verbs in OPERATION_VERBS.values() for rule in role.rules
-    ):
-        return False
-    return classify((role,), res).unrestricted is None
-
-
-def _limited(scope: Scope | None, resources: Sequence[Resource], work: Work) -> frozenset[Resource]:
-    """The resources some restricted or void role bound in ``scope`` grants a write of."""
-    if scope is None:
-        return frozenset()
-    roles: dict[RoleRef, CompiledRole] = {}
-    for key in scope.limited:
-        work.spend(len(scope.entries[key]))
-        for _, role in scope.entries[key]:
-            if limits(role):
-                roles.setdefault(role.ref, role)
-    return frozenset(
-        res for res in resources if any(_restricts(role, res, work) for role in roles.values())
-    )
 
 
 def _relabelled(scope: Scope | None, resources: Sequence[Resource]) -> str | None:
@@ -485,17 +476,9 @@ class _ClusterScope:
 
     def __init__(self, scope: Scope | None) -> None:
         self.scope = scope
-        self._limited: dict[tuple[Resource, ...], frozenset[Resource]] = {}
         self._relabelled: dict[tuple[Resource, ...], str | None] = {}
         self._parts: OrderedDict[tuple[Resource, ...], _Part] = OrderedDict()
         self._lock = threading.Lock()
-
-    def limited(self, resources: tuple[Resource, ...], work: Work) -> frozenset[Resource]:
-        with self._lock:
-            found = self._limited.get(resources)
-            if found is None:
-                found = self._limited[resources] = _limited(self.scope, resources, work)
-            return found
 
     def relabelled(self, resources: tuple[Resource, ...]) -> str | None:
         with self._lock:
@@ -531,6 +514,20 @@ def _cluster_scope(snapshot: Snapshot) -> _ClusterScope:
         return current
 
 
+_last_index: tuple[Restrictions, Target, tuple[Resource, ...]] | None = None
+
+
+def _index(snapshot: Snapshot, target: Target) -> tuple[Resource, ...]:
+    """``target.index`` of the snapshot's restrictions, the last one kept: a render of every
+    namespace computes it once."""
+    global _last_index
+    restrictions = snapshot.restrictions()
+    last = _last_index
+    if last is None or last[0] is not restrictions or last[1] is not target:
+        last = _last_index = (restrictions, target, target.index(restrictions))
+    return last[2]
+
+
 def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
     """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding; delegated
     past ``target.max_work`` units of work or ``target.max_bytes`` bytes."""
@@ -558,10 +555,7 @@ def _render(
 ) -> Rendered:
     own_scope = snapshot.bindings.scopes.get(namespace)
     cluster_scope = _cluster_scope(snapshot)
-    limited = _limited(own_scope, target.resources, work) | cluster_scope.limited(
-        target.resources, work
-    )
-    indexed = tuple(r for r in target.resources if r in limited)
+    indexed = target.indexed if target.indexed is not None else _index(snapshot, target)
     own, cluster = _Part(own_scope, indexed, "", work), cluster_scope.part(indexed, work)
     grants = {**own.grants, **cluster.grants}
     if target.options.mode != ENFORCE or any(

@@ -32,7 +32,7 @@ def cluster_snapshot(client: KubeClient, compiler: Compiler) -> Snapshot:
 
 @dataclass(frozen=True, slots=True)
 class ApiResource:
-    """A listable top-level resource at its group's preferred version."""
+    """A listable top-level resource at its group's preferred version (else one serving it)."""
 
     group: str
     version: str
@@ -60,17 +60,25 @@ def _resources(client: KubeClient, group: str, version: str) -> Iterator[ApiReso
 
 
 def discover(client: KubeClient) -> list[ApiResource]:
-    """Every listable resource the API server serves (core v1 and each group's preferred
-    version), as ``kubectl api-resources`` finds them."""
+    """Every listable resource the API server serves, as ``kubectl api-resources`` finds them:
+    core v1, and each group's resources at its preferred version, or at the first other version
+    serving them (a CRD or a beta built-in may be served only at a version not preferred)."""
     found = list(_resources(client, "", "v1"))
     groups = client.get("/apis").get("groups") or ()
     for group in groups:
-        if not isinstance(group, Mapping):
+        if not isinstance(group, Mapping) or not isinstance(name := group.get("name"), str):
             continue
-        preferred = group.get("preferredVersion") or {}
-        name, version = group.get("name"), preferred.get("version")
-        if isinstance(name, str) and isinstance(version, str):
-            found.extend(_resources(client, name, version))
+        preferred = (group.get("preferredVersion") or {}).get("version")
+        versions = [v.get("version") for v in group.get("versions") or () if isinstance(v, Mapping)]
+        ordered = dict.fromkeys([preferred, *versions])
+        seen: set[str] = set()
+        for version in ordered:
+            if not isinstance(version, str):
+                continue
+            for res in _resources(client, name, version):
+                if res.resource not in seen:
+                    seen.add(res.resource)
+                    found.append(res)
     return found
 
 

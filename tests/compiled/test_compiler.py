@@ -20,13 +20,21 @@ from app.compiled.compiler import (
     BACKOFF_MAX,
     DISCOVERY_INTERVAL,
     FIELD_MANAGER,
+    KEEP_INDEXED,
     MERGE,
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
+    ServedResources,
     backoff,
 )
-from app.compiled.registration import CoverageWriter
+from app.compiled.registration import API as REGISTRATIONS
+from app.compiled.registration import (
+    COMPILED_ENTRY,
+    POLICY_CONDITION,
+    CoverageWriter,
+    left_expression,
+)
 from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
@@ -35,6 +43,7 @@ from app.engine.params import ALL, MARK, MAX_WORK, NAME
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, Unreachable
+from app.source.listing import discover
 from tests.support import binding, role, rule
 
 COMPILER = Compiler((DEFAULT_ANNOTATION_KEY,))
@@ -54,6 +63,7 @@ class Client:
         self.listed: dict[str, list[dict[str, Any]]] = {}  # what the API server lists, by path
         self.hold: dict[str, threading.Event] = {}  # namespace → its parameter writes wait for it
         self.failing: dict[str, Exception] = {}  # namespace → what its parameter writes raise
+        self.registration: dict[str, Any] | None = None  # the webhook configuration, if any
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -61,6 +71,10 @@ class Client:
             if self.lease is None:
                 raise ApiError(404, "NotFound")
             return self.lease
+        if path.startswith(REGISTRATIONS) and self.registration is not None:
+            return self.registration
+        if path.startswith(REGISTRATIONS):
+            raise ApiError(404, "NotFound")
         raise AssertionError(path)
 
     def send(
@@ -121,18 +135,21 @@ def writer(
     snapshots: Callable[[], Snapshot | None] | None = None,
     lease_seconds: float = 15.0,
     max_work: int = MAX_WORK,
+    discover: Callable[[Any], Sequence[Resource]] = lambda _: [Resource("", "configmaps")],
+    coverage: CoverageWriter | None = None,
     timed: bool = False,
 ) -> ParamsWriter:
-    """A writer whose lease runs on ``clock``; its retries too when ``timed``."""
+    """A writer whose lease (and, with ``timed``, its discovery and retries) follows ``clock``."""
     lease = LeaderLease(client, "label-rbac", "lead", "me", lease_seconds, clock=lambda: clock[0])  # type: ignore[arg-type]
     return ParamsWriter(
         client,  # type: ignore[arg-type]
         lease,
         Options(),
         max_bytes,
-        discover=lambda _: [Resource("", "configmaps")],
+        discover=discover,
         snapshots=snapshots,
         max_work=max_work,
+        coverage=coverage,
         **({"clock": lambda: clock[0]} if timed else {}),
     )
 
@@ -317,7 +334,7 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     seen: list[tuple[Snapshot, tuple[Resource, ...]]] = []
 
     class Recording(CoverageWriter):
-        def step(self, snapshot: Snapshot, served: Sequence[Resource]) -> bool:
+        def step(self, snapshot: Snapshot, served: Sequence[Resource], judged: Any = ()) -> bool:
             seen.append((snapshot, tuple(served)))
             return False
 
@@ -333,8 +350,9 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     )
     state = live(*OBJECTS).snapshot
     params.step(state)
-    params.settle(10)  # the check runs beside the writes
-    assert seen == [(state, tuple(served))]
+    params.settle(10)  # the check runs beside the writes (before and after them)
+    assert seen and all(s is state and found == tuple(served) for s, found in seen)
+    checks = len(seen)
     client.lease = {
         "metadata": {"name": "lead", "resourceVersion": "8"},
         "spec": {"holderIdentity": "other", "leaseDurationSeconds": 15, "renewTime": "u"},
@@ -342,7 +360,7 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     clock[0] = 6.0  # past a renewal period: the lease is read again, and is someone else's
     params.step(state)
     params.settle(10)
-    assert len(seen) == 1
+    assert len(seen) == checks
 
 
 def test_the_writer_keeps_each_snapshots_restrictions_known_for_the_next_one() -> None:
@@ -436,7 +454,7 @@ def test_a_slow_coverage_check_does_not_hold_up_the_parameters() -> None:
     gate, checked = threading.Event(), threading.Event()
 
     class Slow(CoverageWriter):
-        def step(self, snapshot: Snapshot, served: Sequence[Resource]) -> bool:
+        def step(self, snapshot: Snapshot, served: Sequence[Resource], judged: Any = ()) -> bool:
             gate.wait(10)
             checked.set()
             return False
@@ -496,12 +514,13 @@ def test_discovery_is_repeated_beside_the_writes_and_a_new_resource_renders_agai
     gate.set()
     params.settle(10)
     assert len(listed) == 2
-    # The new target renders every namespace again: t1 now indexes secrets; t2 is unchanged.
+    # The new target renders every namespace again: each now indexes secrets, restricted by a
+    # role bound in t1 only (a subject bound to it in t2 a moment from now is "not listed yet").
     client.writes.clear()
-    assert params.step(state.snapshot) == 1
-    (body,) = [b for _, p, b, _ in client.writes if "labelrbacparams" in p]
-    assert body["metadata"]["namespace"] == "t1"
-    assert body["spec"]["indexed"] == ["configmaps", "secrets"]
+    assert params.step(state.snapshot) == 2
+    bodies = [b for _, p, b, _ in client.writes if "labelrbacparams" in p]
+    assert sorted(b["metadata"]["namespace"] for b in bodies) == ["t1", "t2"]
+    assert {tuple(b["spec"]["indexed"]) for b in bodies} == {("configmaps", "secrets")}
 
 
 @pytest.mark.parametrize(
@@ -616,3 +635,253 @@ def test_parameters_deleted_are_written_again() -> None:
     params.gone("t1")
     assert params.step(state.snapshot) == 1
     assert client.params_written() == ["t1"]
+
+
+# -- Discovery --------------------------------------------------------------------------------
+
+
+class Discovery:
+    """Answers discovery GETs from ``documents`` (path → document, or an error to raise)."""
+
+    def __init__(self, documents: dict[str, Any]) -> None:
+        self.documents = documents
+
+    def get(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        found = self.documents[path]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+def _group(name: str, *versions: str, preferred: str = "") -> dict[str, Any]:
+    listed = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    chosen = preferred or versions[0]
+    return {
+        "name": name,
+        "versions": listed,
+        "preferredVersion": {"groupVersion": f"{name}/{chosen}", "version": chosen},
+    }
+
+
+def _listing(*names: str, namespaced: bool = True, verbs: str = "create list") -> dict[str, Any]:
+    return {
+        "resources": [{"name": n, "namespaced": namespaced, "verbs": verbs.split()} for n in names]
+    }
+
+
+def _discovery() -> Discovery:
+    return Discovery(
+        {
+            "/api/v1": _listing("configmaps", "configmaps/status"),
+            "/apis": {
+                "groups": [
+                    _group("example.com", "v1", "v1beta1"),
+                    _group("metrics.example.io", "v1"),
+                ]
+            },
+            # gadgets are served only at the version that is not preferred.
+            "/apis/example.com/v1": _listing("widgets"),
+            "/apis/example.com/v1beta1": _listing("widgets", "gadgets"),
+            "/apis/metrics.example.io/v1": _listing("samples"),
+        }
+    )
+
+
+def test_discovery_lists_every_version_of_every_group() -> None:
+    found = ServedResources()(_discovery())  # type: ignore[arg-type]
+    assert found == [
+        Resource("", "configmaps"),
+        Resource("example.com", "widgets"),
+        Resource("example.com", "gadgets"),
+        Resource("metrics.example.io", "samples"),
+    ]
+
+
+def test_the_command_lines_discovery_finds_a_resource_served_only_at_another_version() -> None:
+    found = [(r.group, r.version, r.resource) for r in discover(_discovery())]  # type: ignore[arg-type]
+    assert found == [
+        ("", "v1", "configmaps"),
+        ("example.com", "v1", "widgets"),  # the preferred version first
+        ("example.com", "v1beta1", "gadgets"),
+        ("metrics.example.io", "v1", "samples"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(ApiError(503, "ServiceUnavailable"), id="503"),
+        pytest.param(ApiError(429, "TooManyRequests"), id="429"),
+        pytest.param(Unreachable("timed out"), id="timeout"),
+    ],
+)
+def test_a_failed_group_keeps_what_it_listed_before_and_is_unknown_until_it_answers(
+    error: Exception,
+) -> None:
+    client = _discovery()
+    discover = ServedResources()
+    client.documents["/apis/metrics.example.io/v1"] = error
+    # Never listed: not known (the compiled policy leaves it to the webhook).
+    assert Resource("metrics.example.io", "samples") not in discover(client)  # type: ignore[arg-type]
+    client.documents["/apis/metrics.example.io/v1"] = _listing("samples")
+    assert Resource("metrics.example.io", "samples") in discover(client)  # type: ignore[arg-type]
+    # Listed once: one failed request does not drop it.
+    client.documents["/apis/metrics.example.io/v1"] = error
+    assert Resource("metrics.example.io", "samples") in discover(client)  # type: ignore[arg-type]
+
+
+# -- What the registration may leave to the policy ----------------------------------------------
+
+
+class Publishing(CoverageWriter):
+    """Records what every step is handed as judged by the policy, and publishes it."""
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(client, FIELD_MANAGER)  # type: ignore[arg-type]
+        self.handed: list[frozenset[str]] = []
+
+    def step(self, snapshot: Snapshot, served: Sequence[Resource], judged: Any = ()) -> bool:
+        self.handed.append(frozenset(judged))
+        self.published = frozenset(judged)
+        return False
+
+
+SERVED = [Resource("", "configmaps"), Resource("", "secrets")]
+SECRETS_A = role("secrets-a", "t3", [rule("*", "secrets")], {"secrets": {"team": ["a"]}})
+
+
+def publishing_writer(
+    client: Client, clock: list[float], timed: bool = False
+) -> tuple[ParamsWriter, Publishing]:
+    coverage = Publishing(client)
+    found = writer(client, clock, discover=lambda _: SERVED, coverage=coverage, timed=timed)
+    return found, coverage
+
+
+def test_a_resource_is_left_to_the_policy_only_once_every_namespace_indexes_it() -> None:
+    client, clock = Client(), [0.0]
+    params, coverage = publishing_writer(client, clock)
+    state = live(*OBJECTS)
+    assert params.step(state.snapshot) == 2
+    params.settle(10)
+    assert coverage.handed[-1] == {"configmaps"}
+    # A role restricting secrets appears (in a namespace of its own): every namespace indexes
+    # secrets from now on, but t2's write is held: secrets are not left to the policy yet.
+    client.hold["t2"] = threading.Event()
+    change = ("Role", None, compiled(SECRETS_A))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    params.step(state.snapshot)
+    params.settle(0.5)
+    assert coverage.handed[-1] == {"configmaps"}
+    client.hold["t2"].set()
+    params.settle(10)
+    for _ in range(2):  # the step taking t2's write in, then the next check
+        params.step(state.snapshot)
+        params.settle(10)
+    assert coverage.handed[-1] == {"configmaps", "secrets"}
+
+
+def test_what_the_registration_leaves_to_the_policy_stays_indexed_until_it_no_longer_does() -> None:
+    client, clock = Client(), [0.0]
+    params, coverage = publishing_writer(client, clock, timed=True)
+    state = live(*OBJECTS, SECRETS_A)
+    params.step(state.snapshot)
+    params.settle(10)
+    params.step(state.snapshot)
+    params.settle(10)
+    assert coverage.handed[-1] == {"configmaps", "secrets"}
+    # The role goes: nothing restricts secrets, but the registration still leaves them to the
+    # policy, so the parameters keep indexing them until it is told otherwise.
+    (old,) = [r for r in state.snapshot.roles.values() if r.ref.name == "secrets-a"]
+    change = ("Role", old, None)
+    state = state.apply([change])
+    params.applied(state, [change], "3")
+    client.writes.clear()
+    params.step(state.snapshot)
+    assert client.params_written() == []  # the index did not move yet
+    params.settle(10)
+    assert coverage.handed[-1] == {"configmaps"} and coverage.published == {"configmaps"}
+    # Published less, but secrets were restricted a moment ago: still indexed, in case an
+    # annotation names them again (no namespace is written for an entry put on and off).
+    params.step(state.snapshot)
+    params.settle(10)
+    assert client.params_written() == []
+    clock[0] = KEEP_INDEXED + 1  # long enough: now every namespace drops secrets
+    params.step(state.snapshot)
+    params.settle(10)
+    assert sorted(client.params_written()) == ["t1", "t2"]
+    assert all(
+        b["spec"]["indexed"] == ["configmaps"]
+        for _, p, b, _ in client.writes
+        if "labelrbacparams" in p
+    )
+
+
+@pytest.mark.parametrize(
+    ("registration", "indexed"),
+    [
+        pytest.param(None, ["configmaps"], id="none"),
+        pytest.param("secrets", ["configmaps", "secrets"], id="left-to-the-policy-before"),
+        pytest.param("true", ["configmaps", "secrets"], id="unknown-so-everything"),
+    ],
+)
+def test_a_new_leader_keeps_indexed_what_the_live_registration_leaves_to_the_policy(
+    registration: str | None, indexed: list[str]
+) -> None:
+    client, clock = Client(), [0.0]
+    if registration is not None:
+        text = "true" if registration == "true" else left_expression([registration])
+        condition = {"name": POLICY_CONDITION, "expression": text}
+        client.registration = {
+            "metadata": {"name": "label-rbac"},
+            "webhooks": [{"name": COMPILED_ENTRY, "matchConditions": [condition]}],
+        }
+    coverage = CoverageWriter(client, FIELD_MANAGER)  # type: ignore[arg-type]
+    params = writer(client, clock, discover=lambda _: SERVED, coverage=coverage)
+    params.step(live(*OBJECTS).snapshot)
+    bodies = [b for _, p, b, _ in client.writes if "labelrbacparams" in p]
+    assert {tuple(b["spec"]["indexed"]) for b in bodies} == {tuple(indexed)}
+
+
+def test_a_namespace_without_its_namespace_object_does_not_hold_the_publication() -> None:
+    """Known only from a RoleBinding (deleted meanwhile), its writes fail: it holds no
+    parameters, so what every other namespace indexes is left to the policy all the same."""
+    client, clock = Client(), [0.0]
+    client.missing.add(f"/apis/labelrbac.io/v1alpha1/namespaces/gone/labelrbacparams/{NAME}")
+    params, coverage = publishing_writer(client, clock, timed=True)
+    edit = role("edit", "", [rule("*", "configmaps")])
+    gone = binding("dan", "edit", "User:dan", namespace="gone", role_kind="ClusterRole")
+    state = live(*OBJECTS, edit, gone)
+    params.step(state.snapshot)
+    params.settle(10)
+    # secrets become restricted: every namespace is rendered again, and "gone" fails each time.
+    change = ("Role", None, compiled(SECRETS_A))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    for _ in range(3):
+        clock[0] += BACKOFF_MAX  # each failed write of "gone" is retried after its backoff
+        params.step(state.snapshot)
+        params.settle(10)
+    assert client.params_written().count("gone") >= 2
+    assert coverage.handed[-1] == {"configmaps", "secrets"}
+
+
+def test_a_crd_changing_starts_discovery_at_the_next_step() -> None:
+    client, clock = Client(), [0.0]
+    listed: list[int] = []
+
+    def discover(_: Any) -> list[Resource]:
+        listed.append(1)
+        return SERVED
+
+    params = writer(client, clock, discover=discover, timed=True)
+    state = live(*OBJECTS)
+    for _ in range(2):
+        params.step(state.snapshot)
+        params.settle(10)
+    assert len(listed) == 1  # the interval has not passed
+    params.rediscover_soon()
+    params.step(state.snapshot)
+    params.settle(10)
+    assert len(listed) == 2

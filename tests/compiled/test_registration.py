@@ -21,12 +21,16 @@ from app.compiled.registration import (
     APPLY,
     CONDITION,
     LABEL_ENTRIES,
+    LEFT_SHAPE,
+    POLICY_CONDITION,
     RECHECK_INTERVAL,
     RETRY_INTERVAL,
     SHAPE,
     Coverage,
     CoverageWriter,
     expression,
+    judged_in,
+    left_expression,
 )
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.incremental import LiveSnapshot
@@ -77,7 +81,8 @@ class Client:
         hooks = {h["name"]: h for h in self.stored["webhooks"]}
         for entry in body["webhooks"]:
             conditions = hooks[entry["name"]]["matchConditions"]
-            conditions[:] = [c for c in conditions if c["name"] != CONDITION]
+            owned = {c["name"] for c in entry["matchConditions"]}
+            conditions[:] = [c for c in conditions if c["name"] not in owned]
             conditions.extend(entry["matchConditions"])
         return body
 
@@ -122,7 +127,61 @@ def test_every_label_entry_present_is_kept_alike() -> None:
     writer(client, [0.0]).step(restricting("secrets"), SERVED)
     ((body, _, _),) = client.applies
     assert [w["name"] for w in body["webhooks"]] == list(LABEL_ENTRIES)
-    assert body["webhooks"][0]["matchConditions"] == body["webhooks"][1]["matchConditions"]
+    skip, *left = body["webhooks"][1]["matchConditions"]
+    assert body["webhooks"][0]["matchConditions"] == [skip]
+    # The compiled entry also says what the policy judges: nothing yet.
+    assert left == [{"name": POLICY_CONDITION, "expression": left_expression([])}]
+
+
+def test_the_compiled_entry_lists_what_every_namespace_indexes_and_says_what_it_published() -> None:
+    client, clock = Client(configuration(*LABEL_ENTRIES)), [0.0]
+    coverage = writer(client, clock)
+    state = restricting("secrets")
+    assert coverage.learn() == frozenset()  # the condition is not there yet: nothing left to it
+    assert coverage.step(state, SERVED, {"secrets"})
+    assert coverage.published == {"secrets"}
+    assert judged_in(client.stored) == {"secrets"}  # type: ignore[arg-type]
+    # Less is judged by the policy (a restriction went): written at once, published after.
+    assert coverage.step(state, SERVED, set())
+    assert coverage.published == frozenset() and judged_in(client.stored) == frozenset()  # type: ignore[arg-type]
+    assert len(client.applies) == 2
+
+
+def test_an_apply_in_doubt_publishes_the_old_and_the_new() -> None:
+    client, clock = Client(configuration(*LABEL_ENTRIES)), [0.0]
+    coverage = writer(client, clock)
+    state = restricting("secrets")
+    assert coverage.step(state, SERVED, {"secrets"})
+
+    def time_out(*args: Any) -> Any:
+        raise ApiError(504, "Timeout")
+
+    client.send = time_out  # type: ignore[method-assign]
+    with pytest.raises(ApiError):
+        coverage.step(restricting("configmaps"), SERVED, {"configmaps"})
+    assert coverage.published == {"secrets", "configmaps"}
+
+
+@pytest.mark.parametrize(
+    ("stored", "published"),
+    [
+        pytest.param(None, frozenset(), id="no-configuration"),
+        pytest.param(configuration("labels.labelrbac.io"), frozenset(), id="no-compiled-entry"),
+        pytest.param(configuration(*LABEL_ENTRIES), frozenset(), id="no-condition"),
+        pytest.param("configmaps", frozenset({"configmaps"}), id="generated"),
+        pytest.param("true", None, id="hand-written"),
+    ],
+)
+def test_what_the_live_configuration_leaves_to_the_policy_is_read_back(
+    stored: Any, published: frozenset[str] | None
+) -> None:
+    if isinstance(stored, str):
+        text = left_expression([stored]) if stored != "true" else "true"
+        stored = configuration(*LABEL_ENTRIES)
+        stored["webhooks"][1]["matchConditions"].append(
+            {"name": POLICY_CONDITION, "expression": text}
+        )
+    assert writer(Client(stored), [0.0]).learn() == published
 
 
 def test_unchanged_coverage_is_not_written_again() -> None:
@@ -243,6 +302,44 @@ def test_the_condition_skips_exactly_the_listed_resources(
 def test_the_guard_recognises_only_the_generated_shape(text: str, generated: bool) -> None:
     """The guard checks the compiler's expression with RE2 (CEL ``matches``)."""
     assert (re2.search(SHAPE, text) is not None) is generated
+
+
+@pytest.mark.parametrize(
+    ("text", "generated"),
+    [
+        pytest.param(left_expression([]), True, id="empty"),
+        pytest.param(left_expression(["configmaps", "widgets.example.com"]), True, id="keys"),
+        pytest.param("true", False, id="always"),
+        pytest.param("false", False, id="never"),
+        pytest.param(expression(["configmaps"]), False, id="the-other-condition"),
+        pytest.param(left_expression(["a"]) + " && false", False, id="appended"),
+        pytest.param(left_expression(["a') || false || ('"]), False, id="injected-key"),
+    ],
+)
+def test_the_guard_recognises_only_the_generated_policy_condition(
+    text: str, generated: bool
+) -> None:
+    assert (re2.search(LEFT_SHAPE, text) is not None) is generated
+
+
+@pytest.mark.parametrize(
+    ("request_", "sent"),
+    [
+        pytest.param(review("alice", "configmaps"), False, id="judged-by-the-policy"),
+        pytest.param(review("alice", "secrets"), True, id="not-indexed-everywhere"),
+        pytest.param(review("alice", "newthings.example.com"), True, id="not-known"),
+        pytest.param(review("alice", "configmaps/status"), True, id="subresource"),
+        pytest.param(review("alice", "pods"), True, id="kept-by-the-webhook"),
+        pytest.param(
+            review("system:node:n1", "configmaps", ("system:nodes",)), True, id="node-user"
+        ),
+    ],
+)
+def test_the_compiled_entry_receives_every_plain_write_the_policy_does_not_index(
+    request_: dict[str, Any], sent: bool
+) -> None:
+    condition = {"expression": left_expression(["configmaps"])}
+    assert conditions_pass([condition], request_) is sent
 
 
 def test_a_batch_changing_bindings_only_costs_nothing() -> None:

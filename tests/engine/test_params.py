@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -127,7 +128,7 @@ def test_grants_carry_what_the_webhook_judges_and_says() -> None:
     }
 
 
-def test_only_resources_a_restricted_role_grants_are_indexed() -> None:
+def test_only_resources_an_annotation_restricts_are_indexed() -> None:
     # secrets are granted by the editor alone (unrestricted): nothing for the policy to judge.
     spec = spec_of(*OBJECTS)
     assert spec["indexed"] == ["configmaps"]
@@ -136,6 +137,36 @@ def test_only_resources_a_restricted_role_grants_are_indexed() -> None:
     assert set(spec["roles"][editor]) == {"configmaps"}
     alone = spec_of(EDITOR, binding("e", "editor", "User:carol", namespace="t1"))
     assert (alone["indexed"], alone["users"], alone["roles"]) == ([], {}, {})
+
+
+def test_every_namespace_indexes_what_any_annotation_restricts_bound_there_or_not() -> None:
+    # t2 binds no restricted role, yet a role anywhere restricts configmaps: a subject bound there
+    # to it a moment from now must meet an indexed resource, so it is "not listed yet".
+    objects = (*OBJECTS, binding("e", "editor", "User:erin", namespace="t2"))
+    t2 = spec_of(*objects, namespace="t2")
+    assert t2["indexed"] == ["configmaps"]
+    assert t2["users"] == {}  # editor is a Role of t1: nothing bound in t2 grants anything there
+    unbound = role("unbound", "t3", [rule("*", "secrets")], {"secrets": {"team": ["a"]}})
+    assert spec_of(*OBJECTS, unbound, namespace="t9")["indexed"] == ["configmaps", "secrets"]
+
+
+@pytest.mark.parametrize(
+    ("published", "indexed"),
+    [
+        pytest.param((), ["configmaps"], id="nothing-published"),
+        pytest.param(("secrets",), ["configmaps", "secrets"], id="published-kept-indexed"),
+        pytest.param(
+            ("pods", "roles.rbac.authorization.k8s.io"), ["configmaps"], id="not-in-scope"
+        ),
+        pytest.param(None, ["configmaps", "secrets", "widgets.example.com"], id="unknown-all"),
+    ],
+)
+def test_what_the_registration_says_the_policy_judges_stays_indexed(
+    published: tuple[str, ...] | None, indexed: list[str]
+) -> None:
+    objects = snapshot(*OBJECTS)
+    target = replace(TARGET, indexed=TARGET.index(objects.restrictions(), published))
+    assert render(objects, "t1", target).spec["indexed"] == indexed
 
 
 def test_cluster_role_bindings_are_copied_into_every_namespace_after_its_own() -> None:

@@ -42,10 +42,12 @@ from tests.kube.controlplane import (
     User,
     service_account,
 )
+from tests.support import FIXTURES as V124
 from tests.support import ROOT, binding, role, rule
 
 COMPILED = ROOT / "manifests" / "compiled"
-FIXTURES = ROOT.parent / "shared" / "fixtures"
+# Every recorded API server version (``$LABEL_RBAC_FIXTURES`` names one of them).
+FIXTURES = V124.parent
 NS = "t1"
 FIELD_MANAGER = "label-rbac-compiler"
 

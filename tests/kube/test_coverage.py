@@ -49,7 +49,8 @@ def rbac(item: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", **item[1]}
 
 
-def crd(plural: str, kind: str) -> dict[str, Any]:
+def crd(plural: str, kind: str, versions: tuple[str, ...] = ("v1",)) -> dict[str, Any]:
+    """A namespaced CRD of ``GROUP`` served at ``versions`` (the first stored)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -60,9 +61,9 @@ def crd(plural: str, kind: str) -> dict[str, Any]:
             "names": {"plural": plural, "singular": plural[:-1], "kind": kind},
             "versions": [
                 {
-                    "name": "v1",
+                    "name": version,
                     "served": True,
-                    "storage": True,
+                    "storage": version == versions[0],
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
@@ -70,6 +71,7 @@ def crd(plural: str, kind: str) -> dict[str, Any]:
                         }
                     },
                 }
+                for version in versions
             ],
         },
     }

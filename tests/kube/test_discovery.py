@@ -1,0 +1,260 @@
+"""What the compiled policy does not positively know is judged, never let through: through a real
+kube-apiserver with ``manifests/enforce-compiled`` installed and the compiler running.
+
+Tenants' kinds of group ``example.com``: widgets (served at v1), gadgets (served only at
+v1alpha1, not the group's preferred version) and things (its CRD created after the compiler's
+discovery). An aggregated APIService ``v1beta9.example.com`` points at no Service and ranks first,
+so the group's preferred version answers 503 to discovery. A role in ``t1`` restricts all three
+and configmaps to ``team=a``; ``t2`` binds no restricted role, and holds an unbound copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from app.coverage import COMPILED_ENTRY, judged_in
+
+from app.engine.context import UNJUDGED_ANNOTATION
+from app.engine.params import NAME, PLURAL
+from tests.kube.cluster import Compilers, LabelRbacCluster
+from tests.kube.conftest import require_control_plane, wait_for
+from tests.kube.controlplane import ADMIN, COMPILER_USER, DEFAULT_USERS
+from tests.kube.test_coverage import crd
+from tests.kube.test_split import decisions, marked
+from tests.process import stop
+from tests.support import binding, role, rule
+
+GROUP = "example.com"
+WIDGETS, GADGETS, THINGS = (f"{p}.{GROUP}" for p in ("widgets", "gadgets", "things"))
+VERSIONS = {"widgets": "v1", "gadgets": "v1alpha1", "things": "v1"}
+KINDS = {"widgets": "Widget", "gadgets": "Gadget", "things": "Thing", "configmaps": "ConfigMap"}
+WRITES = "create update patch delete"
+TEAM_A = {"team": ["a"]}
+
+
+def tenant(namespace: str) -> dict[str, Any]:
+    restricted = {key: TEAM_A for key in ("configmaps", WIDGETS, GADGETS, THINGS)}
+    rules = [rule(WRITES, "configmaps"), rule(WRITES, "widgets gadgets things", GROUP)]
+    return rbac(role("tenant", namespace, rules, restricted))
+
+
+def rbac(item: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", **item[1]}
+
+
+# Ranked above the CRDs' own versions: discovery's preferred version of example.com.
+BROKEN = {
+    "apiVersion": "apiregistration.k8s.io/v1",
+    "kind": "APIService",
+    "metadata": {"name": f"v1beta9.{GROUP}"},
+    "spec": {
+        "group": GROUP,
+        "version": "v1beta9",
+        "groupPriorityMinimum": 1000,
+        "versionPriority": 999,
+        "insecureSkipTLSVerify": True,
+        "service": {"namespace": "label-rbac", "name": "nowhere", "port": 443},
+    },
+}
+
+
+def served(kube: LabelRbacCluster, plural: str) -> bool:
+    path = f"/apis/{GROUP}/{VERSIONS[plural]}/{plural}"
+    return kube.control_plane.request(ADMIN, "GET", path)[0] == 200
+
+
+def unjudged(kube: LabelRbacCluster) -> list[str]:
+    """What the registration leaves out (no annotation restricts it)."""
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/label-rbac"
+    _, config = kube.control_plane.request(ADMIN, "GET", path)
+    return list(json.loads(config["metadata"]["annotations"].get(UNJUDGED_ANNOTATION, "[]")))
+
+
+def judged(kube: LabelRbacCluster) -> frozenset[str] | None:
+    """What the registration leaves to the policy in compiled namespaces."""
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/label-rbac"
+    status, config = kube.control_plane.request(ADMIN, "GET", path)
+    assert status == 200, config
+    return judged_in(config)
+
+
+def indexed(kube: LabelRbacCluster, namespace: str) -> list[str]:
+    path = f"/apis/labelrbac.io/v1alpha1/namespaces/{namespace}/{PLURAL}/{NAME}"
+    status, params = kube.control_plane.request(ADMIN, "GET", path)
+    return list(params["spec"].get("indexed", [])) if status == 200 else []
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LabelRbacCluster, Compilers]]:
+    require_control_plane()
+    workdir = tmp_path_factory.mktemp("discovery")
+    with LabelRbacCluster(
+        workdir, users=(*DEFAULT_USERS, COMPILER_USER), overlay="enforce-compiled"
+    ) as kube:
+        cp = kube.control_plane
+        for namespace in ("t1", "t2"):
+            cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+        cp.apply(ADMIN, [crd("widgets", "Widget"), crd("gadgets", "Gadget", ("v1alpha1",))])
+        cp.apply(ADMIN, [BROKEN])
+        for plural in ("widgets", "gadgets"):
+            wait_for(lambda p=plural: served(kube, p), f"{plural} served")  # type: ignore[misc]
+        cp.apply(ADMIN, [tenant("t1"), tenant("t2")])
+        cp.apply(ADMIN, [rbac(binding("alice", "tenant", "User:alice", namespace="t1"))])
+        compilers = Compilers(cp, workdir)
+        compilers.start("first", "--lease-seconds", "2")
+        try:
+            wait_for(
+                lambda: marked("t2", kube) and {WIDGETS, GADGETS} <= (judged(kube) or set()),
+                "compiled, and widgets and gadgets left to the policy",
+                60,
+            )
+            yield kube, compilers
+        finally:
+            compilers.stop_all()
+
+
+def write(kube: LabelRbacCluster, user: str, namespace: str, plural: str, team: str) -> str:
+    """A dry-run create by ``user``: "" when allowed, else the API server's message."""
+    version = "v1" if plural == "configmaps" else f"{GROUP}/{VERSIONS[plural]}"
+    prefix = "/api/v1" if plural == "configmaps" else f"/apis/{version}"
+    body = {
+        "apiVersion": version,
+        "kind": KINDS[plural],
+        "metadata": {"name": f"o-{time.monotonic_ns()}", "labels": {"team": team}},
+    }
+    path = f"{prefix}/namespaces/{namespace}/{plural}?dryRun=All"
+    status, answer = kube.control_plane.request(user, "POST", path, body)
+    return "" if status < 300 else str(answer.get("message", answer))
+
+
+UNREACHABLE = f'failed calling webhook "{COMPILED_ENTRY}"'
+UNLISTED = 'the compiled label permissions of namespace "t2" do not list this user yet'
+
+
+def test_the_preferred_version_failing_and_a_version_not_preferred_are_indexed_everywhere(
+    cluster: tuple[LabelRbacCluster, Compilers],
+) -> None:
+    kube, compilers = cluster
+    cp = kube.control_plane
+    _, groups = cp.request(ADMIN, "GET", "/apis")
+    (example,) = [g for g in groups["groups"] if g["name"] == GROUP]
+    assert example["preferredVersion"]["version"] == "v1beta9"  # ... which answers 503
+    assert cp.request(ADMIN, "GET", f"/apis/{GROUP}/v1beta9")[0] == 503
+    assert f"discovery of /apis/{GROUP}/v1beta9 failed" in compilers.log("first")
+    # Every namespace indexes what any annotation restricts, t2 too (no restricted role bound).
+    for namespace in ("t1", "t2"):
+        assert {"configmaps", WIDGETS, GADGETS} <= set(indexed(kube, namespace)), namespace
+
+
+@pytest.fixture()
+def webhook_down(cluster: tuple[LabelRbacCluster, Compilers]) -> Iterator[LabelRbacCluster]:
+    kube, _ = cluster
+    assert kube.webhook is not None
+    stop(kube.webhook.process)
+    try:
+        yield kube
+    finally:
+        kube.restart_webhook()
+
+
+LABEL_DENIAL = 'label team="b" is not permitted (role t1/tenant allows team in [a])'
+
+
+@pytest.mark.parametrize(
+    ("plural", "team", "expected"),
+    [
+        pytest.param("widgets", "a", "", id="preferred-version-503-own-bucket"),
+        pytest.param("widgets", "b", LABEL_DENIAL, id="preferred-version-503-other-bucket"),
+        pytest.param("gadgets", "a", "", id="not-preferred-version-own-bucket"),
+        pytest.param("gadgets", "b", LABEL_DENIAL, id="not-preferred-version-other-bucket"),
+    ],
+)
+def test_with_the_webhook_down_the_policy_judges_them(
+    webhook_down: LabelRbacCluster, plural: str, team: str, expected: str
+) -> None:
+    message = write(webhook_down, "alice", "t1", plural, team)
+    assert (expected in message and message != "") if expected else message == ""
+
+
+def test_a_crd_created_after_the_restricting_role_is_judged_by_the_webhook_until_indexed(
+    cluster: tuple[LabelRbacCluster, Compilers], capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube, _ = cluster
+    created = time.monotonic()
+    kube.apply(ADMIN, [crd("things", "Thing")])
+    wait_for(lambda: served(kube, "things"), "things served")
+    before = judged(kube) or frozenset()
+    seen = decisions(kube, THINGS)
+    assert LABEL_DENIAL in write(kube, "alice", "t1", "things", "b")
+    assert write(kube, "alice", "t1", "things", "a") == ""
+    if THINGS not in before and THINGS not in (judged(kube) or ()):
+        assert decisions(kube, THINGS) == seen + 2  # the webhook's, not let through
+        assert kube.webhook is not None
+        stop(kube.webhook.process)
+        try:
+            message = write(kube, "alice", "t1", "things", "a")
+            if THINGS not in (judged(kube) or ()):  # not discovered meanwhile
+                assert UNREACHABLE in message  # failing closed, never allowed unjudged
+        finally:
+            kube.restart_webhook()
+    # The compiler watches CRDs: discovery lists things at once, every namespace indexes them,
+    # and then the policy judges them alone.
+    wait_for(lambda: THINGS in (judged(kube) or ()), "things left to the policy", 20, 0.02)
+    with capsys.disabled():
+        print(
+            f"\n[discovery] CRD created -> left to the policy: {time.monotonic() - created:.2f} s"
+        )
+    assert THINGS in indexed(kube, "t2")
+    seen = decisions(kube, THINGS)
+    assert LABEL_DENIAL in write(kube, "alice", "t1", "things", "b")
+    assert decisions(kube, THINGS) == seen
+
+
+def test_a_new_crd_is_discovered_at_once(
+    cluster: tuple[LabelRbacCluster, Compilers], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The compiler watches CRDs: a new one (no annotation restricts it) is listed by the next
+    discovery at once, not a minute later; timed until the registration leaves it out."""
+    kube, _ = cluster
+    took = []
+    for plural in ("sprockets", "cogs", "levers"):
+        started = time.monotonic()
+        kube.apply(ADMIN, [crd(plural, plural.title()[:-1])])
+        key = f"{plural}.{GROUP}"
+        wait_for(lambda k=key: k in unjudged(kube), f"{plural} left out", 20, 0.02)  # type: ignore[misc]
+        took.append(time.monotonic() - started)
+    with capsys.disabled():
+        print(
+            "\n[discovery] CRD created -> discovered and left out: "
+            + ", ".join(f"{t:.2f} s" for t in took)
+        )
+    assert max(took) < 10  # a minute without the watch
+
+
+def test_a_subject_bound_with_the_compiler_stopped_can_write_nothing_unchecked(
+    cluster: tuple[LabelRbacCluster, Compilers],
+) -> None:
+    """bob is bound in t2, where no restricted role was bound when its parameters were written,
+    while the compiler is down: every write the role restricts is refused as not listed yet, for
+    as long as the compiler stays down; once it runs again, bob is judged by his labels."""
+    kube, compilers = cluster
+    compilers.kill("first")
+    kube.apply(ADMIN, [rbac(binding("bob", "tenant", "User:bob", namespace="t2"))])
+    seen = decisions(kube, "configmaps")
+    for _ in range(3):
+        for plural in ("configmaps", "widgets", "gadgets"):
+            for team in ("a", "b"):
+                assert UNLISTED in write(kube, "bob", "t2", plural, team), (plural, team)
+        time.sleep(1)
+    assert decisions(kube, "configmaps") == seen  # the policy's refusals
+    compilers.start("second", "--lease-seconds", "2")
+    wait_for(lambda: write(kube, "bob", "t2", "configmaps", "a") == "", "bob compiled", 60)
+    assert 'label team="b" is not permitted (role t2/tenant' in write(
+        kube, "bob", "t2", "gadgets", "b"
+    )
