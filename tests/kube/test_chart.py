@@ -1,0 +1,372 @@
+"""The Helm chart through a real kube-apiserver: ``helm install``, ``upgrade`` and ``uninstall``.
+
+The official helm binary installs ``charts/label-rbac`` into a loopback control plane as a
+platform team would (``--create-namespace --wait``). There is no kubelet or controller manager:
+the webhook and the compiler run as processes with the arguments and the identities of the
+Deployments the chart rendered, and once they answer the test writes the Deployments' status as
+their controller would, which is what ``--wait`` waits for. The registration reaches the webhook
+through the chart's ``webhook.url`` and ``certificates.source=existingSecret`` (its CA), as for a
+webhook run outside the cluster.
+
+One control plane for the module: the default install, judged, upgraded under load, removed;
+then the same cluster gets the compiled path under another name prefix and namespace
+(``acme-lr`` in ``policy``), judged by the policy, removed. After each removal an admin and a
+tenant write in an existing and in a new namespace, and nothing of label-rbac is left but what
+docs/install.md says stays.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.certs import CertPaths, generate
+from tests import helm
+from tests.kube.cluster import Compilers
+from tests.kube.conftest import require, require_control_plane, wait_for
+from tests.kube.controlplane import ADMIN, DEFAULT_USERS, ControlPlane, User, service_account
+from tests.kube.support import eventually, example_tenants
+from tests.process import Server, free_port, launch, stop
+
+RELEASE = "label-rbac"
+COMPILER = service_account("label-rbac", "label-rbac-compiler")
+RENAMED_WEBHOOK = service_account("policy", "acme-lr")
+RENAMED_COMPILER = service_account("policy", "acme-lr-compiler")
+USERS: tuple[User, ...] = (*DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER)
+
+
+@dataclass
+class Install:
+    """One release of the chart in ``namespace`` under the name prefix ``name``, its webhook and
+    compiler as processes."""
+
+    cp: ControlPlane
+    workdir: Path
+    namespace: str
+    name: str
+    sets: list[str] = field(default_factory=list)
+    webhook: Server | None = None
+    compilers: Compilers | None = None
+
+    def __post_init__(self) -> None:
+        self.port = free_port()
+        self.tls: CertPaths = generate(
+            self.workdir / f"tls-{self.name}",
+            [f"{self.name}.{self.namespace}.svc", "127.0.0.1", "localhost"],
+        )
+        self.home = self.workdir / "helm-home"
+
+    def values(self) -> list[str]:
+        ca = base64.b64encode(self.tls.ca.read_bytes()).decode()
+        return [
+            f"name={self.name}",
+            f"webhook.url=https://127.0.0.1:{self.port}",
+            "certificates.source=existingSecret",
+            f"certificates.existingSecret.name={self.name}-tls",
+            f"certificates.existingSecret.caBundle={ca}",
+            *self.sets,
+        ]
+
+    def helm(self, *args: str, background: bool = False) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.cp.kubeconfig(ADMIN)),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+        }
+        command = [str(helm.helm_or_skip()), *args, "--namespace", self.namespace]
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        if not background:
+            finish(process)
+        return process
+
+    def install(self, *extra: str, background: bool = False) -> subprocess.Popen[str]:
+        sets = [a for v in self.values() for a in ("--set", v)]
+        return self.helm(
+            "install", RELEASE, str(helm.CHART), "--create-namespace", "--wait",
+            "--timeout", "120s", *sets, *extra, background=background,
+        )  # fmt: skip
+
+    def upgrade(self, *extra: str, background: bool = False) -> subprocess.Popen[str]:
+        return self.helm(
+            "upgrade", RELEASE, str(helm.CHART), "--reuse-values", "--wait",
+            "--timeout", "120s", *extra, background=background,
+        )  # fmt: skip
+
+    def deployment(self, name: str) -> dict[str, Any]:
+        status, found = self.cp.request(
+            ADMIN, "GET", f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{name}"
+        )
+        assert status == 200, found
+        return dict(found)
+
+    def args(self, name: str) -> list[str]:
+        """The container's arguments as the chart rendered them, for a process."""
+        (container,) = self.deployment(name)["spec"]["template"]["spec"]["containers"]
+        return [str(a) for a in container["args"]]
+
+    def start(self) -> None:
+        """The webhook (and the compiler, if the chart rendered it) as the pods would run."""
+        rendered = self.args(self.name)
+        assert rendered[0] == "serve"
+        # TLS and the address are the process's own (launch); no drain in a test.
+        own = ("--tls-cert=", "--tls-key=", "--bind=", "--drain-seconds=")
+        args = [a for a in rendered[1:] if not a.startswith(own)]
+        user = f"system:serviceaccount:{self.namespace}:{self.name}"
+        self.webhook = launch(
+            self.workdir, "--kubeconfig", str(self.cp.kubeconfig(user)), *args,
+            tls=(self.tls.ca, self.tls.cert, self.tls.key), port=self.port,
+            log_name=f"webhook-{self.name}.log",
+        )  # fmt: skip
+        self.webhook.wait_ready()
+        compiler = f"{self.name}-compiler"
+        status, _ = self.cp.request(
+            ADMIN, "GET", f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{compiler}"
+        )
+        if status == 200:
+            rendered = self.args(compiler)
+            assert rendered[0] == "compile"
+            identity = "--identity=$(POD_NAME)"
+            assert identity in rendered
+            args = [a for a in rendered[1:] if a != identity]
+            user = f"system:serviceaccount:{self.namespace}:{compiler}"
+            self.compilers = Compilers(self.cp, self.workdir, user)
+            self.compilers.start(f"{compiler}-0", *args)
+
+    def mark_ready(self) -> None:
+        """Every Deployment of the release available, as the Deployment controller reports it
+        once its pods are ready (what ``helm --wait`` waits for)."""
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments"
+        _, listing = self.cp.request(ADMIN, "GET", path)
+        for deployment in listing["items"]:
+            replicas = deployment["spec"]["replicas"]
+            deployment["status"] = {
+                "observedGeneration": deployment["metadata"]["generation"],
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "readyReplicas": replicas,
+                "availableReplicas": replicas,
+                "conditions": [
+                    {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+                ],
+            }
+            name = deployment["metadata"]["name"]
+            status, answer = self.cp.request(ADMIN, "PUT", f"{path}/{name}/status", deployment)
+            assert status == 200, answer
+
+    def stop(self) -> None:
+        """The pods gone (after ``helm uninstall`` deleted their Deployments)."""
+        if self.compilers is not None:
+            self.compilers.stop_all()
+        if self.webhook is not None:
+            stop(self.webhook.process)
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 180) -> str:
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output
+    return output
+
+
+def failure_policies(cp: ControlPlane, name: str) -> dict[str, str]:
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    _, config = cp.request(ADMIN, "GET", path)
+    return {w["name"]: w["failurePolicy"] for w in config["webhooks"]}
+
+
+def configmap(cp: ControlPlane, user: str, namespace: str, labels: dict[str, str]) -> str:
+    """A ConfigMap created by ``user`` (a real write): "" when allowed, else the message."""
+    body = {"metadata": {"generateName": "w-", "labels": labels}, "data": {"k": "v"}}
+    status, answer = cp.request(user, "POST", f"/api/v1/namespaces/{namespace}/configmaps", body)
+    return "" if status == 201 else f"{status} {answer.get('message', answer)}"
+
+
+def new_namespace(cp: ControlPlane, name: str) -> None:
+    status, answer = cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    assert status == 201, answer
+
+
+def tenants(cp: ControlPlane, namespace: str) -> None:
+    cp.apply(ADMIN, example_tenants(namespace))
+
+
+def alice_judged(cp: ControlPlane, namespace: str, by: str = "") -> None:
+    """alice (team=a) is refused an unlabeled ConfigMap and allowed a team=a one; ``by``: the
+    refusal comes from this policy."""
+    refused = configmap(cp, "alice", namespace, {})
+    assert refused.startswith("403") and "team in [a]" in refused, refused
+    if by:
+        assert f"ValidatingAdmissionPolicy '{by}'" in refused, refused
+    assert configmap(cp, "alice", namespace, {"team": "a"}) == ""
+
+
+class Load:
+    """bob (team=b) creating labeled ConfigMaps in ``namespace`` as fast as one client does,
+    until stopped: the writes that failed, and how many there were."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.cp, self.namespace = cp, namespace
+        self.failures: list[str] = []
+        self.writes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            answer = configmap(self.cp, "bob", self.namespace, {"team": "b"})
+            self.writes += 1
+            if answer:
+                self.failures.append(answer)
+            time.sleep(0.02)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def leftovers(cp: ControlPlane) -> dict[str, list[str]]:
+    """What of label-rbac is in the cluster: cluster-scoped objects by kind."""
+    found: dict[str, list[str]] = {}
+    admission = "admissionregistration.k8s.io/v1/"
+    for kind, path in (
+        ("ValidatingWebhookConfiguration", admission + "validatingwebhookconfigurations"),
+        ("ValidatingAdmissionPolicy", admission + "validatingadmissionpolicies"),
+        ("ValidatingAdmissionPolicyBinding", admission + "validatingadmissionpolicybindings"),
+        ("ClusterRole", "rbac.authorization.k8s.io/v1/clusterroles"),
+        ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1/clusterrolebindings"),
+        ("PriorityClass", "scheduling.k8s.io/v1/priorityclasses"),
+        ("CustomResourceDefinition", "apiextensions.k8s.io/v1/customresourcedefinitions"),
+    ):
+        _, listing = cp.request(ADMIN, "GET", f"/apis/{path}")
+        names = [
+            i["metadata"]["name"]
+            for i in listing["items"]
+            if "label-rbac" in i["metadata"]["name"]
+            or "acme-lr" in i["metadata"]["name"]
+            or "labelrbac.io" in i["metadata"]["name"]
+        ]
+        if names:
+            found[kind] = sorted(names)
+    return found
+
+
+def removed_cleanly(cp: ControlPlane, existing: str, fresh: str) -> None:
+    """After the removal: writes in an existing and a new namespace, by an admin and a tenant
+    (unlabeled: nothing judges labels any more), are all accepted."""
+    new_namespace(cp, fresh)
+    tenants(cp, fresh)
+    for namespace in (existing, fresh):
+        for user in (ADMIN, "alice"):
+            assert configmap(cp, user, namespace, {}) == "", (user, namespace)
+
+
+@pytest.fixture(scope="module")
+def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    require_control_plane()
+    require(helm.binary, "the Helm chart through the API server")
+    plane = ControlPlane(tmp_path_factory.mktemp("chart") / "control-plane", users=USERS)
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+def test_install_upgrade_uninstall(cp: ControlPlane, tmp_path: Path) -> None:
+    new_namespace(cp, "t1")
+    tenants(cp, "t1")
+    release = Install(cp, tmp_path, "label-rbac", "label-rbac")
+    try:
+        # helm install --wait: the registration exists at once, failing open while nothing
+        # answers, so the tenants' writes pass rather than being refused.
+        installing = release.install(background=True)
+        wait_for(
+            lambda: cp.request(ADMIN, "GET", "/apis/admissionregistration.k8s.io/v1/"
+                               "validatingwebhookconfigurations/label-rbac")[0] == 200,
+            "the registration",
+        )  # fmt: skip
+        assert set(failure_policies(cp, "label-rbac").values()) == {"Ignore"}
+        assert configmap(cp, "alice", "t1", {}) == ""
+        assert installing.poll() is None, "helm install --wait returned before the webhook"
+        release.start()
+        release.mark_ready()
+        finish(installing)
+        eventually(lambda: alice_judged(cp, "t1"))
+
+        # helm upgrade: failing closed from now on, and no write refused on the way.
+        with Load(cp, "t1") as load:
+            release.upgrade()
+            release.mark_ready()  # the new revision's rollout, done
+            release.upgrade("--set", "webhook.timeoutSeconds=4")
+        print(f"upgrades under load: {load.writes} writes, {len(load.failures)} refused")
+        assert load.writes > 10 and load.failures == [], load.failures
+        assert failure_policies(cp, "label-rbac") == {
+            "labels.labelrbac.io": "Fail",
+            "rbac.labelrbac.io": "Fail",
+            "nodes.labelrbac.io": "Fail",
+            "pod-status.labelrbac.io": "Ignore",
+            "node-objects.labelrbac.io": "Ignore",
+        }
+        alice_judged(cp, "t1")
+
+        release.helm("uninstall", RELEASE, "--wait")
+    finally:
+        release.stop()
+    assert leftovers(cp) == {}
+    removed_cleanly(cp, "t1", "t1-after")
+
+
+def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
+    """The compiled path as ``acme-lr`` in ``policy``: the policy (by its new name) judges the
+    tenants, the guards name the renamed compiler; removed, nothing refuses a write."""
+    new_namespace(cp, "t2")
+    tenants(cp, "t2")
+    release = Install(
+        cp,
+        tmp_path,
+        "policy",
+        "acme-lr",
+        sets=["compiled.enabled=true", "webhook.failurePolicy=Fail"],
+    )
+    try:
+        installing = release.install(background=True)
+        wait_for(lambda: release_deployed(cp, release), "the Deployments", timeout=60)
+        release.start()
+        release.mark_ready()
+        finish(installing)
+        eventually(lambda: alice_judged(cp, "t2", by="acme-lr"), timeout=30)
+        # Only the renamed compiler writes parameters: not even an admin.
+        status, answer = cp.request(
+            ADMIN, "DELETE", "/apis/labelrbac.io/v1alpha1/namespaces/t2/labelrbacparams/label-rbac"
+        )
+        assert status == 403 and "system:serviceaccount:policy:acme-lr-compiler" in str(answer)
+        release.helm("uninstall", RELEASE, "--wait")
+    finally:
+        release.stop()
+    # What stays (docs/install.md, "Uninstall"): the CRD, and with it the parameters, which
+    # nothing reads any more.
+    assert leftovers(cp) == {"CustomResourceDefinition": ["labelrbacparams.labelrbac.io"]}
+    removed_cleanly(cp, "t2", "t2-after")
+
+
+def release_deployed(cp: ControlPlane, release: Install) -> bool:
+    path = f"/apis/apps/v1/namespaces/{release.namespace}/deployments"
+    status, listing = cp.request(ADMIN, "GET", path)
+    return status == 200 and len(listing["items"]) == 2
