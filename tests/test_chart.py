@@ -54,6 +54,12 @@ def with_monitoring(tmp: Path, overlay: str) -> Path:
     return copy / overlay
 
 
+def hook(document: Mapping[str, Any]) -> bool:
+    """A Helm hook: the post-install Job switching to Fail, which the overlays leave to the
+    second step (`kubectl apply -k manifests/enforce`)."""
+    return "helm.sh/hook" in document["metadata"].get("annotations", {})
+
+
 # The one object the overlays have and the chart does not: the namespace, which Helm creates
 # (`helm install --create-namespace`) and every entry and policy leaves out by name anyway.
 ONLY_IN_OVERLAYS = {("Namespace", "", "label-rbac")}
@@ -76,7 +82,7 @@ ONLY_IN_OVERLAYS = {("Namespace", "", "label-rbac")}
 def test_chart_renders_what_the_overlays_do(
     values: Sequence[Path], upgrade: bool, overlay: str, monitoring: bool, tmp_path: Path
 ) -> None:
-    rendered = by_key(helm.template(values, upgrade=upgrade))
+    rendered = by_key(d for d in helm.template(values, upgrade=upgrade) if not hook(d))
     directory = with_monitoring(tmp_path, overlay) if monitoring else MANIFESTS / overlay
     kustomized = by_key(kustomize(directory))
     assert set(kustomized) - set(rendered) == ONLY_IN_OVERLAYS
@@ -189,17 +195,18 @@ def test_renamed_install_carries_its_names_everywhere() -> None:
 @pytest.mark.parametrize(
     ("upgrade", "sets", "expected"),
     [
-        pytest.param(False, [], "Ignore", id="install-fails-open-until-ready"),
+        pytest.param(False, [], "Ignore", id="install-fails-open-until-the-hook"),
         pytest.param(True, [], "Fail", id="upgrade-fails-closed"),
         pytest.param(False, ["webhook.failurePolicy=Fail"], "Fail", id="fail-always"),
     ],
 )
 def test_failure_policy_follows_the_release(upgrade: bool, sets: list[str], expected: str) -> None:
-    docs = helm.template(upgrade=upgrade, sets=sets)
+    docs = helm.template([CI / "compiled-values.yaml"], upgrade=upgrade, sets=sets)
     (config,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
     policies = {w["name"]: w["failurePolicy"] for w in config["webhooks"]}
     assert policies == {
         "labels.labelrbac.io": expected,
+        "labels-compiled.labelrbac.io": expected,
         "rbac.labelrbac.io": expected,
         "nodes.labelrbac.io": expected,
         "pod-status.labelrbac.io": "Ignore",
@@ -221,3 +228,38 @@ def test_failure_policy_follows_the_release(upgrade: bool, sets: list[str], expe
 def test_values_schema_refuses(assignment: str) -> None:
     with pytest.raises(AssertionError, match="values don't meet the specifications"):
         helm.template(sets=[assignment])
+
+
+@pytest.mark.parametrize(
+    ("values", "entries"),
+    [
+        pytest.param([], ["labels", "rbac", "nodes"], id="default"),
+        pytest.param(
+            [CI / "compiled-values.yaml"], ["labels", "labels-compiled", "rbac", "nodes"],
+            id="compiled-split",
+        ),
+    ],
+)  # fmt: skip
+def test_install_hook_switches_the_fail_closed_entries(
+    values: Sequence[Path], entries: list[str]
+) -> None:
+    """The post-install Job patches, at their rendered positions, exactly the entries that fail
+    closed, each behind a test of its name; upgrades render no hook (they render Fail)."""
+    docs = helm.template(values)
+    config = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
+    positions = {w["name"]: i for i, w in enumerate(config["webhooks"])}
+    (job,) = [d for d in docs if d["kind"] == "Job"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    (patch,) = [a for a in container["args"] if a.startswith("--patch=")]
+    operations = json.loads(patch.removeprefix("--patch="))
+    expected = []
+    for entry in entries:
+        i = positions[f"{entry}.labelrbac.io"]
+        expected += [
+            {"op": "test", "path": f"/webhooks/{i}/name", "value": f"{entry}.labelrbac.io"},
+            {"op": "replace", "path": f"/webhooks/{i}/failurePolicy", "value": "Fail"},
+        ]
+    assert operations == expected
+    assert not [d for d in helm.template(values, upgrade=True) if hook(d)]
+    assert not [d for d in helm.template(values, sets=["webhook.failurePolicy=Fail"]) if hook(d)]

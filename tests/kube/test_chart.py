@@ -41,7 +41,12 @@ RELEASE = "label-rbac"
 COMPILER = service_account("label-rbac", "label-rbac-compiler")
 RENAMED_WEBHOOK = service_account("policy", "acme-lr")
 RENAMED_COMPILER = service_account("policy", "acme-lr-compiler")
-USERS: tuple[User, ...] = (*DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER)
+# The post-install Job's (templates/enforce-hook.yaml).
+HOOKS = (
+    service_account("label-rbac", "label-rbac-enforce"),
+    service_account("policy", "acme-lr-enforce"),
+)
+USERS: tuple[User, ...] = (*DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS)
 
 
 @dataclass
@@ -167,12 +172,46 @@ class Install:
             status, answer = self.cp.request(ADMIN, "PUT", f"{path}/{name}/status", deployment)
             assert status == 200, answer
 
+    def run_hook(self, timeout: float = 60) -> None:
+        """The post-install Job, as the Job controller and a kubelet would run it: each container
+        in order (kubectl, the rendered arguments) as the Job's ServiceAccount, then the Job's
+        status Complete."""
+        path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{self.name}-enforce"
+        wait_for(lambda: self.cp.request(ADMIN, "GET", path)[0] == 200, "the hook", timeout)
+        _, job = self.cp.request(ADMIN, "GET", path)
+        pod = job["spec"]["template"]["spec"]
+        user = f"system:serviceaccount:{self.namespace}:{pod['serviceAccountName']}"
+        for container in [*pod.get("initContainers", ()), *pod["containers"]]:
+            done = self.cp.kubectl(user, *container["args"], timeout=timeout)
+            assert done.returncode == 0, (container["name"], done.stderr)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        job["status"] = {
+            "startTime": now,
+            "completionTime": now,
+            "succeeded": 1,
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": now}
+                for t in ("SuccessCriteriaMet", "Complete")
+            ],
+        }
+        status, answer = self.cp.request(ADMIN, "PUT", f"{path}/status", job)
+        assert status == 200, answer
+
     def stop(self) -> None:
         """The pods gone (after ``helm uninstall`` deleted their Deployments)."""
         if self.compilers is not None:
             self.compilers.stop_all()
         if self.webhook is not None:
             stop(self.webhook.process)
+
+
+FAILING_CLOSED = {
+    "labels.labelrbac.io": "Fail",
+    "rbac.labelrbac.io": "Fail",
+    "nodes.labelrbac.io": "Fail",
+    "pod-status.labelrbac.io": "Ignore",
+    "node-objects.labelrbac.io": "Ignore",
+}
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 180) -> str:
@@ -307,23 +346,20 @@ def test_install_upgrade_uninstall(cp: ControlPlane, tmp_path: Path) -> None:
         assert installing.poll() is None, "helm install --wait returned before the webhook"
         release.start()
         release.mark_ready()
+        # Available: the post-install hook switches the registration to fail closed.
+        release.run_hook()
         finish(installing)
+        assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
         eventually(lambda: alice_judged(cp, "t1"))
 
-        # helm upgrade: failing closed from now on, and no write refused on the way.
+        # helm upgrade: still failing closed, and no write refused on the way.
         with Load(cp, "t1") as load:
             release.upgrade()
             release.mark_ready()  # the new revision's rollout, done
             release.upgrade("--set", "webhook.timeoutSeconds=4")
         print(f"upgrades under load: {load.writes} writes, {len(load.failures)} refused")
         assert load.writes > 10 and load.failures == [], load.failures
-        assert failure_policies(cp, "label-rbac") == {
-            "labels.labelrbac.io": "Fail",
-            "rbac.labelrbac.io": "Fail",
-            "nodes.labelrbac.io": "Fail",
-            "pod-status.labelrbac.io": "Ignore",
-            "node-objects.labelrbac.io": "Ignore",
-        }
+        assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
         alice_judged(cp, "t1")
 
         release.helm("uninstall", RELEASE, "--wait")
@@ -343,14 +379,19 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
         tmp_path,
         "policy",
         "acme-lr",
-        sets=["compiled.enabled=true", "webhook.failurePolicy=Fail"],
+        sets=["compiled.enabled=true"],
     )
     try:
         installing = release.install(background=True)
         wait_for(lambda: release_deployed(cp, release), "the Deployments", timeout=60)
         release.start()
         release.mark_ready()
+        release.run_hook()
         finish(installing)
+        assert failure_policies(cp, "acme-lr") == {
+            **FAILING_CLOSED,
+            "labels-compiled.labelrbac.io": "Fail",
+        }
         eventually(lambda: alice_judged(cp, "t2", by="acme-lr"), timeout=30)
         # Only the renamed compiler writes parameters: not even an admin.
         status, answer = cp.request(

@@ -115,3 +115,36 @@ webhook would. */}}
   matchLabelKeys: [pod-template-hash]
 {{- end }}
 {{- end }}
+
+{{/* A container of the post-install hook: kubectl, locked down. */}}
+{{- define "label-rbac.hookContainer" -}}
+{{- $image := .Values.enforceHook.image -}}
+image: {{ $image.repository }}{{ if $image.digest }}@{{ $image.digest }}{{ else }}:{{ $image.tag }}{{ end }}
+resources:
+  requests: {cpu: 10m, memory: 32Mi}
+  limits: {memory: 128Mi}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+{{- end }}
+
+{{/* The JSON patch setting Fail on the entries that fail closed, each guarded by a test of
+its name at its index (the order webhook.yaml renders them in), so a different registration is
+refused rather than changed. */}}
+{{- define "label-rbac.failClosedPatch" -}}
+{{- $entries := list "labels.labelrbac.io" -}}
+{{- if and .Values.compiled.enabled .Values.compiled.split -}}
+{{- $entries = append $entries "labels-compiled.labelrbac.io" -}}
+{{- end -}}
+{{- $entries = append $entries "rbac.labelrbac.io" -}}
+{{- if .Values.webhook.nodeEntries -}}
+{{- $entries = append $entries "nodes.labelrbac.io" -}}
+{{- end -}}
+{{- $ops := list -}}
+{{- range $i, $entry := $entries -}}
+{{- $ops = append $ops (dict "op" "test" "path" (printf "/webhooks/%d/name" $i) "value" $entry) -}}
+{{- $ops = append $ops (dict "op" "replace" "path" (printf "/webhooks/%d/failurePolicy" $i) "value" "Fail") -}}
+{{- end -}}
+{{- toJson $ops -}}
+{{- end }}
