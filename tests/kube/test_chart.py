@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import subprocess
 import threading
 import time
@@ -31,11 +32,12 @@ import pytest
 
 from app.certs import CertPaths, generate
 from tests import helm
-from tests.kube.cluster import Compilers
+from tests.kube.cluster import Compilers, LabelRbacCluster
 from tests.kube.conftest import require, require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, DEFAULT_USERS, ControlPlane, User, service_account
 from tests.kube.support import eventually, example_tenants
 from tests.process import Server, free_port, launch, stop
+from tests.support import ROOT
 
 RELEASE = "label-rbac"
 COMPILER = service_account("label-rbac", "label-rbac-compiler")
@@ -362,7 +364,9 @@ def test_install_upgrade_uninstall(cp: ControlPlane, tmp_path: Path) -> None:
         assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
         alice_judged(cp, "t1")
 
-        release.helm("uninstall", RELEASE, "--wait")
+        with Load(cp, "t1") as load:
+            release.helm("uninstall", RELEASE, "--wait")
+        assert load.failures == [], load.failures
     finally:
         release.stop()
     assert leftovers(cp) == {}
@@ -398,7 +402,9 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
             ADMIN, "DELETE", "/apis/labelrbac.io/v1alpha1/namespaces/t2/labelrbacparams/label-rbac"
         )
         assert status == 403 and "system:serviceaccount:policy:acme-lr-compiler" in str(answer)
-        release.helm("uninstall", RELEASE, "--wait")
+        with Load(cp, "t2") as load:
+            release.helm("uninstall", RELEASE, "--wait")
+        assert load.failures == [], load.failures
     finally:
         release.stop()
     # What stays (docs/install.md, "Uninstall"): the CRD, and with it the parameters, which
@@ -411,3 +417,55 @@ def release_deployed(cp: ControlPlane, release: Install) -> bool:
     path = f"/apis/apps/v1/namespaces/{release.namespace}/deployments"
     status, listing = cp.request(ADMIN, "GET", path)
     return status == 200 and len(listing["items"]) == 2
+
+
+def documented_overlay_removal() -> list[list[str]]:
+    """The commands of docs/install.md, "Uninstall the overlays", paths made absolute."""
+    page = (ROOT / "docs" / "install.md").read_text()
+    section = page.split("### Uninstall the overlays", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line, comments=True) for line in block.splitlines()]
+    return [
+        [str(ROOT / a) if a.startswith("manifests/") else a for a in command[1:]]
+        for command in commands
+        if command
+    ]
+
+
+def test_overlay_removal(tmp_path: Path) -> None:
+    """manifests/enforce-compiled removed as docs/install.md says, under light load: no write
+    refused on the way, nothing left refusing writes after, in an existing and a new
+    namespace, and nothing of label-rbac left."""
+    require_control_plane()
+    users = (*DEFAULT_USERS, COMPILER)
+    with LabelRbacCluster(tmp_path, users=users, overlay="enforce-compiled") as kube:
+        cp = kube.control_plane
+        new_namespace(cp, "t1")
+        tenants(cp, "t1")
+        compilers = Compilers(cp, tmp_path)
+        compilers.start("compiler-0")
+        try:
+            eventually(lambda: alice_judged(cp, "t1", by="label-rbac"), timeout=30)
+            commands = documented_overlay_removal()
+            assert [c[:2] for c in commands] == [["delete", "validatingwebhookconfiguration"],
+                                                 ["delete", "validatingadmissionpolicybinding,"
+                                                  "validatingadmissionpolicy"],
+                                                 ["delete", "-k"]]  # fmt: skip
+            with Load(cp, "t1") as load:
+                for command in commands:
+                    done = cp.kubectl(ADMIN, *command)
+                    # The test cluster has no cert-manager or prometheus-operator CRDs.
+                    errors = [
+                        line for line in done.stderr.splitlines()
+                        if line
+                        and "no matches for kind" not in line
+                        and line != "ensure CRDs are installed first"
+                    ]  # fmt: skip
+                    assert errors == [], (command, done.stderr)
+            assert load.writes > 0 and load.failures == [], load.failures
+        finally:
+            compilers.stop_all()
+            if kube.webhook is not None:
+                stop(kube.webhook.process)
+        assert leftovers(cp) == {}
+        removed_cleanly(cp, "t1", "t1-after")
