@@ -548,13 +548,69 @@ def test_image_is_multi_stage_pinned_and_minimal() -> None:
     build, final = stages[0], stages[-1]
     installs = " ".join(rest for op, rest in build if op == "RUN")
     assert "--only-binary=:all:" in installs  # nothing compiled, so no compiler needed
+    # Only from the lock file, every file checked against its hash.
+    assert "--require-hashes" in installs and "-r /tmp/requirements.lock" in installs
+    assert "requirements.txt" not in " ".join(rest for _, rest in build)
+    labels = " ".join(rest for op, rest in final if op == "LABEL")
+    for key in ("title", "version", "revision", "base.digest"):
+        assert f"org.opencontainers.image.{key}=" in labels, key
+    assert final[0][1].split()[0].endswith(
+        re.search(r'base\.digest="([^"]+)"', labels).group(1)  # type: ignore[union-attr]
+    )
     assert "pip uninstall" in installs and "pip setuptools" in installs
     # The final stage only copies: nothing installed there, no pip, no compilers.
-    assert {op for op, _ in final} <= {"FROM", "COPY", "ENV", "WORKDIR", "USER", "EXPOSE",
+    assert {op for op, _ in final} <= {"FROM", "ARG", "COPY", "ENV", "WORKDIR", "USER", "EXPOSE",
                                        "ENTRYPOINT", "CMD", "LABEL"}  # fmt: skip
     assert "distroless" in final[0][1]
     (user,) = [rest for op, rest in final if op == "USER"]
     assert int(user.split(":")[0]) != 0
+
+
+def locked() -> dict[str, tuple[str, list[str]]]:
+    """requirements.lock: name → (version, hashes)."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "requirements.lock").read_text())
+    found: dict[str, tuple[str, list[str]]] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            requirement, *hashes = (part.strip() for part in line.split("--hash="))
+            name, _, version = requirement.partition("==")
+            found[name.lower().replace("_", "-")] = (version, hashes)
+    return found
+
+
+def test_lock_pins_every_dependency_with_hashes() -> None:
+    """requirements.lock pins what requirements.txt pins, and every transitive dependency,
+    each with sha256 hashes (what pip --require-hashes needs); and it is what the tests run
+    with (the virtual environment's versions)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    lock = locked()
+    direct = [
+        line.split("#", 1)[0].strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+    ]
+    for requirement in filter(None, direct):
+        name, _, version = requirement.partition("==")
+        assert lock[name.lower()][0] == version, requirement
+    for name, (version, hashes) in lock.items():
+        assert re.fullmatch(r"[0-9][0-9a-z.+!-]*", version), name
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), name
+        assert metadata.version(name) == version, name
+    # Closed under dependencies: each locked package's requirements (for the image's Python
+    # 3.11 on Linux) are locked too.
+    image = {"python_version": "3.11", "python_full_version": "3.11.2", "sys_platform": "linux",
+             "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+             "implementation_name": "cpython", "platform_python_implementation": "CPython",
+             "extra": ""}  # fmt: skip
+    for name in lock:
+        for text in metadata.requires(name) or ():
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate(image):
+                assert canonicalize_name(requirement.name) in lock, (name, text)
 
 
 def test_image_default_command_serves_the_cluster() -> None:
