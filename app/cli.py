@@ -128,6 +128,18 @@ def _count_arg(text: str) -> int:
     return int(text)
 
 
+_BIND = re.compile(r"(?P<host>[0-9A-Za-z.:-]*):(?P<port>[0-9]{1,5})")
+
+
+def _bind_arg(text: str) -> tuple[str, int]:
+    found = _BIND.fullmatch(text)
+    if found is None or not 0 < int(found["port"]) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"invalid address {text!r}: expected HOST:PORT, e.g. 0.0.0.0:8080 or :8080"
+        )
+    return found["host"], int(found["port"])
+
+
 def _seconds_arg(text: str) -> float:
     if not _SECONDS.fullmatch(text):
         raise argparse.ArgumentTypeError(
@@ -283,6 +295,12 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         metavar="NAME",
         help="the ValidatingWebhookConfiguration whose label-rule entries skip the resources no "
         "annotation restricts (default label-rbac)",
+    )
+    compile_.add_argument(
+        "--probe-bind",
+        type=_bind_arg,
+        metavar="HOST:PORT",
+        help="serve /healthz, /readyz and /metrics over HTTP here (default: off)",
     )
     compile_.add_argument("--log-level", default="info")
 
@@ -924,7 +942,19 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    run(client, settings, lease, stop, args.max_params_bytes)
+    health = probes = None
+    if args.probe_bind is not None:
+        from app.compile_health import CompilerHealth, ProbeServer
+
+        health = CompilerHealth(args.lease_seconds)
+        host, port = args.probe_bind
+        probes = ProbeServer(health, host, port)
+        probes.start()
+    try:
+        run(client, settings, lease, stop, args.max_params_bytes, health)
+    finally:
+        if probes is not None:
+            probes.stop()
     logs.stop()
     return 0
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from app.compile_health import CompilerHealth
 from app.coverage import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import Change, LiveSnapshot
@@ -276,6 +277,9 @@ class PendingNamespaces:
             self._touched.pop(name, None)
             self._rest.pop(name, None)
         return taken
+
+    def empty(self) -> bool:
+        return not (self._everything or self._touched or self._rest)
 
 
 class ParamsWriter:
@@ -569,6 +573,15 @@ class ParamsWriter:
         self._wake.wait(seconds)
         self._wake.clear()
 
+    def caught_up(self) -> bool:
+        """Nothing pending and nothing in flight (the compiler's lag metric)."""
+        with self._lock:
+            return not self._running and self._pending.empty()
+
+    def delegated_count(self) -> int:
+        """Namespaces last written delegated (the compiler's metrics)."""
+        return sum(1 for written in list(self._written.values()) if written.delegated)
+
 
 def _rbac_version(source: ClusterSource) -> str:
     """The newest resourceVersion the RBAC informers have seen (etcd revisions)."""
@@ -582,8 +595,10 @@ def run(
     lease: LeaderLease,
     stop: threading.Event,
     max_bytes: int = MAX_BYTES,
+    health: CompilerHealth | None = None,
 ) -> None:
-    """Watch, render and write until ``stop`` is set."""
+    """Watch, render and write until ``stop`` is set; each round reported to ``health``
+    (``app.compile_health``: the probes and metrics)."""
     coverage = CoverageWriter(client, FIELD_MANAGER, settings.webhook_configuration)
     writer = ParamsWriter(
         client,
@@ -596,18 +611,27 @@ def run(
 
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:
         writer.applied(live, changes, _rbac_version(source))
+        if health is not None:
+            health.changed()
 
     source = ClusterSource(
         client, settings.compiler, tuning=Tuning(start_wait=0), on_applied=applied
     )
+    if health is not None:
+        health.watching(source.status)
     source.start()
     retry = max(0.2, lease.duration / 6)
     try:
         while not stop.is_set():
+            written = 0
             try:
-                writer.step(source.snapshot())
+                written = writer.step(source.snapshot())
             except KubeError as exc:
                 log.warning("compile round failed: %s", exc)
+                if health is not None:
+                    health.failed()
+            if health is not None:
+                health.round(writer.leading, written, writer.caught_up(), writer.delegated_count())
             writer.wait(retry)  # woken by a change, or a write finished
     finally:
         writer.settle(lease.duration)
