@@ -51,6 +51,11 @@ def with_monitoring(tmp: Path, overlay: str) -> Path:
     commented = "# components:\n#   - ../monitoring\n"
     assert commented in text
     kustomization.write_text(text.replace(commented, "components:\n  - ../monitoring\n"))
+    if overlay == "enforce-compiled":
+        compiled = copy / overlay / "kustomization.yaml"
+        text = compiled.read_text()
+        assert text.endswith("  - ../compiled/split\n")
+        compiled.write_text(text + "  - ../compiled/monitoring\n")
     return copy / overlay
 
 
@@ -99,6 +104,8 @@ def test_chart_files_are_the_manifests() -> None:
     monitoring = MANIFESTS / "monitoring"
     assert (files / "alerts.yaml").read_text() == (monitoring / "alerts.yaml").read_text()
     assert (files / "dashboard.json").read_text() == (monitoring / "dashboard.json").read_text()
+    compiler = MANIFESTS / "compiled" / "monitoring" / "alerts.yaml"
+    assert (files / "compiler-alerts.yaml").read_text() == compiler.read_text()
     assert chart.TEMPLATE_FILE.read_text() == chart.render()
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shlex
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +65,7 @@ class Install:
     sets: list[str] = field(default_factory=list)
     webhook: Server | None = None
     compilers: Compilers | None = None
+    probes = 0  # the compiler's probe port
 
     def __post_init__(self) -> None:
         self.port = free_port()
@@ -147,10 +150,13 @@ class Install:
             assert rendered[0] == "compile"
             identity = "--identity=$(POD_NAME)"
             assert identity in rendered
-            args = [a for a in rendered[1:] if a != identity]
+            # Its probes on a free loopback port rather than the pod's.
+            self.probes = free_port()
+            args = [a for a in rendered[1:] if a != identity and not a.startswith("--probe-bind=")]
+            assert len(args) == len(rendered) - 3, rendered
             user = f"system:serviceaccount:{self.namespace}:{compiler}"
             self.compilers = Compilers(self.cp, self.workdir, user)
-            self.compilers.start(f"{compiler}-0", *args)
+            self.compilers.start(f"{compiler}-0", *args, f"--probe-bind=127.0.0.1:{self.probes}")
 
     def mark_ready(self) -> None:
         """Every Deployment of the release available, as the Deployment controller reports it
@@ -397,6 +403,15 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
             "labels-compiled.labelrbac.io": "Fail",
         }
         eventually(lambda: alice_judged(cp, "t2", by="acme-lr"), timeout=30)
+        # The compiler's probes: leading with a current watch, and what it wrote.
+        probes = f"http://127.0.0.1:{release.probes}"
+        assert "leading" in probe(probes + "/readyz")
+        metrics = probe(probes + "/metrics")
+        assert "label_rbac_compiler_leader 1.0" in metrics
+        written = re.search(r"^label_rbac_compiler_params_written_total (\S+)$", metrics, re.M)
+        assert written is not None and float(written.group(1)) >= 1, metrics
+        lags = re.search(r"^label_rbac_compiler_lag_seconds_count (\S+)$", metrics, re.M)
+        assert lags is not None and float(lags.group(1)) >= 1, metrics
         # Only the renamed compiler writes parameters: not even an admin.
         status, answer = cp.request(
             ADMIN, "DELETE", "/apis/labelrbac.io/v1alpha1/namespaces/t2/labelrbacparams/label-rbac"
@@ -411,6 +426,11 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
     # nothing reads any more.
     assert leftovers(cp) == {"CustomResourceDefinition": ["labelrbacparams.labelrbac.io"]}
     removed_cleanly(cp, "t2", "t2-after")
+
+
+def probe(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return str(answer.read().decode())
 
 
 def release_deployed(cp: ControlPlane, release: Install) -> bool:
