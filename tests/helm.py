@@ -8,10 +8,7 @@ tests skip; in CI (``$CI=true`` or ``$LABEL_RBAC_REQUIRE_KUBE=1``) they fail ins
 
 from __future__ import annotations
 
-import hashlib
-import lzma
 import os
-import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.kube.controlplane import Unavailable, unpack
 from tests.support import ROOT
 
 VERSION = "v4.1.4"
@@ -28,18 +26,6 @@ ARCHIVE = ROOT.parent / "shared" / "helm" / f"helm-{VERSION}-linux-amd64.xz"
 SHA256 = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 CACHE = ROOT / ".cache" / "helm"
 CHART = ROOT / "charts" / "label-rbac"
-
-
-class Unavailable(Exception):
-    """No helm binary here; the message says how to get one."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def binary() -> Path:
@@ -56,16 +42,7 @@ def binary() -> Path:
         raise Unavailable(
             f"no helm: set $HELM to a helm binary, or put {ARCHIVE.name} in {ARCHIVE.parent}"
         )
-    CACHE.mkdir(parents=True, exist_ok=True)
-    partial = unpacked.with_name(f"helm.{os.getpid()}.partial")
-    with lzma.open(ARCHIVE) as src, partial.open("wb") as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-    if _sha256(partial) != SHA256:
-        partial.unlink()
-        raise Unavailable(f"{ARCHIVE}: the unpacked binary does not have sha256 {SHA256}")
-    partial.chmod(0o755)
-    partial.replace(unpacked)  # atomic: a concurrent run sees the whole binary or none
-    return unpacked
+    return unpack(ARCHIVE, unpacked, SHA256)
 
 
 def required() -> bool:
