@@ -297,6 +297,12 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         "annotation restricts (default label-rbac)",
     )
     compile_.add_argument(
+        "--registration-only",
+        action="store_true",
+        help="keep only the registration's skip-unjudged conditions, no parameters (for installs "
+        "without the compiled policies)",
+    )
+    compile_.add_argument(
         "--probe-bind",
         type=_bind_arg,
         metavar="HOST:PORT",
@@ -951,7 +957,12 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         probes = ProbeServer(health, host, port)
         probes.start()
     try:
-        run(client, settings, lease, stop, args.max_params_bytes, health)
+        if args.registration_only:
+            from app.narrowing import run_registration_only
+
+            run_registration_only(client, settings, lease, stop, health)
+        else:
+            run(client, settings, lease, stop, args.max_params_bytes, health)
     finally:
         if probes is not None:
             probes.stop()

@@ -65,6 +65,45 @@ def hook(document: Mapping[str, Any]) -> bool:
     return "helm.sh/hook" in document["metadata"].get("annotations", {})
 
 
+# The overlays' plain install has no narrowing (docs/failure.md): compared without it.
+NO_NARROWING = CI / "no-narrowing-values.yaml"
+
+
+def test_narrowing_is_the_compilers_registration_part() -> None:
+    """The chart's default adds to manifests/enforce the compiler of manifests/enforce-compiled
+    in its registration-only mode, and the registration guard: the same objects, but for the
+    rules and flags the parameters need."""
+    plain = by_key(helm.template([NO_NARROWING], upgrade=True))
+    default = by_key(d for d in helm.template(upgrade=True))
+    compiled = by_key(kustomize(MANIFESTS / "enforce-compiled"))
+    added = {k: v for k, v in default.items() if k not in plain}
+    assert set(plain) <= set(default)
+    assert {(kind, name) for kind, _, name in added} == {
+        ("ServiceAccount", "label-rbac-compiler"),
+        ("ClusterRole", "label-rbac-compiler"),
+        ("ClusterRoleBinding", "label-rbac-compiler"),
+        ("Role", "label-rbac-compiler"),
+        ("RoleBinding", "label-rbac-compiler"),
+        ("Deployment", "label-rbac-compiler"),
+        ("PodDisruptionBudget", "label-rbac-compiler"),
+        ("ValidatingAdmissionPolicy", "label-rbac-registration"),
+        ("ValidatingAdmissionPolicyBinding", "label-rbac-registration"),
+    }
+    for key, obj in added.items():
+        if key[0] not in ("ClusterRole", "Deployment"):
+            assert obj == compiled[key], key
+    role = added[("ClusterRole", "", "label-rbac-compiler")]
+    writes = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+              for r in rule["resources"] for v in rule["verbs"]
+              if v not in ("list", "watch", "get")}  # fmt: skip
+    # Nothing but its Lease (the Role) and the registration's conditions: no parameters,
+    # no Namespace marks, no Events.
+    assert writes == {("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch")}
+    (container,) = pod(added[("Deployment", "label-rbac", "label-rbac-compiler")])
+    (expected,) = pod(compiled[("Deployment", "label-rbac", "label-rbac-compiler")])
+    assert container["args"] == [*expected["args"], "--registration-only"]
+
+
 # The one object the overlays have and the chart does not: the namespace, which Helm creates
 # (`helm install --create-namespace`) and every entry and policy leaves out by name anyway.
 ONLY_IN_OVERLAYS = {("Namespace", "", "label-rbac")}
@@ -73,8 +112,8 @@ ONLY_IN_OVERLAYS = {("Namespace", "", "label-rbac")}
 @pytest.mark.parametrize(
     ("values", "upgrade", "overlay", "monitoring"),
     [
-        pytest.param([], False, "deploy", False, id="install-is-deploy"),
-        pytest.param([], True, "enforce", False, id="upgrade-is-enforce"),
+        pytest.param([NO_NARROWING], False, "deploy", False, id="install-is-deploy"),
+        pytest.param([NO_NARROWING], True, "enforce", False, id="upgrade-is-enforce"),
         pytest.param(
             [CI / "compiled-values.yaml"],
             True,

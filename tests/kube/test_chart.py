@@ -129,6 +129,10 @@ class Install:
 
     def start(self) -> None:
         """The webhook (and the compiler, if the chart rendered it) as the pods would run."""
+        self.start_webhook()
+        self.start_compiler()
+
+    def start_webhook(self) -> None:
         rendered = self.args(self.name)
         assert rendered[0] == "serve"
         # TLS and the address are the process's own (launch); no drain in a test.
@@ -141,6 +145,8 @@ class Install:
             log_name=f"webhook-{self.name}.log",
         )  # fmt: skip
         self.webhook.wait_ready()
+
+    def start_compiler(self) -> None:
         compiler = f"{self.name}-compiler"
         status, _ = self.cp.request(
             ADMIN, "GET", f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{compiler}"
@@ -360,6 +366,19 @@ def test_install_upgrade_uninstall(cp: ControlPlane, tmp_path: Path) -> None:
         assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
         eventually(lambda: alice_judged(cp, "t1"))
 
+        # The narrowing, without the compiled policies: the compiler (--registration-only)
+        # keeps the label-rule entry off what no annotation restricts, so with the webhook
+        # down an unrestricted write passes and a restricted one is refused.
+        eventually(lambda: skips(cp, "label-rbac", "services"), timeout=30)
+        assert release.webhook is not None
+        stop(release.webhook.process)
+        service = {"metadata": {"generateName": "s-"}, "spec": {"ports": [{"port": 80}]}}
+        status, answer = cp.request(ADMIN, "POST", "/api/v1/namespaces/t1/services", service)
+        assert status == 201, answer
+        refused = configmap(cp, ADMIN, "t1", {})
+        assert refused.startswith("500") and "failed calling webhook" in refused, refused
+        release.start_webhook()
+
         # helm upgrade: still failing closed, and no write refused on the way.
         with Load(cp, "t1") as load:
             release.upgrade()
@@ -426,6 +445,15 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
     # nothing reads any more.
     assert leftovers(cp) == {"CustomResourceDefinition": ["labelrbacparams.labelrbac.io"]}
     removed_cleanly(cp, "t2", "t2-after")
+
+
+def skips(cp: ControlPlane, name: str, resource: str) -> None:
+    """The registration's label-rule entry skips ``resource`` (the compiler's condition)."""
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    _, config = cp.request(ADMIN, "GET", path)
+    (labels,) = [w for w in config["webhooks"] if w["name"] == "labels.labelrbac.io"]
+    conditions = {c["name"]: c["expression"] for c in labels.get("matchConditions", ())}
+    assert f"'{resource}'" in conditions.get("skip-unjudged", ""), conditions
 
 
 def probe(url: str) -> str:

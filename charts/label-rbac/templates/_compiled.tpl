@@ -418,7 +418,10 @@ spec:
   policyName: '{{ $name }}-marks'
   validationActions:
   - Deny
----
+{{- end }}
+{{- define "label-rbac.registrationGuard" -}}
+{{- $name := include "label-rbac.name" . -}}
+{{- $namespace := include "label-rbac.namespace" . }}
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
