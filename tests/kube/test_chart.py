@@ -387,6 +387,8 @@ def test_install_upgrade_uninstall(cp: ControlPlane, tmp_path: Path) -> None:
         print(f"upgrades under load: {load.writes} writes, {len(load.failures)} refused")
         assert load.writes > 10 and load.failures == [], load.failures
         assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
+        # Helm's upgrades leave the compiler's condition in place (its own field manager).
+        skips(cp, "label-rbac", "services")
         alice_judged(cp, "t1")
 
         with Load(cp, "t1") as load:
