@@ -309,3 +309,44 @@ def test_install_hook_switches_the_fail_closed_entries(
     assert operations == expected
     assert not [d for d in helm.template(values, upgrade=True) if hook(d)]
     assert not [d for d in helm.template(values, sets=["webhook.failurePolicy=Fail"]) if hook(d)]
+
+
+def test_certificates_from_an_issuer_or_an_existing_secret() -> None:
+    """cert-manager with your issuer: no private CA, the bundle injected from the serving
+    certificate; an existing Secret: no cert-manager object, the CA bundle from the values."""
+    issued = by_key(
+        helm.template(
+            sets=[
+                "certificates.certManager.issuerRef.name=corp-ca",
+                "certificates.certManager.issuerRef.kind=ClusterIssuer",
+            ]
+        )
+    )
+    assert [k for k in issued if k[0] in ("Issuer", "Certificate")] == [
+        ("Certificate", "label-rbac", "label-rbac-serving")
+    ]
+    serving = issued[("Certificate", "label-rbac", "label-rbac-serving")]["spec"]
+    assert serving["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+    config = issued[("ValidatingWebhookConfiguration", "", "label-rbac")]
+    assert config["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "label-rbac/label-rbac-serving"
+    }
+    own = by_key(
+        helm.template(
+            sets=[
+                "certificates.source=existingSecret",
+                "certificates.existingSecret.name=corp-tls",
+                "certificates.existingSecret.caBundle=Q0E=",
+            ]
+        )
+    )
+    assert not [k for k in own if k[0] in ("Issuer", "Certificate")]
+    config = own[("ValidatingWebhookConfiguration", "", "label-rbac")]
+    assert "annotations" not in config["metadata"]
+    assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {"Q0E="}
+    volumes = own[("Deployment", "label-rbac", "label-rbac")]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "corp-tls"}} in volumes
+    with pytest.raises(AssertionError, match="caBundle is required"):
+        helm.template(
+            sets=["certificates.source=existingSecret", "certificates.existingSecret.name=x"]
+        )
