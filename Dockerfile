@@ -1,8 +1,10 @@
 # label-rbac webhook image.
 #
-# Two stages. The build stage installs the pinned requirements into a virtual environment with
-# Debian 12's Python 3.11, the interpreter of the runtime image, so binary wheels match; only
-# wheels are accepted (--only-binary), so nothing is compiled and no compiler is installed.
+# Two stages. The build stage installs the locked requirements into a virtual environment with
+# Debian 12's Python 3.11, the interpreter of the runtime image, so binary wheels match: every
+# dependency, transitive ones included, pinned with the hashes of its files (requirements.lock,
+# --require-hashes: a file that does not match is refused); only wheels are accepted
+# (--only-binary), so nothing is compiled and no compiler is installed.
 # The runtime stage is distroless: Python and its libraries, no shell, no package manager, no
 # pip (removed from the environment before it is copied), running as uid 65532.
 #
@@ -14,15 +16,25 @@ RUN apt-get update \
     && apt-get install --no-install-recommends --yes python3-venv \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/label-rbac
-COPY requirements.txt /tmp/requirements.txt
+COPY requirements.lock /tmp/requirements.lock
 RUN /opt/label-rbac/bin/pip install --no-cache-dir --disable-pip-version-check \
-        --only-binary=:all: -r /tmp/requirements.txt \
+        --require-hashes --no-deps --only-binary=:all: -r /tmp/requirements.lock \
     && /opt/label-rbac/bin/pip uninstall --yes --disable-pip-version-check pip setuptools \
     && rm -f /opt/label-rbac/bin/activate* /opt/label-rbac/bin/Activate.ps1
 COPY app /opt/label-rbac/app
 RUN /opt/label-rbac/bin/python -m compileall -q /opt/label-rbac
 
 FROM gcr.io/distroless/python3-debian12:nonroot@sha256:498e3cb48826d99bad1301994da60caa126b25c0ce03dc4e6a47a7c10fe02493
+# OCI annotations (https://github.com/opencontainers/image-spec/blob/main/annotations.md); set
+# version and revision at build time: --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD).
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="label-rbac" \
+      org.opencontainers.image.description="Label-based permissions for Kubernetes: admission webhook and policy compiler" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="gcr.io/distroless/python3-debian12:nonroot" \
+      org.opencontainers.image.base.digest="sha256:498e3cb48826d99bad1301994da60caa126b25c0ce03dc4e6a47a7c10fe02493"
 COPY --from=build /opt/label-rbac /opt/label-rbac
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /opt/label-rbac

@@ -34,6 +34,7 @@ from tests.support import ROOT, make_review
 MANIFESTS = ROOT / "manifests"
 DEPLOY = MANIFESTS / "deploy"
 ENFORCE = MANIFESTS / "enforce"
+COMPILER_ALERTS = MANIFESTS / "compiled" / "monitoring" / "alerts.yaml"
 NAMESPACE = "label-rbac"
 NODE = ("system:nodes",)
 
@@ -564,13 +565,73 @@ def test_image_is_multi_stage_pinned_and_minimal() -> None:
     build, final = stages[0], stages[-1]
     installs = " ".join(rest for op, rest in build if op == "RUN")
     assert "--only-binary=:all:" in installs  # nothing compiled, so no compiler needed
+    # Only from the lock file, every file checked against its hash.
+    assert "--require-hashes" in installs and "-r /tmp/requirements.lock" in installs
+    assert "requirements.txt" not in " ".join(rest for _, rest in build)
+    labels = " ".join(rest for op, rest in final if op == "LABEL")
+    for key in ("title", "version", "revision", "base.digest"):
+        assert f"org.opencontainers.image.{key}=" in labels, key
+    assert (
+        final[0][1]
+        .split()[0]
+        .endswith(
+            re.search(r'base\.digest="([^"]+)"', labels).group(1)  # type: ignore[union-attr]
+        )
+    )
     assert "pip uninstall" in installs and "pip setuptools" in installs
     # The final stage only copies: nothing installed there, no pip, no compilers.
-    assert {op for op, _ in final} <= {"FROM", "COPY", "ENV", "WORKDIR", "USER", "EXPOSE",
+    assert {op for op, _ in final} <= {"FROM", "ARG", "COPY", "ENV", "WORKDIR", "USER", "EXPOSE",
                                        "ENTRYPOINT", "CMD", "LABEL"}  # fmt: skip
     assert "distroless" in final[0][1]
     (user,) = [rest for op, rest in final if op == "USER"]
     assert int(user.split(":")[0]) != 0
+
+
+def locked() -> dict[str, tuple[str, list[str]]]:
+    """requirements.lock: name → (version, hashes)."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "requirements.lock").read_text())
+    found: dict[str, tuple[str, list[str]]] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            requirement, *hashes = (part.strip() for part in line.split("--hash="))
+            name, _, version = requirement.partition("==")
+            found[name.lower().replace("_", "-")] = (version, hashes)
+    return found
+
+
+def test_lock_pins_every_dependency_with_hashes() -> None:
+    """requirements.lock pins what requirements.txt pins, and every transitive dependency,
+    each with sha256 hashes (what pip --require-hashes needs); and it is what the tests run
+    with (the virtual environment's versions)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    lock = locked()
+    direct = [
+        line.split("#", 1)[0].strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+    ]
+    for requirement in filter(None, direct):
+        name, _, version = requirement.partition("==")
+        assert lock[name.lower()][0] == version, requirement
+    for name, (version, hashes) in lock.items():
+        assert re.fullmatch(r"[0-9][0-9a-z.+!-]*", version), name
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), name
+        assert metadata.version(name) == version, name
+    # Closed under dependencies: each locked package's requirements (for the image's Python
+    # 3.11 on Linux) are locked too.
+    image = {"python_version": "3.11", "python_full_version": "3.11.2", "sys_platform": "linux",
+             "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+             "implementation_name": "cpython", "platform_python_implementation": "CPython",
+             "extra": ""}  # fmt: skip
+    for name in lock:
+        for text in metadata.requires(name) or ():
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate(image):
+                assert canonicalize_name(requirement.name) in lock, (name, text)
 
 
 def test_image_default_command_serves_the_cluster() -> None:
@@ -608,13 +669,29 @@ def exposed_series() -> set[str]:
     return names
 
 
+def compiler_series() -> set[str]:
+    """Every series name the compiler's /metrics carries (app.compiled.health)."""
+    from app.compiled.health import CompilerHealth
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+    return {
+        family.name + suffix
+        for family in CompilerHealth(15).registry.collect()
+        for suffix in suffixes.get(family.type, ("",))
+    }
+
+
 def referenced_series(expression: str) -> set[str]:
     return set(re.findall(r"\b((?:label_rbac|process|apiserver)_[a-z0-9_]+|up)\b", expression))
 
 
 def monitoring_expressions() -> list[str]:
-    rules = yaml.safe_load((MANIFESTS / "monitoring" / "alerts.yaml").read_text())
-    expressions = [rule["expr"] for group in rules["spec"]["groups"] for rule in group["rules"]]
+    expressions = []
+    for path in (MANIFESTS / "monitoring" / "alerts.yaml", COMPILER_ALERTS):
+        rules = yaml.safe_load(path.read_text())
+        expressions += [
+            rule["expr"] for group in rules["spec"]["groups"] for rule in group["rules"]
+        ]
     dashboard = json.loads((MANIFESTS / "monitoring" / "dashboard.json").read_text())
     expressions += [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     return expressions
@@ -632,15 +709,57 @@ def test_alerts_cover_down_stale_and_denial_spikes() -> None:
 
 
 def test_monitoring_queries_name_only_real_series() -> None:
-    exposed = exposed_series()
+    exposed, compiler = exposed_series(), compiler_series()
     for expression in monitoring_expressions():
         assert expression.count("(") == expression.count(")"), expression
         assert expression.count("{") == expression.count("}"), expression
         ours = {s for s in referenced_series(expression) if not s.startswith("apiserver_")}
-        assert ours - {"up"} <= exposed, (ours - exposed, expression)
-        # Every series of ours is selected by the job the ServiceMonitor gives it.
-        if ours:
-            assert 'job="label-rbac"' in expression, expression
+        # Every series of ours is selected by the job the ServiceMonitor (the webhook's) or the
+        # PodMonitor (the compiler's) gives it.
+        if ours & compiler or 'job="label-rbac-compiler"' in expression:
+            assert ours - {"up"} <= compiler, (ours - compiler, expression)
+            assert 'job="label-rbac-compiler"' in expression, expression
+        else:
+            assert ours - {"up"} <= exposed, (ours - exposed, expression)
+            if ours:
+                assert 'job="label-rbac"' in expression, expression
+
+
+def test_compiler_alerts_cover_no_leader_lag_and_delegation() -> None:
+    rules = yaml.safe_load(COMPILER_ALERTS.read_text())
+    alerts = {rule["alert"]: rule for group in rules["spec"]["groups"] for rule in group["rules"]}
+    assert "label_rbac_compiler_leader" in alerts["LabelRbacCompilerNoLeader"]["expr"]
+    assert alerts["LabelRbacCompilerNoLeader"]["for"] == "1m"
+    assert "> 5" in alerts["LabelRbacCompilerLagging"]["expr"]
+    assert "delegated" in alerts["LabelRbacNamespacesDelegated"]["expr"]
+    for name, rule in alerts.items():
+        assert rule["labels"]["severity"] in ("warning", "critical"), name
+        assert rule["annotations"]["summary"] and re.fullmatch(r"\d+m", rule["for"]), name
+
+
+def test_compiler_probes_and_monitor_match_its_flags() -> None:
+    """The compiler's Deployment serves its probes where they and the PodMonitor look."""
+    from app.cli import _parser
+
+    objects = kustomize(MANIFESTS / "enforce-compiled")
+    pod = objects[("Deployment", "label-rbac-compiler")]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = _parser().parse_args(container["args"])
+    (port,) = container["ports"]
+    assert args.probe_bind == ("0.0.0.0", port["containerPort"])
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == port["name"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    monitor = yaml.safe_load((COMPILER_ALERTS.parent / "podmonitor.yaml").read_text())
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == port["name"] and endpoint["path"] == "/metrics"
+    labels = objects[("Deployment", "label-rbac-compiler")]["spec"]["template"]["metadata"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= labels["labels"].items()
+    assert labels["labels"][monitor["spec"]["jobLabel"]] == "label-rbac-compiler"
+    disruption = objects[("PodDisruptionBudget", "label-rbac-compiler")]["spec"]
+    assert disruption["selector"]["matchLabels"] == selector and disruption["minAvailable"] == 1
 
 
 def test_monitoring_follows_the_configured_namespace(configured: Path) -> None:

@@ -88,6 +88,18 @@ def _count_arg(text: str) -> int:
     return int(text)
 
 
+_BIND = re.compile(r"(?P<host>[0-9A-Za-z.:-]*):(?P<port>[0-9]{1,5})")
+
+
+def _bind_arg(text: str) -> tuple[str, int]:
+    found = _BIND.fullmatch(text)
+    if found is None or not 0 < int(found["port"]) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"invalid address {text!r}: expected HOST:PORT, e.g. 0.0.0.0:8080 or :8080"
+        )
+    return found["host"], int(found["port"])
+
+
 def _seconds_arg(text: str) -> float:
     if not _SECONDS.fullmatch(text):
         raise argparse.ArgumentTypeError(
@@ -241,6 +253,18 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         metavar="NAME",
         help="the ValidatingWebhookConfiguration whose label-rule entries skip the resources no "
         "annotation restricts (default label-rbac)",
+    )
+    compile_.add_argument(
+        "--registration-only",
+        action="store_true",
+        help="keep only the registration's skip-unjudged conditions, no parameters (for installs "
+        "without the compiled policies)",
+    )
+    compile_.add_argument(
+        "--probe-bind",
+        type=_bind_arg,
+        metavar="HOST:PORT",
+        help="serve /healthz, /readyz and /metrics over HTTP here (default: off)",
     )
     compile_.add_argument("--log-level", default="info")
 

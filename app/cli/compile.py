@@ -34,6 +34,31 @@ def cmd_compile(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    run(client, settings, lease, stop, args.max_params_bytes, args.max_params_work)
+    health = probes = None
+    if args.probe_bind is not None:
+        from app.compiled.health import CompilerHealth, ProbeServer
+
+        health = CompilerHealth(args.lease_seconds)
+        host, port = args.probe_bind
+        probes = ProbeServer(health, host, port)
+        probes.start()
+    try:
+        if args.registration_only:
+            from app.compiled.narrowing import run_registration_only
+
+            run_registration_only(client, settings, lease, stop, health)
+        else:
+            run(
+                client,
+                settings,
+                lease,
+                stop,
+                args.max_params_bytes,
+                args.max_params_work,
+                health,
+            )
+    finally:
+        if probes is not None:
+            probes.stop()
     logs.stop()
     return 0

@@ -440,7 +440,8 @@ def left_to_webhook() -> str:
     compiled policy does not judge (the complement of its match, generated from the same
     constants as ``policy()``'s ``matchConstraints`` and the kubelets its validations let pass),
     and every plain write too, until the compiler lists the resources every namespace's
-    parameters index (``app.coverage.left_expression``). So every request in such a namespace is
+    parameters index (``app.compiled.registration.left_expression``). So every request in such a
+    namespace is
     judged by one of them, and a resource the parameters do not index by the webhook."""
     return left_expression(())
 

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from app.compiled.health import CompilerHealth
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import Change, LiveSnapshot
@@ -243,7 +244,7 @@ class ServedResources:
     A group version whose listing fails (an aggregated API answering 503, a 429, a timeout)
     keeps what it listed last: one failed request must not drop its resources until the next
     discovery. What was never listed is not known, and the compiled policy leaves it to the
-    webhook (``app.coverage``)."""
+    webhook (``app.compiled.registration``)."""
 
     def __init__(self) -> None:
         self._listed: dict[str, tuple[Resource, ...]] = {}
@@ -849,6 +850,14 @@ class ParamsWriter:
         with self._lock:
             self._discovered_at = float("-inf")
         self._wake.set()
+    def caught_up(self) -> bool:
+        """Nothing pending and nothing in flight (the compiler's lag metric)."""
+        with self._lock:
+            return not self._running and self._pending.empty()
+
+    def delegated_count(self) -> int:
+        """Namespaces last written delegated (the compiler's metrics)."""
+        return sum(1 for written in list(self._written.values()) if written.delegated)
 
 
 def _rbac_version(source: ClusterSource) -> str:
@@ -889,8 +898,10 @@ def run(
     stop: threading.Event,
     max_bytes: int = MAX_BYTES,
     max_work: int = MAX_WORK,
+    health: CompilerHealth | None = None,
 ) -> None:
-    """Watch, render and write until ``stop`` is set."""
+    """Watch, render and write until ``stop`` is set; each round reported to ``health``
+    (``app.compiled.health``: the probes and metrics)."""
     coverage = CoverageWriter(client, FIELD_MANAGER, settings.webhook_configuration)
     writer = ParamsWriter(
         client,
@@ -904,6 +915,8 @@ def run(
 
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:
         writer.applied(live, changes, _rbac_version(source))
+        if health is not None:
+            health.changed()
 
     tuning = Tuning(start_wait=0)
     source = ClusterSource(client, settings.compiler, tuning=tuning, on_applied=applied)
@@ -911,6 +924,8 @@ def run(
     # CRDs, watched only to discover a new one at once: until discovery lists it, its writes go
     # to the webhook in compiled namespaces.
     crds = Informer(CRDS, client, partial(_crd, None), writer.rediscover_soon, tuning)
+    if health is not None:
+        health.watching(source.status)
     source.start()
     stored.start()
     crds.start()
@@ -918,16 +933,21 @@ def run(
     failures = 0
     try:
         while not stop.is_set():
+            written = 0
             try:
-                writer.step(source.snapshot())
+                written = writer.step(source.snapshot())
                 failures = 0
             except KubeError as exc:
                 # Backed off, but never past a third of the lease: a lease kept must be renewed.
                 failures += 1
                 delay = backoff(failures, retry / 2, lease.duration / 3)
                 writer.round_failed(exc, delay)
+                if health is not None:
+                    health.failed()
                 stop.wait(delay)
                 continue
+            if health is not None:
+                health.round(writer.leading, written, writer.caught_up(), writer.delegated_count())
             writer.wait(retry)  # woken by a change, or a write finished
     finally:
         writer.settle(lease.duration)

@@ -33,7 +33,7 @@ some annotation names (or a void role reaches), bound anywhere or not (``Target.
 those every granting role is indexed, unrestricted ones included, so a subject RBAC authorizes
 but the index does not know can only mean parameters older than RBAC (the policy then denies:
 see ``admission_policy``), wherever the subject was bound a moment ago. A resource indexed
-nowhere yet is left to the webhook by the registration (``app.coverage``).
+nowhere yet is left to the webhook by the registration (``app.compiled.registration``).
 
 Globs become the cheapest test of their shape (``value_tests``): literals are looked up, ``x*``
 and ``*x`` are ``startsWith`` and ``endsWith``, and the rest of a requirement's globs one anchored

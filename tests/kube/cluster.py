@@ -218,11 +218,11 @@ class LabelRbacCluster:
 
 
 class Compilers:
-    """``python -m app compile`` processes, as the compiler's ServiceAccount, by identity,
-    logging to files in ``workdir``."""
+    """``python -m app compile`` processes, as the compiler's ServiceAccount (``user``), by
+    identity, logging to files in ``workdir``."""
 
-    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
-        self.cp, self.workdir = cp, workdir
+    def __init__(self, cp: ControlPlane, workdir: Path, user: str = COMPILER) -> None:
+        self.cp, self.workdir, self.user = cp, workdir, user
         self.processes: dict[str, subprocess.Popen[str]] = {}
 
     def start(self, identity: str, *extra: str) -> None:
@@ -234,7 +234,7 @@ class Compilers:
                 "app",
                 "compile",
                 "--kubeconfig",
-                str(self.cp.kubeconfig(COMPILER)),
+                str(self.cp.kubeconfig(self.user)),
                 "--identity",
                 identity,
                 *extra,

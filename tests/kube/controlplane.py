@@ -127,13 +127,18 @@ def apiserver_binary() -> Path:
             f"no kube-apiserver: set $KUBE_APISERVER to a {VERSION} binary, or put "
             f"{ARCHIVE.name} in {ARCHIVE.parent}"
         )
-    CACHE.mkdir(parents=True, exist_ok=True)
+    return unpack(ARCHIVE, binary, SHA256)
+
+
+def unpack(archive: Path, binary: Path, sha256: str) -> Path:
+    """``archive`` (xz) unpacked to ``binary``, checked against its published ``sha256``."""
+    binary.parent.mkdir(parents=True, exist_ok=True)
     partial = binary.with_name(f"{binary.name}.{os.getpid()}.partial")
-    with lzma.open(ARCHIVE) as src, partial.open("wb") as dst:
+    with lzma.open(archive) as src, partial.open("wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
-    if _sha256(partial) != SHA256:
+    if _sha256(partial) != sha256:
         partial.unlink()
-        raise Unavailable(f"{ARCHIVE}: the unpacked binary does not have sha256 {SHA256}")
+        raise Unavailable(f"{archive}: the unpacked binary does not have sha256 {sha256}")
     partial.chmod(0o755)
     partial.replace(binary)  # atomic: a concurrent run sees the whole binary or none
     return binary

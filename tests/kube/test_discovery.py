@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from app.coverage import COMPILED_ENTRY, judged_in
 
+from app.compiled.registration import COMPILED_ENTRY, judged_in
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.params import NAME, PLURAL
 from tests.kube.cluster import Compilers, LabelRbacCluster

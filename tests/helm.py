@@ -1,0 +1,91 @@
+"""The Helm binary and the chart: ``helm template`` and ``helm lint`` of ``charts/label-rbac``.
+
+Where helm comes from, as ``tests.kube.controlplane`` finds the API server: ``$HELM`` (a binary),
+else the official v4.1.4 archive beside the repository (``../shared/helm/``), unpacked once into
+``.cache/helm/`` (not in git) and checked against its published sha256. Without it the chart's
+tests skip; in CI (``$CI=true`` or ``$LABEL_RBAC_REQUIRE_KUBE=1``) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.kube.controlplane import Unavailable, unpack
+from tests.support import ROOT
+
+VERSION = "v4.1.4"
+ARCHIVE = ROOT.parent / "shared" / "helm" / f"helm-{VERSION}-linux-amd64.xz"
+# The decompressed binary's sha256, as published beside the archive (../shared/helm/README.md).
+SHA256 = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
+CACHE = ROOT / ".cache" / "helm"
+CHART = ROOT / "charts" / "label-rbac"
+
+
+def binary() -> Path:
+    """The helm to run: ``$HELM``, or the shared archive unpacked once (sha256 checked)."""
+    configured = os.environ.get("HELM")
+    if configured:
+        if not os.access(configured, os.X_OK):
+            raise Unavailable(f"$HELM={configured} is not an executable file")
+        return Path(configured)
+    unpacked = CACHE / "helm"
+    if unpacked.is_file() and os.access(unpacked, os.X_OK):
+        return unpacked
+    if not ARCHIVE.is_file():
+        raise Unavailable(
+            f"no helm: set $HELM to a helm binary, or put {ARCHIVE.name} in {ARCHIVE.parent}"
+        )
+    return unpack(ARCHIVE, unpacked, SHA256)
+
+
+def required() -> bool:
+    """Whether a missing helm fails the run (CI) rather than skips it."""
+    return os.environ.get("CI") == "true" or os.environ.get("LABEL_RBAC_REQUIRE_KUBE") == "1"
+
+
+def helm_or_skip() -> Path:
+    try:
+        return binary()
+    except Unavailable as exc:
+        if required():
+            pytest.fail(f"helm is required in CI: {exc}")
+        pytest.skip(str(exc))
+
+
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+    """``helm ARGS``: its standard output; a failure raises with helm's message."""
+    done = subprocess.run(
+        [str(helm_or_skip()), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def template(
+    values: Sequence[Path] = (),
+    namespace: str = "label-rbac",
+    upgrade: bool = False,
+    sets: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The objects ``helm template`` renders (as ``helm install``, or with ``upgrade`` as
+    ``helm upgrade``) for these values files and ``--set`` assignments."""
+    args = ["template", "label-rbac", str(CHART), "--namespace", namespace]
+    for path in values:
+        args += ["--values", str(path)]
+    for assignment in sets:
+        args += ["--set", assignment]
+    if upgrade:
+        args.append("--is-upgrade")
+    return [doc for doc in yaml.safe_load_all(run(*args)) if doc]

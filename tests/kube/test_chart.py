@@ -1,0 +1,521 @@
+"""The Helm chart through a real kube-apiserver: ``helm install``, ``upgrade`` and ``uninstall``.
+
+The official helm binary installs ``charts/label-rbac`` into a loopback control plane as a
+platform team would (``--create-namespace --wait``). There is no kubelet or controller manager:
+the webhook and the compiler run as processes with the arguments and the identities of the
+Deployments the chart rendered, and once they answer the test writes the Deployments' status as
+their controller would, which is what ``--wait`` waits for. The registration reaches the webhook
+through the chart's ``webhook.url`` and ``certificates.source=existingSecret`` (its CA), as for a
+webhook run outside the cluster.
+
+One control plane for the module: the default install, judged, upgraded under load, removed;
+then the same cluster gets the compiled path under another name prefix and namespace
+(``acme-lr`` in ``policy``), judged by the policy, removed. After each removal an admin and a
+tenant write in an existing and in a new namespace, and nothing of label-rbac is left but what
+docs/install.md says stays.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from app.certs import CertPaths, generate
+
+from tests import helm
+from tests.kube.cluster import Compilers, LabelRbacCluster
+from tests.kube.conftest import require, require_control_plane, wait_for
+from tests.kube.controlplane import ADMIN, DEFAULT_USERS, ControlPlane, User, service_account
+from tests.kube.support import eventually, example_tenants
+from tests.process import Server, free_port, launch, stop
+from tests.support import ROOT
+
+RELEASE = "label-rbac"
+COMPILER = service_account("label-rbac", "label-rbac-compiler")
+RENAMED_WEBHOOK = service_account("policy", "acme-lr")
+RENAMED_COMPILER = service_account("policy", "acme-lr-compiler")
+# The post-install Job's (templates/enforce-hook.yaml).
+HOOKS = (
+    service_account("label-rbac", "label-rbac-enforce"),
+    service_account("policy", "acme-lr-enforce"),
+)
+USERS: tuple[User, ...] = (*DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS)
+
+
+@dataclass
+class Install:
+    """One release of the chart in ``namespace`` under the name prefix ``name``, its webhook and
+    compiler as processes."""
+
+    cp: ControlPlane
+    workdir: Path
+    namespace: str
+    name: str
+    sets: list[str] = field(default_factory=list)
+    webhook: Server | None = None
+    compilers: Compilers | None = None
+    probes = 0  # the compiler's probe port
+
+    def __post_init__(self) -> None:
+        self.port = free_port()
+        self.tls: CertPaths = generate(
+            self.workdir / f"tls-{self.name}",
+            [f"{self.name}.{self.namespace}.svc", "127.0.0.1", "localhost"],
+        )
+        self.home = self.workdir / "helm-home"
+
+    def values(self) -> list[str]:
+        ca = base64.b64encode(self.tls.ca.read_bytes()).decode()
+        return [
+            f"name={self.name}",
+            f"webhook.url=https://127.0.0.1:{self.port}",
+            "certificates.source=existingSecret",
+            f"certificates.existingSecret.name={self.name}-tls",
+            f"certificates.existingSecret.caBundle={ca}",
+            *self.sets,
+        ]
+
+    def helm(self, *args: str, background: bool = False) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.cp.kubeconfig(ADMIN)),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+        }
+        command = [str(helm.helm_or_skip()), *args, "--namespace", self.namespace]
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        if not background:
+            finish(process)
+        return process
+
+    def install(self, *extra: str, background: bool = False) -> subprocess.Popen[str]:
+        sets = [a for v in self.values() for a in ("--set", v)]
+        return self.helm(
+            "install", RELEASE, str(helm.CHART), "--create-namespace", "--wait",
+            "--timeout", "120s", *sets, *extra, background=background,
+        )  # fmt: skip
+
+    def upgrade(self, *extra: str, background: bool = False) -> subprocess.Popen[str]:
+        return self.helm(
+            "upgrade", RELEASE, str(helm.CHART), "--reuse-values", "--wait",
+            "--timeout", "120s", *extra, background=background,
+        )  # fmt: skip
+
+    def deployment(self, name: str) -> dict[str, Any]:
+        status, found = self.cp.request(
+            ADMIN, "GET", f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{name}"
+        )
+        assert status == 200, found
+        return dict(found)
+
+    def args(self, name: str) -> list[str]:
+        """The container's arguments as the chart rendered them, for a process."""
+        (container,) = self.deployment(name)["spec"]["template"]["spec"]["containers"]
+        return [str(a) for a in container["args"]]
+
+    def start(self) -> None:
+        """The webhook (and the compiler, if the chart rendered it) as the pods would run."""
+        self.start_webhook()
+        self.start_compiler()
+
+    def start_webhook(self) -> None:
+        rendered = self.args(self.name)
+        assert rendered[0] == "serve"
+        # TLS and the address are the process's own (launch); no drain in a test.
+        own = ("--tls-cert=", "--tls-key=", "--bind=", "--drain-seconds=")
+        args = [a for a in rendered[1:] if not a.startswith(own)]
+        user = f"system:serviceaccount:{self.namespace}:{self.name}"
+        self.webhook = launch(
+            self.workdir, "--kubeconfig", str(self.cp.kubeconfig(user)), *args,
+            tls=(self.tls.ca, self.tls.cert, self.tls.key), port=self.port,
+            log_name=f"webhook-{self.name}.log",
+        )  # fmt: skip
+        self.webhook.wait_ready()
+
+    def start_compiler(self) -> None:
+        compiler = f"{self.name}-compiler"
+        status, _ = self.cp.request(
+            ADMIN, "GET", f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{compiler}"
+        )
+        if status == 200:
+            rendered = self.args(compiler)
+            assert rendered[0] == "compile"
+            identity = "--identity=$(POD_NAME)"
+            assert identity in rendered
+            # Its probes on a free loopback port rather than the pod's.
+            self.probes = free_port()
+            args = [a for a in rendered[1:] if a != identity and not a.startswith("--probe-bind=")]
+            assert len(args) == len(rendered) - 3, rendered
+            user = f"system:serviceaccount:{self.namespace}:{compiler}"
+            self.compilers = Compilers(self.cp, self.workdir, user)
+            self.compilers.start(f"{compiler}-0", *args, f"--probe-bind=127.0.0.1:{self.probes}")
+
+    def mark_ready(self) -> None:
+        """Every Deployment of the release available, as the Deployment controller reports it
+        once its pods are ready (what ``helm --wait`` waits for)."""
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments"
+        _, listing = self.cp.request(ADMIN, "GET", path)
+        for deployment in listing["items"]:
+            replicas = deployment["spec"]["replicas"]
+            deployment["status"] = {
+                "observedGeneration": deployment["metadata"]["generation"],
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "readyReplicas": replicas,
+                "availableReplicas": replicas,
+                "conditions": [
+                    {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+                ],
+            }
+            name = deployment["metadata"]["name"]
+            status, answer = self.cp.request(ADMIN, "PUT", f"{path}/{name}/status", deployment)
+            assert status == 200, answer
+
+    def run_hook(self, timeout: float = 60) -> None:
+        """The post-install Job, as the Job controller and a kubelet would run it: each container
+        in order (kubectl, the rendered arguments) as the Job's ServiceAccount, then the Job's
+        status Complete."""
+        path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{self.name}-enforce"
+        wait_for(lambda: self.cp.request(ADMIN, "GET", path)[0] == 200, "the hook", timeout)
+        _, job = self.cp.request(ADMIN, "GET", path)
+        pod = job["spec"]["template"]["spec"]
+        user = f"system:serviceaccount:{self.namespace}:{pod['serviceAccountName']}"
+        for container in [*pod.get("initContainers", ()), *pod["containers"]]:
+            done = self.cp.kubectl(user, *container["args"], timeout=timeout)
+            assert done.returncode == 0, (container["name"], done.stderr)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        job["status"] = {
+            "startTime": now,
+            "completionTime": now,
+            "succeeded": 1,
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": now}
+                for t in ("SuccessCriteriaMet", "Complete")
+            ],
+        }
+        status, answer = self.cp.request(ADMIN, "PUT", f"{path}/status", job)
+        assert status == 200, answer
+
+    def stop(self) -> None:
+        """The pods gone (after ``helm uninstall`` deleted their Deployments)."""
+        if self.compilers is not None:
+            self.compilers.stop_all()
+        if self.webhook is not None:
+            stop(self.webhook.process)
+
+
+FAILING_CLOSED = {
+    "labels.labelrbac.io": "Fail",
+    "rbac.labelrbac.io": "Fail",
+    "nodes.labelrbac.io": "Fail",
+    "pod-status.labelrbac.io": "Ignore",
+    "node-objects.labelrbac.io": "Ignore",
+}
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 180) -> str:
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output
+    return output
+
+
+def failure_policies(cp: ControlPlane, name: str) -> dict[str, str]:
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    _, config = cp.request(ADMIN, "GET", path)
+    return {w["name"]: w["failurePolicy"] for w in config["webhooks"]}
+
+
+def configmap(cp: ControlPlane, user: str, namespace: str, labels: dict[str, str]) -> str:
+    """A ConfigMap created by ``user`` (a real write): "" when allowed, else the message."""
+    body = {"metadata": {"generateName": "w-", "labels": labels}, "data": {"k": "v"}}
+    status, answer = cp.request(user, "POST", f"/api/v1/namespaces/{namespace}/configmaps", body)
+    return "" if status == 201 else f"{status} {answer.get('message', answer)}"
+
+
+def new_namespace(cp: ControlPlane, name: str) -> None:
+    status, answer = cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})
+    assert status == 201, answer
+
+
+def tenants(cp: ControlPlane, namespace: str) -> None:
+    cp.apply(ADMIN, example_tenants(namespace))
+
+
+def alice_judged(cp: ControlPlane, namespace: str, by: str = "") -> None:
+    """alice (team=a) is refused an unlabeled ConfigMap and allowed a team=a one; ``by``: the
+    refusal comes from this policy."""
+    refused = configmap(cp, "alice", namespace, {})
+    assert refused.startswith("403") and "team in [a]" in refused, refused
+    if by:
+        assert f"ValidatingAdmissionPolicy '{by}'" in refused, refused
+    assert configmap(cp, "alice", namespace, {"team": "a"}) == ""
+
+
+class Load:
+    """bob (team=b) creating labeled ConfigMaps in ``namespace`` as fast as one client does,
+    until stopped: the writes that failed, and how many there were."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        self.cp, self.namespace = cp, namespace
+        self.failures: list[str] = []
+        self.writes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            answer = configmap(self.cp, "bob", self.namespace, {"team": "b"})
+            self.writes += 1
+            if answer:
+                self.failures.append(answer)
+            time.sleep(0.02)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def leftovers(cp: ControlPlane) -> dict[str, list[str]]:
+    """What of label-rbac is in the cluster: cluster-scoped objects by kind."""
+    found: dict[str, list[str]] = {}
+    admission = "admissionregistration.k8s.io/v1/"
+    for kind, path in (
+        ("ValidatingWebhookConfiguration", admission + "validatingwebhookconfigurations"),
+        ("ValidatingAdmissionPolicy", admission + "validatingadmissionpolicies"),
+        ("ValidatingAdmissionPolicyBinding", admission + "validatingadmissionpolicybindings"),
+        ("ClusterRole", "rbac.authorization.k8s.io/v1/clusterroles"),
+        ("ClusterRoleBinding", "rbac.authorization.k8s.io/v1/clusterrolebindings"),
+        ("PriorityClass", "scheduling.k8s.io/v1/priorityclasses"),
+        ("CustomResourceDefinition", "apiextensions.k8s.io/v1/customresourcedefinitions"),
+    ):
+        _, listing = cp.request(ADMIN, "GET", f"/apis/{path}")
+        names = [
+            i["metadata"]["name"]
+            for i in listing["items"]
+            if "label-rbac" in i["metadata"]["name"]
+            or "acme-lr" in i["metadata"]["name"]
+            or "labelrbac.io" in i["metadata"]["name"]
+        ]
+        if names:
+            found[kind] = sorted(names)
+    return found
+
+
+def removed_cleanly(cp: ControlPlane, existing: str, fresh: str) -> None:
+    """After the removal: writes in an existing and a new namespace, by an admin and a tenant
+    (unlabeled: nothing judges labels any more), are all accepted."""
+    new_namespace(cp, fresh)
+    tenants(cp, fresh)
+    for namespace in (existing, fresh):
+        for user in (ADMIN, "alice"):
+            assert configmap(cp, user, namespace, {}) == "", (user, namespace)
+
+
+@pytest.fixture(scope="module")
+def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    require_control_plane()
+    require(helm.binary, "the Helm chart through the API server")
+    plane = ControlPlane(tmp_path_factory.mktemp("chart") / "control-plane", users=USERS)
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+def test_install_upgrade_uninstall(cp: ControlPlane, tmp_path: Path) -> None:
+    new_namespace(cp, "t1")
+    tenants(cp, "t1")
+    release = Install(cp, tmp_path, "label-rbac", "label-rbac")
+    try:
+        # helm install --wait: the registration exists at once, failing open while nothing
+        # answers, so the tenants' writes pass rather than being refused.
+        installing = release.install(background=True)
+        wait_for(
+            lambda: cp.request(ADMIN, "GET", "/apis/admissionregistration.k8s.io/v1/"
+                               "validatingwebhookconfigurations/label-rbac")[0] == 200,
+            "the registration",
+        )  # fmt: skip
+        assert set(failure_policies(cp, "label-rbac").values()) == {"Ignore"}
+        assert configmap(cp, "alice", "t1", {}) == ""
+        assert installing.poll() is None, "helm install --wait returned before the webhook"
+        release.start()
+        release.mark_ready()
+        # Available: the post-install hook switches the registration to fail closed.
+        release.run_hook()
+        finish(installing)
+        assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
+        eventually(lambda: alice_judged(cp, "t1"))
+
+        # The narrowing, without the compiled policies: the compiler (--registration-only)
+        # keeps the label-rule entry off what no annotation restricts, so with the webhook
+        # down an unrestricted write passes and a restricted one is refused.
+        eventually(lambda: skips(cp, "label-rbac", "services"), timeout=30)
+        assert release.webhook is not None
+        stop(release.webhook.process)
+        service = {"metadata": {"generateName": "s-"}, "spec": {"ports": [{"port": 80}]}}
+        status, answer = cp.request(ADMIN, "POST", "/api/v1/namespaces/t1/services", service)
+        assert status == 201, answer
+        refused = configmap(cp, ADMIN, "t1", {})
+        assert refused.startswith("500") and "failed calling webhook" in refused, refused
+        release.start_webhook()
+
+        # helm upgrade: still failing closed, and no write refused on the way.
+        with Load(cp, "t1") as load:
+            release.upgrade()
+            release.mark_ready()  # the new revision's rollout, done
+            release.upgrade("--set", "webhook.timeoutSeconds=4")
+        print(f"upgrades under load: {load.writes} writes, {len(load.failures)} refused")
+        assert load.writes > 10 and load.failures == [], load.failures
+        assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
+        # Helm's upgrades leave the compiler's condition in place (its own field manager).
+        skips(cp, "label-rbac", "services")
+        alice_judged(cp, "t1")
+
+        with Load(cp, "t1") as load:
+            release.helm("uninstall", RELEASE, "--wait")
+        assert load.failures == [], load.failures
+    finally:
+        release.stop()
+    assert leftovers(cp) == {}
+    removed_cleanly(cp, "t1", "t1-after")
+
+
+def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
+    """The compiled path as ``acme-lr`` in ``policy``: the policy (by its new name) judges the
+    tenants, the guards name the renamed compiler; removed, nothing refuses a write."""
+    new_namespace(cp, "t2")
+    tenants(cp, "t2")
+    release = Install(
+        cp,
+        tmp_path,
+        "policy",
+        "acme-lr",
+        sets=["compiled.enabled=true"],
+    )
+    try:
+        installing = release.install(background=True)
+        wait_for(lambda: release_deployed(cp, release), "the Deployments", timeout=60)
+        release.start()
+        release.mark_ready()
+        release.run_hook()
+        finish(installing)
+        assert failure_policies(cp, "acme-lr") == {
+            **FAILING_CLOSED,
+            "labels-compiled.labelrbac.io": "Fail",
+        }
+        eventually(lambda: alice_judged(cp, "t2", by="acme-lr"), timeout=30)
+        # The compiler's probes: leading with a current watch, and what it wrote.
+        probes = f"http://127.0.0.1:{release.probes}"
+        assert "leading" in probe(probes + "/readyz")
+        metrics = probe(probes + "/metrics")
+        assert "label_rbac_compiler_leader 1.0" in metrics
+        written = re.search(r"^label_rbac_compiler_params_written_total (\S+)$", metrics, re.M)
+        assert written is not None and float(written.group(1)) >= 1, metrics
+        lags = re.search(r"^label_rbac_compiler_lag_seconds_count (\S+)$", metrics, re.M)
+        assert lags is not None and float(lags.group(1)) >= 1, metrics
+        # Only the renamed compiler writes parameters: not even an admin.
+        status, answer = cp.request(
+            ADMIN, "DELETE", "/apis/labelrbac.io/v1alpha1/namespaces/t2/labelrbacparams/label-rbac"
+        )
+        assert status == 403 and "system:serviceaccount:policy:acme-lr-compiler" in str(answer)
+        with Load(cp, "t2") as load:
+            release.helm("uninstall", RELEASE, "--wait")
+        assert load.failures == [], load.failures
+    finally:
+        release.stop()
+    # What stays (docs/install.md, "Uninstall"): the CRD, and with it the parameters, which
+    # nothing reads any more.
+    assert leftovers(cp) == {"CustomResourceDefinition": ["labelrbacparams.labelrbac.io"]}
+    removed_cleanly(cp, "t2", "t2-after")
+
+
+def skips(cp: ControlPlane, name: str, resource: str) -> None:
+    """The registration's label-rule entry skips ``resource`` (the compiler's condition)."""
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    _, config = cp.request(ADMIN, "GET", path)
+    (labels,) = [w for w in config["webhooks"] if w["name"] == "labels.labelrbac.io"]
+    conditions = {c["name"]: c["expression"] for c in labels.get("matchConditions", ())}
+    assert f"'{resource}'" in conditions.get("skip-unjudged", ""), conditions
+
+
+def probe(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+def release_deployed(cp: ControlPlane, release: Install) -> bool:
+    path = f"/apis/apps/v1/namespaces/{release.namespace}/deployments"
+    status, listing = cp.request(ADMIN, "GET", path)
+    return status == 200 and len(listing["items"]) == 2
+
+
+def documented_overlay_removal() -> list[list[str]]:
+    """The commands of docs/install.md, "Uninstall the overlays", paths made absolute."""
+    page = (ROOT / "docs" / "install.md").read_text()
+    section = page.split("### Uninstall the overlays", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line, comments=True) for line in block.splitlines()]
+    return [
+        [str(ROOT / a) if a.startswith("manifests/") else a for a in command[1:]]
+        for command in commands
+        if command
+    ]
+
+
+def test_overlay_removal(tmp_path: Path) -> None:
+    """manifests/enforce-compiled removed as docs/install.md says, under light load: no write
+    refused on the way, nothing left refusing writes after, in an existing and a new
+    namespace, and nothing of label-rbac left."""
+    require_control_plane()
+    users = (*DEFAULT_USERS, COMPILER)
+    with LabelRbacCluster(tmp_path, users=users, overlay="enforce-compiled") as kube:
+        cp = kube.control_plane
+        new_namespace(cp, "t1")
+        tenants(cp, "t1")
+        compilers = Compilers(cp, tmp_path)
+        compilers.start("compiler-0")
+        try:
+            eventually(lambda: alice_judged(cp, "t1", by="label-rbac"), timeout=30)
+            commands = documented_overlay_removal()
+            assert [c[:2] for c in commands] == [["delete", "validatingwebhookconfiguration"],
+                                                 ["delete", "validatingadmissionpolicybinding,"
+                                                  "validatingadmissionpolicy"],
+                                                 ["delete", "-k"]]  # fmt: skip
+            with Load(cp, "t1") as load:
+                for command in commands:
+                    done = cp.kubectl(ADMIN, *command)
+                    # The test cluster has no cert-manager or prometheus-operator CRDs.
+                    errors = [
+                        line for line in done.stderr.splitlines()
+                        if line
+                        and "no matches for kind" not in line
+                        and line != "ensure CRDs are installed first"
+                    ]  # fmt: skip
+                    assert errors == [], (command, done.stderr)
+            assert load.writes > 0 and load.failures == [], load.failures
+        finally:
+            compilers.stop_all()
+            if kube.webhook is not None:
+                stop(kube.webhook.process)
+        assert leftovers(cp) == {}
+        removed_cleanly(cp, "t1", "t1-after")

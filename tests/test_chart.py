@@ -1,0 +1,352 @@
+"""The Helm chart: it lints and renders with the values files of ``charts/label-rbac/ci``, renders
+exactly what the kustomize overlays do with the same settings (object by object, so the two cannot
+drift), and carries the name prefix and namespace into every name, exclusion and identity.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.compiled import chart
+from tests import helm
+from tests.support import ROOT
+
+CI = helm.CHART / "ci"
+MANIFESTS = ROOT / "manifests"
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+def by_key(documents: Iterable[Mapping[str, Any]]) -> dict[Key, Mapping[str, Any]]:
+    found: dict[Key, Mapping[str, Any]] = {}
+    for doc in documents:
+        meta = doc["metadata"]
+        key = (doc["kind"], meta.get("namespace", ""), meta["name"])
+        assert key not in found, f"{key} rendered twice"
+        found[key] = doc
+    return found
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        ["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=True
+    )
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def with_monitoring(tmp: Path, overlay: str) -> Path:
+    """``manifests/<overlay>`` with monitoring turned on as docs/monitoring.md says: a copy of
+    the manifests whose ``manifests/deploy`` lists the monitoring component."""
+    copy = tmp / "manifests"
+    shutil.copytree(MANIFESTS, copy)
+    kustomization = copy / "deploy" / "kustomization.yaml"
+    text = kustomization.read_text()
+    commented = "# components:\n#   - ../monitoring\n"
+    assert commented in text
+    kustomization.write_text(text.replace(commented, "components:\n  - ../monitoring\n"))
+    if overlay == "enforce-compiled":
+        compiled = copy / overlay / "kustomization.yaml"
+        text = compiled.read_text()
+        assert text.endswith("  - ../compiled/split\n")
+        compiled.write_text(text + "  - ../compiled/monitoring\n")
+    return copy / overlay
+
+
+def hook(document: Mapping[str, Any]) -> bool:
+    """A Helm hook: the post-install Job switching to Fail, which the overlays leave to the
+    second step (`kubectl apply -k manifests/enforce`)."""
+    return "helm.sh/hook" in document["metadata"].get("annotations", {})
+
+
+# The overlays' plain install has no narrowing (docs/failure.md): compared without it.
+NO_NARROWING = CI / "no-narrowing-values.yaml"
+
+
+def test_narrowing_is_the_compilers_registration_part() -> None:
+    """The chart's default adds to manifests/enforce the compiler of manifests/enforce-compiled
+    in its registration-only mode, and the registration guard: the same objects, but for the
+    rules and flags the parameters need."""
+    plain = by_key(helm.template([NO_NARROWING], upgrade=True))
+    default = by_key(d for d in helm.template(upgrade=True))
+    compiled = by_key(kustomize(MANIFESTS / "enforce-compiled"))
+    added = {k: v for k, v in default.items() if k not in plain}
+    assert set(plain) <= set(default)
+    assert {(kind, name) for kind, _, name in added} == {
+        ("ServiceAccount", "label-rbac-compiler"),
+        ("ClusterRole", "label-rbac-compiler"),
+        ("ClusterRoleBinding", "label-rbac-compiler"),
+        ("Role", "label-rbac-compiler"),
+        ("RoleBinding", "label-rbac-compiler"),
+        ("Deployment", "label-rbac-compiler"),
+        ("PodDisruptionBudget", "label-rbac-compiler"),
+        ("ValidatingAdmissionPolicy", "label-rbac-registration"),
+        ("ValidatingAdmissionPolicyBinding", "label-rbac-registration"),
+    }
+    for key, obj in added.items():
+        if key[0] not in ("ClusterRole", "Deployment"):
+            assert obj == compiled[key], key
+    role = added[("ClusterRole", "", "label-rbac-compiler")]
+    writes = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+              for r in rule["resources"] for v in rule["verbs"]
+              if v not in ("list", "watch", "get")}  # fmt: skip
+    # Nothing but its Lease (the Role) and the registration's conditions: no parameters,
+    # no Namespace marks, no Events.
+    assert writes == {("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch")}
+    (container,) = pod(added[("Deployment", "label-rbac", "label-rbac-compiler")])
+    (expected,) = pod(compiled[("Deployment", "label-rbac", "label-rbac-compiler")])
+    assert container["args"] == [*expected["args"], "--registration-only"]
+
+
+# The one object the overlays have and the chart does not: the namespace, which Helm creates
+# (`helm install --create-namespace`) and every entry and policy leaves out by name anyway.
+ONLY_IN_OVERLAYS = {("Namespace", "", "label-rbac")}
+
+
+@pytest.mark.parametrize(
+    ("values", "upgrade", "overlay", "monitoring"),
+    [
+        pytest.param([NO_NARROWING], False, "deploy", False, id="install-is-deploy"),
+        pytest.param([NO_NARROWING], True, "enforce", False, id="upgrade-is-enforce"),
+        pytest.param(
+            [CI / "compiled-values.yaml"],
+            True,
+            "enforce-compiled",
+            True,
+            id="compiled-is-enforce-compiled",
+        ),
+    ],
+)
+def test_chart_renders_what_the_overlays_do(
+    values: Sequence[Path], upgrade: bool, overlay: str, monitoring: bool, tmp_path: Path
+) -> None:
+    rendered = by_key(d for d in helm.template(values, upgrade=upgrade) if not hook(d))
+    directory = with_monitoring(tmp_path, overlay) if monitoring else MANIFESTS / overlay
+    kustomized = by_key(kustomize(directory))
+    assert set(kustomized) - set(rendered) == ONLY_IN_OVERLAYS
+    assert set(rendered) - set(kustomized) == set()
+    for key, obj in rendered.items():
+        assert obj == kustomized[key], f"{key}: the chart and manifests/{overlay} differ"
+
+
+def test_chart_files_are_the_manifests() -> None:
+    """What the chart reads as files is what the overlays ship, and _compiled.tpl is what
+    ``python -m app.compiled.chart`` generates."""
+    files = helm.CHART / "files"
+    assert (files / "crd.yaml").read_text() == (MANIFESTS / "compiled" / "crd.yaml").read_text()
+    monitoring = MANIFESTS / "monitoring"
+    assert (files / "alerts.yaml").read_text() == (monitoring / "alerts.yaml").read_text()
+    assert (files / "dashboard.json").read_text() == (monitoring / "dashboard.json").read_text()
+    compiler = MANIFESTS / "compiled" / "monitoring" / "alerts.yaml"
+    assert (files / "compiler-alerts.yaml").read_text() == compiler.read_text()
+    assert chart.TEMPLATE_FILE.read_text() == chart.render()
+
+
+@pytest.mark.parametrize(
+    "values", [pytest.param(p, id=p.stem) for p in sorted(CI.glob("*-values.yaml"))]
+)
+def test_chart_lints(values: Path) -> None:
+    helm.run("lint", "--strict", str(helm.CHART), "--values", str(values))
+
+
+def pod(deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    return containers
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_renamed_install_carries_its_names_everywhere() -> None:
+    """Installed as ``acme-lr`` in ``policy``: no name, namespace, exclusion or identity of the
+    default install is left, and each one the parts depend on names the renamed object."""
+    docs = helm.template([CI / "renamed-values.yaml"], namespace="policy", upgrade=True)
+    objects = by_key(docs)
+    for key, doc in objects.items():
+        namespace, name = key[1], key[2]
+        assert namespace in ("", "policy"), key
+        assert name.startswith("acme-lr") or key[0] == "CustomResourceDefinition", key
+        body = doc if key[0] != "ConfigMap" else {k: v for k, v in doc.items() if k != "data"}
+        for text in _strings(body):
+            # Left as they are: the parameters' name in each namespace, the product's labels,
+            # descriptions and alert texts.
+            assert "system:serviceaccount:label-rbac" not in text, (key, text)
+            assert "label-rbac.label-rbac" not in text, (key, text)
+    compiler = "system:serviceaccount:policy:acme-lr-compiler"
+    guards = [
+        d for d in docs if d["kind"] == "ValidatingAdmissionPolicy" and compiler in json.dumps(d)
+    ]
+    assert {g["metadata"]["name"] for g in guards} == {
+        "acme-lr-params",
+        "acme-lr-marks",
+        "acme-lr-registration",
+    }
+    # Every entry and policy leaves the install's own namespace out.
+    config = objects[("ValidatingWebhookConfiguration", "", "acme-lr")]
+    for entry in config["webhooks"]:
+        (own,) = [
+            e
+            for e in entry["namespaceSelector"]["matchExpressions"]
+            if e["key"] == "kubernetes.io/metadata.name"
+        ]
+        assert own["operator"] == "NotIn" and "policy" in own["values"], entry["name"]
+        assert entry["clientConfig"]["service"] == {
+            "name": "acme-lr",
+            "namespace": "policy",
+            "path": "/validate",
+            "port": 443,
+        }
+    for doc in docs:
+        if (
+            doc["kind"] == "ValidatingAdmissionPolicy"
+            and "namespaceSelector" in doc["spec"]["matchConstraints"]
+        ):
+            (own,) = doc["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][:1]
+            assert own["values"] == ["policy", "kube-system"], doc["metadata"]["name"]
+    # The RBAC subjects, the compiler's Lease and registration, the webhook's registration.
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        for key, doc in objects.items():
+            if key[0] == kind:
+                assert {s["namespace"] for s in doc["subjects"]} == {"policy"}, key
+    (compiler_pod,) = pod(objects[("Deployment", "policy", "acme-lr-compiler")])
+    assert {
+        "--lease-namespace=policy",
+        "--lease-name=acme-lr-compiler",
+        "--webhook-configuration=acme-lr",
+    } <= set(compiler_pod["args"])
+    (webhook_pod,) = pod(objects[("Deployment", "policy", "acme-lr")])
+    assert "--webhook-configuration=acme-lr" in webhook_pod["args"]
+    certificate = objects[("Certificate", "policy", "acme-lr-serving")]
+    assert certificate["spec"]["dnsNames"][0] == "acme-lr.policy.svc"
+    assert (
+        config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "policy/acme-lr-ca"
+    )
+
+
+@pytest.mark.parametrize(
+    ("upgrade", "sets", "expected"),
+    [
+        pytest.param(False, [], "Ignore", id="install-fails-open-until-the-hook"),
+        pytest.param(True, [], "Fail", id="upgrade-fails-closed"),
+        pytest.param(False, ["webhook.failurePolicy=Fail"], "Fail", id="fail-always"),
+    ],
+)
+def test_failure_policy_follows_the_release(upgrade: bool, sets: list[str], expected: str) -> None:
+    docs = helm.template([CI / "compiled-values.yaml"], upgrade=upgrade, sets=sets)
+    (config,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    policies = {w["name"]: w["failurePolicy"] for w in config["webhooks"]}
+    assert policies == {
+        "labels.labelrbac.io": expected,
+        "labels-compiled.labelrbac.io": expected,
+        "rbac.labelrbac.io": expected,
+        "nodes.labelrbac.io": expected,
+        "pod-status.labelrbac.io": "Ignore",
+        "node-objects.labelrbac.io": "Ignore",
+    }
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        pytest.param("name=Bad_Name", id="name-not-a-dns-label"),
+        pytest.param("namespace=kube_system", id="namespace-not-a-dns-label"),
+        pytest.param("webhook.failurePolicy=Maybe", id="unknown-failure-policy"),
+        pytest.param("mode=deny", id="unknown-mode"),
+        pytest.param("image.digest=latest", id="digest-not-sha256"),
+        pytest.param("compiled.enable=true", id="misspelt-key"),
+    ],
+)
+def test_values_schema_refuses(assignment: str) -> None:
+    with pytest.raises(AssertionError, match="values don't meet the specifications"):
+        helm.template(sets=[assignment])
+
+
+@pytest.mark.parametrize(
+    ("values", "entries"),
+    [
+        pytest.param([], ["labels", "rbac", "nodes"], id="default"),
+        pytest.param(
+            [CI / "compiled-values.yaml"], ["labels", "labels-compiled", "rbac", "nodes"],
+            id="compiled-split",
+        ),
+    ],
+)  # fmt: skip
+def test_install_hook_switches_the_fail_closed_entries(
+    values: Sequence[Path], entries: list[str]
+) -> None:
+    """The post-install Job patches, at their rendered positions, exactly the entries that fail
+    closed, each behind a test of its name; upgrades render no hook (they render Fail)."""
+    docs = helm.template(values)
+    config = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
+    positions = {w["name"]: i for i, w in enumerate(config["webhooks"])}
+    (job,) = [d for d in docs if d["kind"] == "Job"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    (patch,) = [a for a in container["args"] if a.startswith("--patch=")]
+    operations = json.loads(patch.removeprefix("--patch="))
+    expected = []
+    for entry in entries:
+        i = positions[f"{entry}.labelrbac.io"]
+        expected += [
+            {"op": "test", "path": f"/webhooks/{i}/name", "value": f"{entry}.labelrbac.io"},
+            {"op": "replace", "path": f"/webhooks/{i}/failurePolicy", "value": "Fail"},
+        ]
+    assert operations == expected
+    assert not [d for d in helm.template(values, upgrade=True) if hook(d)]
+    assert not [d for d in helm.template(values, sets=["webhook.failurePolicy=Fail"]) if hook(d)]
+
+
+def test_certificates_from_an_issuer_or_an_existing_secret() -> None:
+    """cert-manager with your issuer: no private CA, the bundle injected from the serving
+    certificate; an existing Secret: no cert-manager object, the CA bundle from the values."""
+    issued = by_key(
+        helm.template(
+            sets=[
+                "certificates.certManager.issuerRef.name=corp-ca",
+                "certificates.certManager.issuerRef.kind=ClusterIssuer",
+            ]
+        )
+    )
+    assert [k for k in issued if k[0] in ("Issuer", "Certificate")] == [
+        ("Certificate", "label-rbac", "label-rbac-serving")
+    ]
+    serving = issued[("Certificate", "label-rbac", "label-rbac-serving")]["spec"]
+    assert serving["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+    config = issued[("ValidatingWebhookConfiguration", "", "label-rbac")]
+    assert config["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "label-rbac/label-rbac-serving"
+    }
+    own = by_key(
+        helm.template(
+            sets=[
+                "certificates.source=existingSecret",
+                "certificates.existingSecret.name=corp-tls",
+                "certificates.existingSecret.caBundle=Q0E=",
+            ]
+        )
+    )
+    assert not [k for k in own if k[0] in ("Issuer", "Certificate")]
+    config = own[("ValidatingWebhookConfiguration", "", "label-rbac")]
+    assert "annotations" not in config["metadata"]
+    assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {"Q0E="}
+    volumes = own[("Deployment", "label-rbac", "label-rbac")]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "corp-tls"}} in volumes
+    with pytest.raises(AssertionError, match="caBundle is required"):
+        helm.template(
+            sets=["certificates.source=existingSecret", "certificates.existingSecret.name=x"]
+        )
