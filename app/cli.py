@@ -250,6 +250,28 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         help="after SIGTERM, keep serving this long with /readyz at 503 (default 0)",
     )
 
+    serve.add_argument(
+        "--request-deadline",
+        type=_seconds_arg,
+        default=Settings.request_deadline,
+        metavar="SECONDS",
+        help="a connection's TLS handshake and request (headers and body) must arrive within "
+        "this long of its accept, or of its next request's first byte (default 10)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_count_arg,
+        default=Settings.max_connections,
+        help="open connections per worker; past it the oldest one still waiting for its "
+        "request is closed (default 1000)",
+    )
+    serve.add_argument(
+        "--max-connections-per-peer",
+        type=_count_arg,
+        default=Settings.max_connections_per_peer,
+        help="open connections per client address per worker, likewise (default 128)",
+    )
+
     compile_ = sub.add_parser(
         "compile",
         parents=[policy],
@@ -396,6 +418,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
         drain_seconds=args.drain_seconds,
+        request_deadline=args.request_deadline,
+        max_connections=args.max_connections,
+        max_connections_per_peer=args.max_connections_per_peer,
         webhook_configuration=args.webhook_configuration,
     )
     try:

@@ -86,11 +86,15 @@ def _check_numbers(settings: Settings) -> None:
         ("--workers", settings.workers, 1),
         ("--threads", settings.threads, 1),
         ("--max-body-bytes", settings.max_body_bytes, 1),
+        ("--max-connections", settings.max_connections, 1),
+        ("--max-connections-per-peer", settings.max_connections_per_peer, 1),
     ):
         if value < low:
             raise ConfigError(f"{flag} must be at least {low}, not {value}")
     if settings.drain_seconds < 0:
         raise ConfigError(f"--drain-seconds must not be negative, not {settings.drain_seconds:g}")
+    if settings.request_deadline <= 0:
+        raise ConfigError(f"--request-deadline must be positive, not {settings.request_deadline:g}")
     if settings.max_staleness is not None and settings.max_staleness <= 0:
         raise ConfigError(f"--max-staleness must be positive, not {settings.max_staleness:g}")
 
@@ -327,7 +331,8 @@ class WebhookServer(BaseApplication):
             "bind": [s.bind],
             "workers": s.workers,
             "threads": s.threads,
-            "worker_class": "gthread",
+            # gthread, with handshakes and request reads off the request threads.
+            "worker_class": "app.connections.StagedWorker",
             # Both set, so gunicorn wraps sockets in TLS; the context comes from ssl_context.
             "certfile": str(s.tls_cert) if s.tls_cert else None,
             "keyfile": str(s.tls_key) if s.tls_key else None,
