@@ -33,6 +33,7 @@ import errno
 import heapq
 import itertools
 import json
+import re
 import selectors
 import socket
 import ssl
@@ -156,12 +157,17 @@ class Staged:
         self.continued = False
 
 
+# The header fields that frame a request, each line's value (gunicorn parses them all later;
+# this only finds where the request ends, in one C-speed pass over the header block).
+_FRAMING = re.compile(
+    rb"\r\n(content-length|transfer-encoding|expect)[ \t]*:([^\r\n]*)", re.IGNORECASE
+)
+
+
 def _header_fields(head: bytes) -> dict[bytes, list[bytes]]:
     fields: dict[bytes, list[bytes]] = {}
-    for line in head.split(b"\r\n")[1:]:
-        name, sep, value = line.partition(b":")
-        if sep:
-            fields.setdefault(name.strip().lower(), []).append(value.strip().lower())
+    for name, value in _FRAMING.findall(head):
+        fields.setdefault(name.lower(), []).append(value.strip().lower())
     return fields
 
 
