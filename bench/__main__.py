@@ -24,6 +24,7 @@ BENCHMARKS = {
     "compile": "bench.compile",
     "freshness": "bench.freshness",
     "writes": "bench.writes",
+    "connections": "bench.connections",
 }
 
 
