@@ -22,6 +22,7 @@ FLAGS = {
     "compile": ("--sizes", "--rounds", "--sample", "--profile", "--json"),
     "freshness": ("--objects", "--rate", "--seconds", "--every", "--cluster-roles", "--json"),
     "writes": ("--objects", "--writes", "--rounds", "--json"),
+    "connections": ("--hostile", "--models", "--trickle", "--rounds", "--json"),
 }
 
 
