@@ -535,8 +535,11 @@ class StagedWorker(ThreadWorker):
         pass  # no connection waits for its first bytes outside the stage
 
     def _cap_keepalive(self, deadline: float) -> None:
+        # Stopping: connections with no request begun get what kept-alive ones get from
+        # gunicorn, a short while for one arriving now, so that connections held open without
+        # a request do not keep the worker past it.
         for staged in list(self.staged):
-            if staged.state == IDLE and staged.deadline > deadline:
+            if staged.state != LINGER and not staged.buf and staged.deadline > deadline:
                 self._set_deadline(staged, deadline)
 
 

@@ -39,6 +39,7 @@ from bench.core.layout import write_dir
 from bench.core.load import review_mix
 from bench.core.servers import Model, Running, server
 from bench.core.stats import med, median_ratio, percentile
+from tests.process import client_hello, established
 
 HOSTILE_PEERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 KINDS = ("idle-tcp", "half-hello", "no-request", "trickle")
@@ -48,16 +49,6 @@ TRICKLED = b"POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Length: 100000\
 def address(running: Running) -> tuple[str, int]:
     host, port = running.url.removeprefix("https://").split(":")
     return host, int(port)
-
-
-def client_hello() -> bytes:
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
-    try:
-        tls.do_handshake()
-    except ssl.SSLWantReadError:
-        return outgoing.read()
-    raise SystemExit("a TLS handshake finished without a server")
 
 
 class Hostile:
@@ -131,15 +122,8 @@ class Hostile:
 
 
 def held(running: Running) -> int:
-    """Server-side connections from the hostile addresses still open (/proc/net/tcp)."""
-    port = address(running)[1]
-    wanted = {socket.inet_aton(p)[::-1].hex().upper() for p in HOSTILE_PEERS}
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] == "01" and int(fields[1].split(":")[1], 16) == port:
-            count += fields[2].split(":")[0] in wanted
-    return count
+    """Server-side connections from the hostile addresses still open."""
+    return established(address(running)[1], HOSTILE_PEERS)
 
 
 def post(running: Running, context: ssl.SSLContext, body: bytes, timeout: float) -> bool:

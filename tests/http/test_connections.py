@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.process import Server, read_reply, serve
+from tests.process import Server, client_hello, established, read_reply, serve, stop
 from tests.support import make_access_review, make_review
 
 ALLOWED = make_review("alice", "CREATE", "configmaps", namespace="t1", labels={"team": "a"})
@@ -36,6 +36,7 @@ LIST = make_access_review("alice", "list", "configmaps", namespace="t1")
 PROMPT = 2.0
 HOSTILE = 300
 HOSTILE_PEERS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+HELLO = functools.cache(client_hello)
 
 
 @pytest.fixture(scope="module")
@@ -59,26 +60,13 @@ def tls(server: Server, source: str) -> ssl.SSLSocket:
     return server.context().wrap_socket(tcp(server, source), server_hostname="127.0.0.1")
 
 
-@functools.cache
-def client_hello() -> bytes:
-    """The first flight of a real TLS client, as it goes on the wire."""
-    context = ssl.create_default_context()
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    tls_object = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
-    try:
-        tls_object.do_handshake()
-    except ssl.SSLWantReadError:
-        return outgoing.read()
-    raise AssertionError("a handshake cannot finish without the server")
-
-
 def idle_tcp(server: Server, source: str) -> socket.socket:
     return tcp(server, source)
 
 
 def half_hello(server: Server, source: str) -> socket.socket:
     sock = tcp(server, source)
-    hello = client_hello()
+    hello = HELLO()
     sock.sendall(hello[: len(hello) // 2])
     return sock
 
@@ -114,16 +102,8 @@ def open_hostile(server: Server, opener: Opener, count: int = HOSTILE) -> list[s
 
 
 def held(server: Server, peers: tuple[str, ...] = HOSTILE_PEERS) -> int:
-    """Server-side connections from ``peers`` still open (established, per /proc/net/tcp)."""
-    port = address(server)[1]
-    wanted = {socket.inet_aton(p)[::-1].hex().upper() for p in peers}
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote, state = fields[1], fields[2], fields[3]
-        if state == "01" and int(local.split(":")[1], 16) == port:
-            count += remote.split(":")[0] in wanted
-    return count
+    """Server-side connections from ``peers`` still open."""
+    return established(address(server)[1], peers)
 
 
 def honest_reviews(server: Server, rounds: int = 5) -> list[float]:
@@ -286,6 +266,24 @@ def test_past_the_caps_the_oldest_waiting_connection_is_closed(
 def _closed(sock: socket.socket) -> bool:
     readable, _, _ = select.select([sock], [], [], 1)
     return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+
+
+def test_held_connections_do_not_hold_up_a_stop(tmp_path: Path) -> None:
+    """SIGTERM with hundreds of connections held and no request begun on them: the workers stop
+    as if they were idle kept-alive connections (gunicorn gives those 2 s), not at the request
+    deadline or the graceful timeout."""
+    with serve(tmp_path, "--rbac-dir", "manifests/examples") as srv:
+        hostile = open_hostile(srv, no_request) + open_hostile(srv, half_hello, 100)
+        try:
+            assert honest_reviews(srv, rounds=1)
+            started = time.monotonic()
+            stop(srv.process)
+            stopped = time.monotonic() - started
+        finally:
+            for sock in hostile:
+                sock.close()
+    assert srv.process.returncode == 0
+    assert stopped < 5, stopped
 
 
 def test_requests_pipelined_or_expecting_100_continue_are_served(server: Server) -> None:
