@@ -213,6 +213,7 @@ class StagedWorker(ThreadWorker):
         peer = str(client[0]) if isinstance(client, tuple) else str(client)
         if not self._make_room(peer):
             _abort(raw)
+            _closed_early("refused")
             return
         try:
             sock = gsock.ssl_context(self.cfg).wrap_socket(
@@ -240,11 +241,11 @@ class StagedWorker(ThreadWorker):
             waiting = self.by_peer.get(peer)
             if not waiting:
                 return False
-            self._drop(next(iter(waiting)))
+            self._drop(next(iter(waiting)), "evicted")
         if self.nr_conns >= self.max_connections:
             if not self.staged:
                 return False
-            self._drop(next(iter(self.staged)))
+            self._drop(next(iter(self.staged)), "evicted")
         return True
 
     # --- the stage ----------------------------------------------------------------------------
@@ -291,11 +292,14 @@ class StagedWorker(ThreadWorker):
             del self.loading[staged]
             self.buffered -= len(staged.buf)
 
-    def _drop(self, staged: Staged) -> None:
-        """Close a staged connection now."""
+    def _drop(self, staged: Staged, reason: str | None = None) -> None:
+        """Close a staged connection now; ``reason``: the server's, counted (else the client's,
+        or the end of its keep-alive)."""
         if staged in self.staged:
             self._unstage(staged)
             self._close(staged)
+            if reason is not None:
+                _closed_early(reason)
 
     def _close(self, staged: Staged) -> None:
         """Close a connection that is not (or no longer) staged."""
@@ -356,11 +360,11 @@ class StagedWorker(ThreadWorker):
         to make room (this one too, when it is the oldest)."""
         while self.buffered + len(data) > self.budget and self.loading:
             oldest = next(iter(self.loading))
-            self._drop(oldest)
+            self._drop(oldest, "buffer")
             if oldest is staged:
                 return False
         if self.buffered + len(data) > self.budget:
-            self._drop(staged)
+            self._drop(staged, "buffer")
             return False
         if staged not in self.loading:
             self.loading[staged] = None
@@ -375,7 +379,7 @@ class StagedWorker(ThreadWorker):
             end = buf.find(b"\r\n\r\n")
             if end < 0:
                 if len(buf) > HEADER_BYTES:
-                    self._refuse(staged, HEADERS_TOO_LARGE)
+                    self._refuse(staged, HEADERS_TOO_LARGE, "headers")
                     return True
                 return False
             staged.head_end = end + 4
@@ -442,10 +446,10 @@ class StagedWorker(ThreadWorker):
         sock.setblocking(True)
         self.enqueue_req(conn)
 
-    def _refuse(self, staged: Staged, answer: bytes) -> None:
+    def _refuse(self, staged: Staged, answer: bytes, reason: str) -> None:
         with contextlib.suppress(OSError, ValueError):
             staged.sock.send(answer)
-        self._drop(staged)
+        self._drop(staged, reason)
 
     # --- after a thread served a request ------------------------------------------------------
 
@@ -527,9 +531,9 @@ class StagedWorker(ThreadWorker):
             if staged.deadline == deadline and staged in self.staged:
                 if staged.state == REQUEST and staged.buf:
                     # A request begun and not finished in time is told so, then cut off.
-                    self._refuse(staged, TOO_SLOW)
+                    self._refuse(staged, TOO_SLOW, "deadline")
                 else:
-                    self._drop(staged)
+                    self._drop(staged, "deadline" if staged.state in (HANDSHAKE, REQUEST) else None)
 
     def murder_pending(self) -> None:
         pass  # no connection waits for its first bytes outside the stage
@@ -541,6 +545,21 @@ class StagedWorker(ThreadWorker):
         for staged in list(self.staged):
             if staged.state != LINGER and not staged.buf and staged.deadline > deadline:
                 self._set_deadline(staged, deadline)
+
+
+# Told of every connection the server closes before its request was complete, with the reason:
+# refused, evicted, buffer, headers, deadline (app.metrics counts them; set in each worker).
+_observer: Callable[[str], None] | None = None
+
+
+def set_close_observer(observer: Callable[[str], None] | None) -> None:
+    global _observer
+    _observer = observer
+
+
+def _closed_early(reason: str) -> None:
+    if _observer is not None:
+        _observer(reason)
 
 
 def _abort(sock: socket.socket) -> None:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
-from app import deepjson, logs
+from app import connections, deepjson, logs
 from app.certs import CertificateError, ServingCertificate, load_pair
 from app.server import create_app
 from app.settings import Settings
@@ -154,6 +154,7 @@ def build_app(settings: Settings) -> Any:
 
     metrics = Metrics()
     logs.set_drop_observer(metrics.log_line_dropped)
+    connections.set_close_observer(metrics.connection_closed)
     source = make_source(settings, metrics)
     source.start()
     if settings.rbac_dir is not None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.process import Server, client_hello, established, read_reply, serve, stop
 from tests.support import make_access_review, make_review
@@ -104,6 +105,20 @@ def open_hostile(server: Server, opener: Opener, count: int = HOSTILE) -> list[s
 def held(server: Server, peers: tuple[str, ...] = HOSTILE_PEERS) -> int:
     """Server-side connections from ``peers`` still open."""
     return established(address(server)[1], peers)
+
+
+CLOSED = "label_rbac_connections_closed_total"
+
+
+def closed(server: Server, reason: str) -> float:
+    """label_rbac_connections_closed_total{reason} over the workers, from /metrics."""
+    status, text = server.request("GET", "/metrics")
+    assert status == 200
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (sample.name, sample.labels.get("reason")) == (CLOSED, reason):
+                return float(sample.value)
+    return 0.0
 
 
 def honest_reviews(server: Server, rounds: int = 5) -> list[float]:
@@ -215,6 +230,8 @@ def test_trickled_requests_are_cut_off_at_the_deadline(quick: Server) -> None:
     answers = {answer.split(b"\r\n", 1)[0] for _, answer in trickle.ended.values()}
     assert answers <= {b"HTTP/1.1 408 Request Timeout", b""}, answers
     assert b"HTTP/1.1 408 Request Timeout" in answers
+    # Counted, for an operator to see: a metric shared by the workers.
+    assert closed(quick, "deadline") >= len(socks)
 
 
 @pytest.fixture(scope="module")
@@ -249,6 +266,7 @@ def raw_review(server: Server, source: str) -> dict[str, object]:
 def test_past_the_caps_the_oldest_waiting_connection_is_closed(
     capped: Server, peers: tuple[str, ...], cap: int
 ) -> None:
+    evicted = closed(capped, "evicted")
     hostile = [idle_tcp(capped, peers[i % len(peers)]) for i in range(300)]
     try:
         time.sleep(0.5)
@@ -258,6 +276,7 @@ def test_past_the_caps_the_oldest_waiting_connection_is_closed(
             assert raw_review(capped, peers[0])["allowed"] is True
         # The oldest went first: the first connections opened are the ones closed.
         assert _closed(hostile[0]) and not _closed(hostile[-1])
+        assert closed(capped, "evicted") - evicted >= 300 - cap
     finally:
         for sock in hostile:
             sock.close()
