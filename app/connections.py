@@ -336,6 +336,11 @@ class StagedWorker(ThreadWorker):
             self._watch(staged, selectors.EVENT_WRITE)
         except (OSError, ValueError):
             self._drop(staged)
+        except Exception:
+            # A fault here must cost this connection, not the loop every connection of the
+            # worker waits in.
+            self.log.exception("closing a connection after an error reading its request")
+            self._drop(staged)
 
     def _read(self, staged: Staged) -> None:
         taken = 0
