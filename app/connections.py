@@ -21,9 +21,10 @@ that waits on the client into the worker's event loop, on non-blocking sockets:
   one), or the new one if none waits. What the loop buffers is bounded the same way: at most
   twice ``--max-body-bytes`` per worker, the oldest partial request dropped first.
 
-Only requests no honest client sends still reach a thread with their body unread: a declared
-body over ``--max-body-bytes`` (answered 413 at once, then drained for at most
-``app.server.DRAIN_SECONDS``) and framing gunicorn refuses (400 before any body is read).
+A body over ``--max-body-bytes`` is refused from the loop too: the 413 goes out at once and the
+rest of the body is read and thrown away there (app.server's DRAIN_BYTES and DRAIN_SECONDS), so
+the connection serves its next request. Only framing gunicorn refuses before reading a body
+(400) reaches a thread unread.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
+from app.server import DRAIN_BYTES, DRAIN_SECONDS
 from app.settings import Settings
 
 # The request line and headers, at most (the API server's are a few hundred bytes).
@@ -64,11 +66,13 @@ ACCEPT_BATCH = 64
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-def _answer(status: str, message: str) -> bytes:
-    """A complete JSON error response that closes the connection (as app.server's errors)."""
+def _answer(status: str, message: str, close: bool = True) -> bytes:
+    """A complete JSON error response, as app.server's errors (closing the connection unless
+    told otherwise)."""
     body = json.dumps({"error": message, "code": int(status.split()[0])}).encode()
+    connection = "Connection: close\r\n" if close else ""
     head = (
-        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{connection}"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
@@ -79,8 +83,10 @@ HEADERS_TOO_LARGE = _answer(
 )
 TOO_SLOW = _answer("408 Request Timeout", "the request was not received in time")
 
-# What a staged connection is waiting for.
-HANDSHAKE, REQUEST, IDLE, LINGER = "handshake", "request", "idle", "linger"
+# What a staged connection is waiting for; DISCARD: the rest of a body refused with a 413.
+HANDSHAKE, REQUEST, IDLE, LINGER, DISCARD = "handshake", "request", "idle", "linger", "discard"
+# Framing verdicts: read the body here, hand the request on as it is, or refused already.
+READ, HAND_ON, REFUSED = "read", "hand-on", "refused"
 
 
 class ChunkScan:
@@ -125,12 +131,53 @@ class ChunkScan:
     malformed = False
 
 
+class ChunkSkip:
+    """Reads past a chunked body without keeping it (bytes fed as they come)."""
+
+    def __init__(self) -> None:
+        self.line = bytearray()
+        self.state = "size"  # size, data, crlf, trailer
+        self.left = 0
+
+    def feed(self, data: bytes) -> int | None:
+        """The offset in ``data`` just past the body, or None if it goes on; ValueError if it
+        is not chunked framing."""
+        i, n = 0, len(data)
+        while i < n:
+            if self.state in ("data", "crlf"):
+                take = min(self.left, n - i)
+                i, self.left = i + take, self.left - take
+                if self.left == 0:
+                    self.state, self.left = ("crlf", 2) if self.state == "data" else ("size", 0)
+                continue
+            j = data.find(b"\n", i)
+            if j < 0:
+                self.line += data[i:]
+                if len(self.line) > 4096:
+                    raise ValueError("chunk line too long")
+                return None
+            self.line += data[i:j]
+            i = j + 1
+            line = bytes(self.line).rstrip(b"\r")
+            self.line.clear()
+            if self.state == "trailer":
+                if not line:
+                    return i
+                continue
+            size = int(line.split(b";", 1)[0].strip(), 16)
+            if size < 0:
+                raise ValueError("negative chunk size")
+            self.state, self.left = ("trailer", 0) if size == 0 else ("data", size)
+        return None
+
+
 class Staged:
     """One connection while it waits on its client in the loop."""
 
     __slots__ = (
-        "buf", "callback", "chunks", "client", "conn", "continued", "deadline", "events",
-        "head_end", "lingered", "need", "peer", "server", "sock", "state",
+        "buf", "callback", "chunks", "client", "conn", "continued", "deadline", "discard_left",
+        "drained", "events", "head_end", "lingered", "need", "peer", "server", "skip", "sock",
+        "state",
     )  # fmt: skip
 
     def __init__(
@@ -151,6 +198,10 @@ class Staged:
         self.continued = False  # "100 Continue" sent for this request
         self.events = 0
         self.lingered = 0
+        # Discarding a refused body: bytes still due (declared length) or the chunk reader.
+        self.discard_left = 0
+        self.skip: ChunkSkip | None = None
+        self.drained = 0
 
     def reset_request(self) -> None:
         self.head_end = self.need = self.chunks = None
@@ -184,6 +235,10 @@ class StagedWorker(ThreadWorker):
         self.max_per_peer = settings.max_connections_per_peer
         self.max_body = settings.max_body_bytes
         self.budget = 2 * settings.max_body_bytes + HEADER_BYTES
+        # app.server.BodyLimit's 413, word for word; kept-alive unless the body is past draining.
+        too_large = f"request body larger than {self.max_body} bytes (--max-body-bytes)"
+        self.too_large = _answer("413 Request Entity Too Large", too_large)
+        self.too_large_keep = _answer("413 Request Entity Too Large", too_large, close=False)
         # gunicorn stops accepting at worker_connections, leaving new connections queued in the
         # kernel behind whatever holds the slots: this worker always accepts and decides itself.
         self.worker_connections = sys.maxsize
@@ -350,6 +405,10 @@ class StagedWorker(ThreadWorker):
                 self._drop(staged)
                 return
             taken += len(data)
+            if staged.state == DISCARD:
+                if self._discard(staged, data):
+                    return
+                continue
             if staged.state == IDLE:
                 # The next request's first byte: its deadline starts now.
                 staged.state = REQUEST
@@ -388,49 +447,102 @@ class StagedWorker(ThreadWorker):
                     return True
                 return False
             staged.head_end = end + 4
-            if not self._framing(staged):
+            verdict = self._framing(staged)
+            if verdict == HAND_ON:
                 self._dispatch(staged)
+            if verdict != READ:
                 return True
         if staged.chunks is not None:
             body_end = staged.chunks.end(buf)
             if body_end is None:
                 if staged.chunks.declared <= self.max_body:
                     return False
-                # Over the limit: the app refuses it as it reads on (app.server.BodyLimit).
-                body_end = len(buf)
+                return self._too_large(staged, None)
             staged.need = body_end
         if staged.need is not None and len(buf) < staged.need:
             return False
         self._dispatch(staged)
         return True
 
-    def _framing(self, staged: Staged) -> bool:
-        """Learn how long the request is; False: hand it on as it is (its body, if any, is
-        refused or read by the thread: a malformed or oversized declaration)."""
+    def _framing(self, staged: Staged) -> str:
+        """Learn how long the request is: READ its body here, HAND_ON the request as it is
+        (framing gunicorn refuses before reading a body: it answers 400), or REFUSED (413)."""
         assert staged.head_end is not None
         fields = _header_fields(bytes(staged.buf[: staged.head_end - 4]))
         encoding, length = fields.get(b"transfer-encoding"), fields.get(b"content-length")
+        expects = fields.get(b"expect") == [b"100-continue"]
         if encoding is not None:
             if length is not None or encoding != [b"chunked"]:
-                return False  # gunicorn refuses these before reading a body
+                return HAND_ON
             staged.chunks = ChunkScan(staged.head_end)
         elif length is not None:
             if len(set(length)) != 1 or not (length[0].isascii() and length[0].isdigit()):
-                return False
+                return HAND_ON
             size = int(length[0])
             if size > self.max_body:
-                return False  # refused at once with a 413 (app.server.BodyLimit)
+                if expects and len(staged.buf) == staged.head_end:
+                    # As gunicorn did: the interim answer first, then the refusal.
+                    staged.sock.send(CONTINUE)
+                self._too_large(staged, size)
+                return REFUSED
             staged.need = staged.head_end + size
         else:
             staged.need = staged.head_end
         wants_body = staged.chunks is not None or (staged.need or 0) > staged.head_end
-        if fields.get(b"expect") == [b"100-continue"] and wants_body:
+        if expects and wants_body:
             if len(staged.buf) == staged.head_end:
                 # The client waits for this before it sends the body; sent here, not by the
                 # thread later (handle_request).
                 staged.sock.send(CONTINUE)
             staged.continued = True
+        return READ
+
+    def _too_large(self, staged: Staged, declared: int | None) -> bool:
+        """Refuse a body over the limit with a 413 from here, then read the rest of it and
+        throw it away (up to DRAIN_BYTES within DRAIN_SECONDS, as app.server.BodyLimit did),
+        so that a client writing its whole body first reads the 413 on an intact connection
+        that serves its next request. A declared length past DRAIN_BYTES is answered and closed.
+        True: the request left the stage (as ``_complete``)."""
+        assert staged.head_end is not None
+        body = bytes(staged.buf[staged.head_end :])
+        self._release(staged)
+        staged.buf = bytearray()
+        if declared is not None and declared > DRAIN_BYTES:
+            staged.sock.send(self.too_large)
+            self._unstage(staged)
+            self._start_linger(staged, time.monotonic())
+            return True
+        staged.sock.send(self.too_large_keep)
+        staged.state = DISCARD
+        staged.discard_left = declared or 0
+        staged.skip = ChunkSkip() if declared is None else None
+        staged.drained = 0
+        self._set_deadline(staged, time.monotonic() + DRAIN_SECONDS)
+        self._discard(staged, body)
         return True
+
+    def _discard(self, staged: Staged, data: bytes) -> bool:
+        """Throw refused body bytes away; once the body is over, the connection waits for its
+        next request. True if the connection left the stage or closed."""
+        staged.drained += len(data)
+        if staged.skip is None:
+            taken = min(len(data), staged.discard_left)
+            staged.discard_left -= taken
+            end: int | None = taken if staged.discard_left == 0 else None
+        else:
+            try:
+                end = staged.skip.feed(data)
+            except ValueError:
+                self._drop(staged)
+                return True
+        if end is None:
+            if staged.drained > DRAIN_BYTES:
+                self._drop(staged)
+                return True
+            return False
+        staged.skip = None
+        staged.reset_request()
+        return self._await_next(staged, data[end:], time.monotonic())
 
     def _dispatch(self, staged: Staged) -> None:
         """The request is in memory: a thread serves it from there."""
@@ -481,20 +593,23 @@ class StagedWorker(ThreadWorker):
         if not keep:
             self._start_linger(staged, now)
             return
-        leftover = conn.parser.unreader.take_buffered()
+        staged.buf = bytearray()
+        if not self._await_next(staged, conn.parser.unreader.take_buffered(), now):
+            self._progress(staged)
+
+    def _await_next(self, staged: Staged, leftover: bytes, now: float) -> bool:
+        """Wait in the loop for the connection's next request, ``leftover`` its first bytes
+        (the client pipelined it). True if the connection left the stage or closed."""
+        self._unstage(staged)
         idle_until = now + self.cfg.keepalive
         if not self.alive:
             idle_until = min(idle_until, now + STOP_KEEPALIVE_LINGER)
-        staged.buf = bytearray()
         self._stage(staged, IDLE, idle_until)
-        if leftover:
-            # The client sent its next request already (pipelining): judged like any other.
-            staged.state = REQUEST
-            self._set_deadline(staged, now + self.deadline_seconds)
-            if self._keep(staged, leftover) and not self._complete(staged):
-                self._progress(staged)
-        elif staged.sock.pending():
-            self._progress(staged)
+        if not leftover:
+            return False
+        staged.state = REQUEST
+        self._set_deadline(staged, now + self.deadline_seconds)
+        return not self._keep(staged, leftover) or self._complete(staged)
 
     def _start_linger(self, staged: Staged, now: float) -> None:
         """After the last answer: half-close, then wait in the loop for the client to close
@@ -538,7 +653,8 @@ class StagedWorker(ThreadWorker):
                     # A request begun and not finished in time is told so, then cut off.
                     self._refuse(staged, TOO_SLOW, "deadline")
                 else:
-                    self._drop(staged, "deadline" if staged.state in (HANDSHAKE, REQUEST) else None)
+                    early = staged.state in (HANDSHAKE, REQUEST, DISCARD)
+                    self._drop(staged, "deadline" if early else None)
 
     def murder_pending(self) -> None:
         pass  # no connection waits for its first bytes outside the stage
