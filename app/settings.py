@@ -52,6 +52,12 @@ class Settings:
     # After SIGTERM: seconds of serving with readiness off before the graceful stop
     # (app.webhook.serve).
     drain_seconds: float = 0.0
+    # Connections (app.webhook.connections): the TLS handshake and the whole request must arrive
+    # within this many seconds of accept (or of a kept-alive connection's next first byte); at
+    # most this many connections per worker, and per client address per worker.
+    request_deadline: float = 10.0
+    max_connections: int = 1000
+    max_connections_per_peer: int = 128
 
     @property
     def compiler(self) -> Compiler:

@@ -25,6 +25,7 @@ BENCHMARKS = {
     "freshness": "bench.freshness",
     "writes": "bench.writes",
     "names": "bench.names",
+    "connections": "bench.connections",
 }
 
 

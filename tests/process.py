@@ -113,6 +113,30 @@ def read_reply(sock: ssl.SSLSocket) -> Reply:
     return Reply(status, headers, rest[:length])
 
 
+def client_hello() -> bytes:
+    """A real TLS client's first flight, as it goes on the wire (for half-open connections)."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    try:
+        tls.do_handshake()
+    except ssl.SSLWantReadError:
+        return outgoing.read()
+    raise AssertionError("a TLS handshake cannot finish without a server")
+
+
+def established(port: int, peers: tuple[str, ...]) -> int:
+    """Server-side TCP connections on ``port`` from the IPv4 ``peers`` still open: what the
+    server holds, as the kernel sees it (/proc/net/tcp, state ESTABLISHED)."""
+    wanted = {socket.inet_aton(peer)[::-1].hex().upper() for peer in peers}
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, state = fields[1], fields[2], fields[3]
+        if state == "01" and int(local.split(":")[1], 16) == port:
+            count += remote.split(":")[0] in wanted
+    return count
+
+
 def _decode(raw: bytes) -> Any:
     try:
         return json.loads(raw)

@@ -468,6 +468,67 @@ def test_kustomization_lists_every_manifest() -> None:
     assert listed == present
 
 
+# --- who reaches the webhook's port -------------------------------------------------------------
+
+# The pod network of the shipped NetworkPolicy's default (docs/install.md, "Network policy").
+POD_NETWORK = "10.244.0.0/16"
+
+
+def check_admission(policy: dict[str, Any], objects: Objects) -> list[dict[str, Any]]:
+    """The policy isolates the webhook's pods and opens their serving port only; its peers."""
+    template = only(objects, "Deployment")["spec"]["template"]
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    assert spec["policyTypes"] == ["Ingress"]
+    (container,) = template["spec"]["containers"]
+    port_names = {port["name"] for port in container["ports"]}
+    peers = []
+    for rule in spec["ingress"]:
+        assert rule["ports"] and all(
+            p["port"] in port_names and p["protocol"] == "TCP" for p in rule["ports"]
+        ), rule
+        peers += rule["from"]
+    return peers
+
+
+def test_only_the_api_server_reaches_the_webhook_port() -> None:
+    objects = kustomize(DEPLOY)
+    peers = check_admission(objects[("NetworkPolicy", "label-rbac")], objects)
+    blocks = [peer["ipBlock"] for peer in peers if "ipBlock" in peer]
+    selected = [peer for peer in peers if "ipBlock" not in peer]
+    # Addresses outside the pod network (a control plane on the nodes' host network or outside
+    # the cluster), never the pods themselves...
+    assert blocks == [{"cidr": "0.0.0.0/0", "except": [POD_NETWORK]}]
+    # ...and of the pods only kube-system's (managed control planes' tunnel agents), where no
+    # tenant creates pods.
+    assert selected == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {},
+        }
+    ]
+
+
+def test_prometheus_reaches_the_metrics_with_monitoring_on(configured: Path) -> None:
+    kustomization = configured / "deploy" / "kustomization.yaml"
+    text = kustomization.read_text().replace("# components:", "components:")
+    kustomization.write_text(text.replace("#   - ../monitoring", "  - ../monitoring"))
+    objects = kustomize(configured / "deploy")
+    metrics = objects[("NetworkPolicy", "acme-label-rbac-metrics")]
+    assert metrics["metadata"]["namespace"] == "platform-admission"
+    peers = check_admission(metrics, objects)
+    assert peers == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
+    # The API server's policy follows the configured namespace and names as well.
+    webhook = objects[("NetworkPolicy", "acme-label-rbac")]
+    assert webhook["metadata"]["namespace"] == "platform-admission"
+    check_admission(webhook, objects)
+
+
 # --- certificates ---------------------------------------------------------------------------
 
 

@@ -211,6 +211,27 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="after SIGTERM, keep serving this long with /readyz at 503 (default 0)",
     )
+    serve.add_argument(
+        "--request-deadline",
+        type=_seconds_arg,
+        default=Settings.request_deadline,
+        metavar="SECONDS",
+        help="a connection's TLS handshake and request (headers and body) must arrive within "
+        "this long of its accept, or of its next request's first byte (default 10)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_count_arg,
+        default=Settings.max_connections,
+        help="open connections per worker; past it the oldest one still waiting for its "
+        "request is closed (default 1000)",
+    )
+    serve.add_argument(
+        "--max-connections-per-peer",
+        type=_count_arg,
+        default=Settings.max_connections_per_peer,
+        help="open connections per client address per worker, likewise (default 128)",
+    )
 
     compile_ = sub.add_parser(
         "compile",

@@ -55,6 +55,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
         drain_seconds=args.drain_seconds,
+        request_deadline=args.request_deadline,
+        max_connections=args.max_connections,
+        max_connections_per_peer=args.max_connections_per_peer,
         webhook_configuration=args.webhook_configuration,
     )
     try:

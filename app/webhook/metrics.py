@@ -134,6 +134,16 @@ class Metrics:
             ["resource", "result"],
             registry=r,
         )
+        self.connections_closed = Counter(
+            "label_rbac_connections_closed",
+            "Connections closed before their request was complete, by reason: deadline (the "
+            "handshake and request not in within --request-deadline), evicted (the oldest waiting "
+            "one, for room under --max-connections or --max-connections-per-peer), refused (no "
+            "room: every connection busy), buffer (request bytes past the worker's budget), "
+            "headers (over 32 KiB).",
+            ["reason"],
+            registry=r,
+        )
         self.log_lines_dropped = Counter(
             "label_rbac_log_lines_dropped",
             "Log lines (decisions and others) dropped because the log queue was full: stdout or "
@@ -183,6 +193,9 @@ class Metrics:
 
     def parent_lookup(self, resource: str, result: str) -> None:
         self.parent_lookups.labels(self._resource_label(resource), result).inc()
+
+    def connection_closed(self, reason: str) -> None:
+        self.connections_closed.labels(reason).inc()
 
     def log_line_dropped(self) -> None:
         self.log_lines_dropped.inc()

@@ -44,6 +44,7 @@ from gunicorn.arbiter import Arbiter
 from app import deepjson, logs
 from app.settings import Settings
 from app.source.base import RbacSource
+from app.webhook import connections
 from app.webhook.certs import CertificateError, ServingCertificate, load_pair
 from app.webhook.server import create_app
 
@@ -86,11 +87,15 @@ def _check_numbers(settings: Settings) -> None:
         ("--workers", settings.workers, 1),
         ("--threads", settings.threads, 1),
         ("--max-body-bytes", settings.max_body_bytes, 1),
+        ("--max-connections", settings.max_connections, 1),
+        ("--max-connections-per-peer", settings.max_connections_per_peer, 1),
     ):
         if value < low:
             raise ConfigError(f"{flag} must be at least {low}, not {value}")
     if settings.drain_seconds < 0:
         raise ConfigError(f"--drain-seconds must not be negative, not {settings.drain_seconds:g}")
+    if settings.request_deadline <= 0:
+        raise ConfigError(f"--request-deadline must be positive, not {settings.request_deadline:g}")
     if settings.max_staleness is not None and settings.max_staleness <= 0:
         raise ConfigError(f"--max-staleness must be positive, not {settings.max_staleness:g}")
 
@@ -151,6 +156,7 @@ def build_app(settings: Settings) -> Any:
 
     metrics = Metrics()
     logs.set_drop_observer(metrics.log_line_dropped)
+    connections.set_close_observer(metrics.connection_closed)
     source = make_source(settings, metrics)
     source.start()
     if settings.rbac_dir is not None:
@@ -328,7 +334,8 @@ class WebhookServer(BaseApplication):
             "bind": [s.bind],
             "workers": s.workers,
             "threads": s.threads,
-            "worker_class": "gthread",
+            # gthread, with handshakes and request reads off the request threads.
+            "worker_class": "app.webhook.connections.StagedWorker",
             # Both set, so gunicorn wraps sockets in TLS; the context comes from ssl_context.
             "certfile": str(s.tls_cert) if s.tls_cert else None,
             "keyfile": str(s.tls_key) if s.tls_key else None,

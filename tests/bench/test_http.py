@@ -50,7 +50,7 @@ def test_a_tiny_churn_run_enforces_every_change_on_every_worker(tmp_path: Path) 
     assert "p99 ratio" in result.stdout and "enforced p50 ms" in result.stdout
     (row,) = json.loads(out.read_text())
     # The default serving model, both of its workers synced from the loopback API server.
-    assert (row["objects"], row["model"], row["workers"]) == (300, "gthread:2x4:ka75", 2)
+    assert (row["objects"], row["model"], row["workers"]) == (300, "staged:2x4:ka75", 2)
     for phase in ("quiet", "churn"):
         assert len(row[phase]) == 2  # one of each per round
         for run in row[phase]:

@@ -23,6 +23,7 @@ FLAGS = {
     "freshness": ("--objects", "--rate", "--seconds", "--every", "--cluster-roles", "--json"),
     "writes": ("--objects", "--writes", "--rounds", "--json"),
     "names": ("--names", "--per-rule"),
+    "connections": ("--hostile", "--models", "--trickle", "--rounds", "--json"),
 }
 
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from app.certs import CertPaths, generate
 
+from app.webhook.certs import CertPaths, generate
 from tests import helm
 from tests.kube.cluster import Compilers, LabelRbacCluster
 from tests.kube.conftest import require, require_control_plane, wait_for
