@@ -35,7 +35,7 @@ from app.compiled.admission_policy import (
     registration_guard,
 )
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "charts" / "label-rbac" / "templates"
+TEMPLATE = Path(__file__).resolve().parents[2] / "charts" / "label-rbac" / "templates"
 TEMPLATE_FILE = TEMPLATE / "_compiled.tpl"
 # Stand-ins while dumping (no spaces, so a folded line never splits one), then Helm variables.
 _NAME, _NAMESPACE = "@@name@@", "@@namespace@@"
