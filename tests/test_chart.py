@@ -109,6 +109,22 @@ def test_narrowing_is_the_compilers_registration_part() -> None:
 ONLY_IN_OVERLAYS = {("Namespace", "", "label-rbac")}
 
 
+def without_compilers_condition(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The overlays' registration without the compiled entry's ``left-by-the-policy``, which
+    the chart leaves to the compiler that owns it (Helm's server-side apply of the shipped one
+    would conflict with the compiler's at every upgrade): absent, it sends the entry everything,
+    as the shipped one does until the compiler writes it."""
+    if document["kind"] != "ValidatingWebhookConfiguration":
+        return document
+    found = json.loads(json.dumps(document))
+    for entry in found["webhooks"]:
+        if entry["name"] == "labels-compiled.labelrbac.io":
+            entry["matchConditions"] = [
+                c for c in entry["matchConditions"] if c["name"] != "left-by-the-policy"
+            ]
+    return found
+
+
 @pytest.mark.parametrize(
     ("values", "upgrade", "overlay", "monitoring"),
     [
@@ -128,7 +144,7 @@ def test_chart_renders_what_the_overlays_do(
 ) -> None:
     rendered = by_key(d for d in helm.template(values, upgrade=upgrade) if not hook(d))
     directory = with_monitoring(tmp_path, overlay) if monitoring else MANIFESTS / overlay
-    kustomized = by_key(kustomize(directory))
+    kustomized = by_key(without_compilers_condition(d) for d in kustomize(directory))
     assert set(kustomized) - set(rendered) == ONLY_IN_OVERLAYS
     assert set(rendered) - set(kustomized) == set()
     for key, obj in rendered.items():
@@ -218,6 +234,19 @@ def test_renamed_install_carries_its_names_everywhere() -> None:
         ):
             (own,) = doc["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][:1]
             assert own["values"] == ["policy", "kube-system"], doc["metadata"]["name"]
+    # The label-rule entries let the renamed compiler's writes of its parameters through, and
+    # no other identity's.
+    for entry in config["webhooks"]:
+        if entry["name"].startswith("labels"):
+            conditions = {c["name"]: c["expression"] for c in entry["matchConditions"]}
+            assert f"== '{compiler}'" in conditions["skip-compiler"], entry["name"]
+    # The NetworkPolicies select the renamed webhook's pods.
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert {p["metadata"]["name"] for p in policies} == {"acme-lr", "acme-lr-metrics"}
+    for policy in policies:
+        assert policy["spec"]["podSelector"] == {
+            "matchLabels": {"app.kubernetes.io/name": "acme-lr"}
+        }
     # The RBAC subjects, the compiler's Lease and registration, the webhook's registration.
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         for key, doc in objects.items():
@@ -269,6 +298,7 @@ def test_failure_policy_follows_the_release(upgrade: bool, sets: list[str], expe
         pytest.param("mode=deny", id="unknown-mode"),
         pytest.param("image.digest=latest", id="digest-not-sha256"),
         pytest.param("compiled.enable=true", id="misspelt-key"),
+        pytest.param("networkPolicy.apiServer.except={10.0.0/8}", id="except-not-a-cidr"),
     ],
 )
 def test_values_schema_refuses(assignment: str) -> None:
@@ -349,4 +379,62 @@ def test_certificates_from_an_issuer_or_an_existing_secret() -> None:
     with pytest.raises(AssertionError, match="caBundle is required"):
         helm.template(
             sets=["certificates.source=existingSecret", "certificates.existingSecret.name=x"]
+        )
+
+
+KUBE_SYSTEM = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("sets", "peers"),
+    [
+        pytest.param(
+            [],
+            [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.244.0.0/16"]}}, KUBE_SYSTEM],
+            id="outside-the-pod-network-and-kube-system",
+        ),
+        pytest.param(
+            ["networkPolicy.apiServer.except={10.42.0.0/16,10.43.0.0/16}"],
+            [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.42.0.0/16", "10.43.0.0/16"]}},
+                KUBE_SYSTEM,
+            ],
+            id="your-pod-cidrs",
+        ),
+        pytest.param(
+            [
+                "networkPolicy.apiServer.cidr=172.16.0.0/28",
+                "networkPolicy.apiServer.except=null",
+                "networkPolicy.apiServer.namespaces=null",
+                "networkPolicy.apiServer.extraIpBlocks[0].cidr=192.168.0.10/32",
+            ],
+            [{"ipBlock": {"cidr": "172.16.0.0/28"}}, {"ipBlock": {"cidr": "192.168.0.10/32"}}],
+            id="the-control-plane-range-only",
+        ),
+        pytest.param(["networkPolicy.enabled=false"], None, id="disabled"),
+    ],
+)
+def test_network_policy_admits_what_the_values_say(
+    sets: list[str], peers: list[dict[str, Any]] | None
+) -> None:
+    """Only the sources networkPolicy.apiServer names reach the webhook's port (and Prometheus
+    only with a ServiceMonitor)."""
+    docs = helm.template(sets=sets)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    if peers is None:
+        assert policies == []
+        return
+    (policy,) = policies
+    (rule,) = policy["spec"]["ingress"]
+    assert rule == {"from": peers, "ports": [{"port": "https", "protocol": "TCP"}]}
+
+
+def test_network_policy_admitting_no_one_is_refused() -> None:
+    """A rule with no peer admits every source: the chart refuses to render it."""
+    with pytest.raises(AssertionError, match=r"networkPolicy\.apiServer admits no one"):
+        helm.template(
+            sets=["networkPolicy.apiServer.cidr=", "networkPolicy.apiServer.namespaces=null"]
         )

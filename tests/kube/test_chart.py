@@ -433,6 +433,12 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
         assert written is not None and float(written.group(1)) >= 1, metrics
         lags = re.search(r"^label_rbac_compiler_lag_seconds_count (\S+)$", metrics, re.M)
         assert lags is not None and float(lags.group(1)) >= 1, metrics
+        # The compiler's left-by-the-policy (what the policy judges) survives a helm upgrade.
+        eventually(lambda: left_to_policy(cp, "acme-lr", "configmaps"), timeout=30)
+        release.upgrade()
+        release.mark_ready()
+        left_to_policy(cp, "acme-lr", "configmaps")
+        alice_judged(cp, "t2", by="acme-lr")
         # Only the renamed compiler writes parameters: not even an admin.
         status, answer = cp.request(
             ADMIN, "DELETE", "/apis/labelrbac.io/v1alpha1/namespaces/t2/labelrbacparams/label-rbac"
@@ -456,6 +462,15 @@ def skips(cp: ControlPlane, name: str, resource: str) -> None:
     (labels,) = [w for w in config["webhooks"] if w["name"] == "labels.labelrbac.io"]
     conditions = {c["name"]: c["expression"] for c in labels.get("matchConditions", ())}
     assert f"'{resource}'" in conditions.get("skip-unjudged", ""), conditions
+
+
+def left_to_policy(cp: ControlPlane, name: str, resource: str) -> None:
+    """The compiled entry leaves ``resource`` to the policy (the compiler's condition)."""
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    _, config = cp.request(ADMIN, "GET", path)
+    (entry,) = [w for w in config["webhooks"] if w["name"] == "labels-compiled.labelrbac.io"]
+    conditions = {c["name"]: c["expression"] for c in entry.get("matchConditions", ())}
+    assert f"'{resource}'" in conditions.get("left-by-the-policy", ""), conditions
 
 
 def probe(url: str) -> str:
