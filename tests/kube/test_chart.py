@@ -492,6 +492,8 @@ def documented_overlay_removal() -> list[list[str]]:
     commands = [shlex.split(line, comments=True) for line in block.splitlines()]
     return [
         [str(ROOT / a) if a.startswith("manifests/") else a for a in command[1:]]
+        if command[0] == "kubectl"
+        else command
         for command in commands
         if command
     ]
@@ -515,9 +517,13 @@ def test_overlay_removal(tmp_path: Path) -> None:
             assert [c[:2] for c in commands] == [["delete", "validatingwebhookconfiguration"],
                                                  ["delete", "validatingadmissionpolicybinding,"
                                                   "validatingadmissionpolicy"],
+                                                 ["sleep", "5"],
                                                  ["delete", "-k"]]  # fmt: skip
             with Load(cp, "t1") as load:
                 for command in commands:
+                    if command[0] == "sleep":
+                        time.sleep(float(command[1]))
+                        continue
                     done = cp.kubectl(ADMIN, *command)
                     # The test cluster has no cert-manager or prometheus-operator CRDs.
                     errors = [
