@@ -260,7 +260,12 @@ def test_the_scale_files_are_read(tmp_path: Path) -> None:
 
 
 def test_the_repositorys_yaml_loads_the_same() -> None:
-    files = sorted(p for p in ROOT.rglob("*.y*ml") if ".venv" not in p.parts)
+    # A chart's templates are Go templates that render YAML, not YAML.
+    files = sorted(
+        p
+        for p in ROOT.rglob("*.y*ml")
+        if not {".venv", ".cache", "templates"} & set(p.relative_to(ROOT).parts)
+    )
     assert len(files) > 10
     assert sum(check(path.read_text()) for path in files) > len(files) // 2
 
