@@ -137,6 +137,10 @@ def _policy_flags() -> _Parser:
     return parent
 
 
+# The verbs ``check`` and ``who-can`` answer: every verb whose grant a label permission narrows.
+_VERBS = sorted({*OPERATION_FOR_VERB, *AUTHORIZED_VERBS})
+
+
 def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="label-rbac: label-based permissions for Kubernetes")
     parser.add_argument("--version", action="version", version=f"label-rbac {app.__version__}")
@@ -251,7 +255,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     check.add_argument(
         "--as-group", "--group", dest="group", action="append", default=[], metavar="GROUP"
     )
-    check.add_argument("--verb", choices=sorted({*OPERATION_FOR_VERB, *AUTHORIZED_VERBS}))
+    check.add_argument("--verb", choices=_VERBS)
     check.add_argument(
         "--selector",
         type=_selector_arg,
@@ -275,7 +279,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         parents=[policy, rbac_source],
         help="who may do VERB on RESOURCE objects with these labels, and through which roles",
     )
-    who.add_argument("verb", metavar="VERB")
+    who.add_argument("verb", metavar="VERB", choices=_VERBS, help=f"one of {', '.join(_VERBS)}")
     who.add_argument("resource", metavar="RESOURCE", type=_resource_arg)
     who.add_argument("-n", "--namespace", default="")
     who.add_argument("--name", default="", help="an object name (for resourceNames rules)")

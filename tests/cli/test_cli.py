@@ -41,7 +41,9 @@ CHECK = ["check", "--rbac-dir", str(EXAMPLES)]
             ["--user", "system:serviceaccount:t1:ci-deployer", "--verb", "update",
              "--resource", "deployments.apps", "--namespace", "t1", "--name", "api",
              "--label", "team=a"],
-            0, "allowed (NoGrantingRole)", id="resource-names-do-not-match-other-names",
+            1, 'denied (403 NoGrantingRole): RBAC refuses it: no role bound to '
+            '"system:serviceaccount:t1:ci-deployer" grants update on deployments.apps in namespace '
+            '"t1"', id="resource-names-do-not-match-other-names",
         ),
         pytest.param(
             ["--user", "bob", "--verb", "delete", "--resource", "secrets",

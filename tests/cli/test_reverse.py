@@ -17,7 +17,7 @@ from app.cli import main
 from app.engine.model import Resource
 from app.engine.reverse import Existing, audit, who_can
 from tests.conftest import EXAMPLES
-from tests.kubeapi import Collection, FakeKubeAPI
+from tests.kubeapi import Collection, FakeKubeAPI, discovery
 from tests.support import ROOT, binding, role, rule, snapshot
 
 TEAM = "labelrbac.io/permissions"
@@ -175,35 +175,6 @@ def test_audit_of_a_manifests_directory(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 # -- against a cluster: the loopback API server -------------------------------------------------
-
-
-def discovery(api: FakeKubeAPI) -> None:
-    """API discovery as kube-apiserver serves it (only the fields clients read)."""
-
-    def resource(name: str, kind: str, namespaced: bool, verbs: str = "create delete get list "
-                 "patch update watch") -> dict[str, Any]:  # fmt: skip
-        return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
-                "verbs": verbs.split()}  # fmt: skip
-
-    api.put_object("/api/v1", {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-        resource("configmaps", "ConfigMap", True),
-        resource("namespaces", "Namespace", False),
-        resource("pods", "Pod", True),
-        resource("pods/exec", "PodExecOptions", True, "create get"),
-        resource("secrets", "Secret", True),
-    ]})  # fmt: skip
-    api.put_object("/apis", {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-        {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
-         "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
-    ]})  # fmt: skip
-    api.put_object(
-        "/apis/apps/v1",
-        {
-            "kind": "APIResourceList",
-            "groupVersion": "apps/v1",
-            "resources": [resource("deployments", "Deployment", True)],
-        },
-    )
 
 
 @pytest.fixture
