@@ -268,9 +268,7 @@ def test_the_benchmarks_import_the_core_and_no_other_benchmark() -> None:
     ("graph", "expected"),
     [
         pytest.param({"a": {"b"}, "b": {"c"}, "c": set()}, [], id="a-chain"),
-        pytest.param(
-            {"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}, [], id="a-diamond"
-        ),
+        pytest.param({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}, [], id="a-diamond"),
         pytest.param({"a": {"a"}}, [["a", "a"]], id="self-import"),
         pytest.param({"a": {"b"}, "b": {"a"}}, [["a", "b", "a"]], id="two-modules"),
         pytest.param(

@@ -26,6 +26,7 @@ from app.cli.compile import cmd_compile
 from app.cli.inputs import CliError, one_line
 from app.cli.lint import cmd_lint
 from app.cli.serve import cmd_gen_certs, cmd_serve
+from app.cli.suite import cmd_test
 from app.engine.model import AUTHORIZED_VERBS, ENFORCE, MODES, Resource
 from app.engine.params import MAX_BYTES
 from app.engine.policy import (
@@ -300,6 +301,21 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     certs.add_argument("--dns", action="append", required=True, metavar="NAME")
     certs.add_argument("--days", type=_days_arg, default=365)
 
+    test = sub.add_parser(
+        "test",
+        parents=[policy],
+        help="run policy test suites (label-rbac-test.yaml: RBAC and cases with expected "
+        "verdicts), offline, for CI",
+    )
+    test.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="a suite file, or a directory searched for label-rbac-test.yaml files",
+    )
+    test.add_argument("-o", "--output", choices=("table", "json", "junit"), default="table")
+
     lint = sub.add_parser("lint", parents=[policy], help="validate permission annotations")
     lint.add_argument("files", nargs="+", type=Path)
     return parser
@@ -385,6 +401,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
         "audit": cmd_audit,
         "gen-certs": cmd_gen_certs,
         "lint": cmd_lint,
+        "test": cmd_test,
     }[args.command]
     try:
         return handler(args)

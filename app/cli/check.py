@@ -374,32 +374,37 @@ def _print_answer(answer: Mapping[str, Any]) -> None:
         print(f"  warning: {warning}")
 
 
+def answers(
+    args: argparse.Namespace, settings: Settings, loaded: Loaded, catalog: Catalog
+) -> list[dict[str, Any]]:
+    """The cluster's answer to what ``args`` ask, one per object (see ``_answer``)."""
+    if args.resource is not None:
+        known(catalog, args.resource, "--resource")
+    if _is_read(args):
+        return [_read_answer(args, settings, loaded)]
+    requests = _requests(args, loaded, catalog)
+    ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, loaded.metadata)
+    # Flags describe only the object's labels: what a write makes controllers do (its pod
+    # template, selector, references) is judged for a whole object, from -f or --review.
+    post = POST_CHECKS if args.review or args.filename else ()
+    verb = None if args.review else (args.verb or "create")
+    return [_write_answer(request, ctx, post, verb) for request in requests]
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from app.cli.audit import dump
 
     settings = policy_settings(args)
     loaded = load_rbac(args, settings)
-    catalog = served(loaded)
-    if args.resource is not None:
-        known(catalog, args.resource, "--resource")
-    if _is_read(args):
-        answers = [_read_answer(args, settings, loaded)]
-    else:
-        requests = _requests(args, loaded, catalog)
-        ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, loaded.metadata)
-        # Flags describe only the object's labels: what a write makes controllers do (its pod
-        # template, selector, references) is judged for a whole object, from -f or --review.
-        post = POST_CHECKS if args.review or args.filename else ()
-        verb = None if args.review else (args.verb or "create")
-        answers = [_write_answer(request, ctx, post, verb) for request in requests]
+    found = answers(args, settings, loaded, served(loaded))
     if args.output == "text":
-        for answer in answers:
-            if len(answers) > 1:  # several objects from -f: say which one each answer is for
+        for answer in found:
+            if len(found) > 1:  # several objects from -f: say which one each answer is for
                 print(f"{_describe(answer)}:")
             _print_answer(answer)
     else:
-        print(dump(answers[0] if len(answers) == 1 else answers, args.output), end="")
-    return 0 if all(a["allowed"] for a in answers) else 1
+        print(dump(found[0] if len(found) == 1 else found, args.output), end="")
+    return 0 if all(a["allowed"] for a in found) else 1
 
 
 def _describe(answer: Mapping[str, Any]) -> str:

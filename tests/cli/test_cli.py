@@ -198,8 +198,12 @@ def test_lint_reports_invalid_annotation(
         # Applied later into kubectl's namespace: still a Role, not a ClusterRole.
         pytest.param("Role", "{name: x}", "ok: role x", id="role-without-namespace"),
         pytest.param("ClusterRole", "{name: x, namespace: t1}", "ok: clusterrole x", id="cluster"),
-        pytest.param("Role", "[1]", "invalid: role (no name): malformed metadata: not a mapping",
-                     id="metadata-not-a-mapping"),
+        pytest.param(
+            "Role",
+            "[1]",
+            "invalid: role (no name): malformed metadata: not a mapping",
+            id="metadata-not-a-mapping",
+        ),
         pytest.param("Role", "{namespace: t1}", "ok: role t1/(no name)", id="no-name"),
     ],
 )
@@ -208,8 +212,7 @@ def test_lint_names_each_role_as_its_manifest_does(
 ) -> None:
     manifest = tmp_path / "role.yaml"
     manifest.write_text(
-        f"apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata: {metadata}\n"
-        "rules: []\n"
+        f"apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata: {metadata}\nrules: []\n"
     )
     assert main(["lint", str(manifest)]) == (1 if line.startswith("invalid") else 0)
     assert capsys.readouterr().out.startswith(line)
@@ -239,7 +242,7 @@ def test_lint_reports_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixt
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
         "metadata:\n  name: loud\n  namespace: t1\n"
         "  annotations:\n    labelrbac.io/mode: loud\n"
-        "    labelrbac.io/permissions: '{\"configmaps\": {\"team\": [\"a\"]}}'\n"
+        '    labelrbac.io/permissions: \'{"configmaps": {"team": ["a"]}}\'\n'
         "rules: []\n"
     )
     assert main(["lint", str(manifest)]) == 1
@@ -278,7 +281,7 @@ def test_as_counts_bindings_to_system_authenticated(
     (rbac / "rbac.yaml").write_text(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
         "metadata: {name: all, namespace: t1, annotations: "
-        "{labelrbac.io/permissions: '{\"configmaps\": {\"team\": [\"x\"]}}'}}\n"
+        '{labelrbac.io/permissions: \'{"configmaps": {"team": ["x"]}}\'}}\n'
         "rules: [{apiGroups: [''], resources: [configmaps], verbs: [create]}]\n---\n"
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n"
         "metadata: {name: all, namespace: t1}\nroleRef: {kind: Role, name: all}\n"

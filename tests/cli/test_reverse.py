@@ -296,8 +296,26 @@ def test_check_against_a_cluster_reads_the_parent(
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "app", "namespace": "t1", "labels": {"team": pod_team}},
     })  # fmt: skip
-    assert main(["check", "--as", "alice", "--verb", "connect", "--resource", "pods/exec",
-                 "-n", "t1", "--name", "app", "--kubeconfig", str(kubeconfig)]) == code
+    assert (
+        main(
+            [
+                "check",
+                "--as",
+                "alice",
+                "--verb",
+                "connect",
+                "--resource",
+                "pods/exec",
+                "-n",
+                "t1",
+                "--name",
+                "app",
+                "--kubeconfig",
+                str(kubeconfig),
+            ]
+        )
+        == code
+    )
     assert expected in capsys.readouterr().out
     assert "/api/v1/namespaces/t1/pods/app" in {r.path for r in api.recorded()}
 
