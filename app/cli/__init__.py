@@ -318,6 +318,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
 
     lint = sub.add_parser("lint", parents=[policy], help="validate permission annotations")
     lint.add_argument("files", nargs="+", type=Path)
+    lint.add_argument("-o", "--output", choices=("text", "json"), default="text")
     return parser
 
 

@@ -115,8 +115,9 @@ def report_text(report: Report) -> str:
             table(
                 ["RESOURCE", "NAMESPACE", "NAME", "LABELS", "WHY"],
                 [
-                    [str(o.resource), o.namespace or "-", o.name, _labels(o.labels), why]
-                    for o, why in report.orphans
+                    [str(o.resource), o.namespace or "-", o.name, _labels(o.labels), orphan.why]
+                    for orphan in report.orphans
+                    for o in (orphan.obj,)
                 ],
             )
         )

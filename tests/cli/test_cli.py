@@ -252,6 +252,59 @@ def test_lint_reports_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixt
     )
 
 
+BAD_ROLE = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: bad
+  namespace: t1
+  annotations:
+    labelrbac.io/mode: loud
+    labelrbac.io/permissions: >-
+      {"configmaps": {"team": 5}, "secrets": {"Bad Key!": ["a"]}, "pods": {"team": ["a"]}}
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: fine
+  annotations:
+    labelrbac.io/permissions: '{"configmaps": {"team": ["a"]}}'
+rules: []
+"""
+
+
+def test_lint_reports_every_error_of_a_role(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(BAD_ROLE)
+    assert main(["lint", str(manifest)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ", 2)[:2] for line in lines] == [
+        ["invalid", "role t1/bad"], ["invalid", "role t1/bad"], ["invalid", "role t1/bad"],
+        ["ok", "clusterrole fine (1 permission entry)"],
+    ]  # fmt: skip
+    assert "at configmaps/team: 5 is not of type 'array'" in lines[0]
+    assert "at secrets: 'Bad Key!' is not a label key" in lines[1]
+    assert "labelrbac.io/mode annotation 'loud'" in lines[2]
+    assert main(["lint", str(manifest), "-o", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert (data["valid"], data["invalid"]) == (1, 1)
+    bad, fine = data["roles"]
+    assert (bad["kind"], bad["namespace"], bad["name"], bad["valid"]) == (
+        "Role",
+        "t1",
+        "bad",
+        False,
+    )
+    assert [e.split(": ", 1)[1] for e in bad["errors"]] == [
+        line.split(": ", 3)[3] for line in lines[:3]
+    ]
+    assert fine == {"kind": "ClusterRole", "namespace": "", "name": "fine", "valid": True,
+                    "entries": 1, "errors": []}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("user", "groups", "expected"),
     [
