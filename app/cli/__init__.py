@@ -23,6 +23,7 @@ import app
 from app.cli.audit import cmd_audit, cmd_who_can
 from app.cli.check import OPERATION_FOR_VERB, cmd_check
 from app.cli.compile import cmd_compile
+from app.cli.completion import SHELLS, script
 from app.cli.inputs import CliError, one_line
 from app.cli.lint import cmd_lint
 from app.cli.serve import cmd_gen_certs, cmd_serve
@@ -316,6 +317,11 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     )
     test.add_argument("-o", "--output", choices=("table", "json", "junit"), default="table")
 
+    completion = sub.add_parser(
+        "completion", help="print a shell completion script (source it in your shell's profile)"
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
+
     lint = sub.add_parser("lint", parents=[policy], help="validate permission annotations")
     lint.add_argument("files", nargs="+", type=Path)
     lint.add_argument("-o", "--output", choices=("text", "json"), default="text")
@@ -388,6 +394,11 @@ def _selector_arg(text: str) -> Selector:
     return selector
 
 
+def _cmd_completion(args: argparse.Namespace) -> int:
+    print(script(args.shell, _parser("label-rbac")), end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
     try:
         args = _parser(prog).parse_args(argv)
@@ -403,6 +414,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
         "gen-certs": cmd_gen_certs,
         "lint": cmd_lint,
         "test": cmd_test,
+        "completion": _cmd_completion,
     }[args.command]
     try:
         return handler(args)
