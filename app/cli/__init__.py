@@ -26,6 +26,7 @@ from app.cli.compile import cmd_compile
 from app.cli.completion import SHELLS, script
 from app.cli.inputs import CliError, one_line
 from app.cli.lint import cmd_lint
+from app.cli.report import cmd_report
 from app.cli.serve import cmd_gen_certs, cmd_serve
 from app.cli.suite import cmd_test
 from app.engine.model import AUTHORIZED_VERBS, ENFORCE, MODES, Resource
@@ -241,6 +242,50 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     )
     compile_.add_argument("--log-level", default="info")
 
+    report = sub.add_parser(
+        "report",
+        parents=[policy],
+        help="keep the audit's findings as PolicyReports, one per namespace (leader-elected)",
+    )
+    report.add_argument(
+        "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
+    )
+    report.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
+    report.add_argument("--lease-name", default="label-rbac-reporter", metavar="NAME")
+    report.add_argument("--lease-seconds", type=_seconds_arg, default=15.0, metavar="SECONDS")
+    report.add_argument("--identity", help="this replica's name in the Lease")
+    report.add_argument(
+        "--interval",
+        type=_seconds_arg,
+        default=2.0,
+        metavar="SECONDS",
+        help="at most one audit pass per this many seconds (default 2)",
+    )
+    report.add_argument(
+        "--writes-per-second",
+        type=_seconds_arg,
+        default=20.0,
+        metavar="N",
+        help="report writes per second at most (default 20)",
+    )
+    report.add_argument(
+        "--max-results",
+        type=_count_arg,
+        default=1000,
+        metavar="N",
+        help="results per report; a namespace with more gets several reports (default 1000)",
+    )
+    report.add_argument(
+        "--openreports",
+        action="store_true",
+        help="also write openreports.io/v1alpha1 Report and ClusterReport",
+    )
+    report.add_argument(
+        "--metrics-port", type=_count_arg, default=0, metavar="PORT",
+        help="serve Prometheus metrics on this port (default: off)",
+    )  # fmt: skip
+    report.add_argument("--log-level", default="info")
+
     rbac_source = _source_flags()
     check = sub.add_parser(
         "check",
@@ -408,6 +453,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
     handler = {
         "serve": cmd_serve,
         "compile": cmd_compile,
+        "report": cmd_report,
         "check": cmd_check,
         "who-can": cmd_who_can,
         "audit": cmd_audit,
