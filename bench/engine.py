@@ -360,6 +360,26 @@ def reverse_bench(tenant_namespaces: int, per_namespace: int) -> None:
           f"{len(report.orphans)} orphans")  # fmt: skip
     print(f"who-can: {len(holders)} subjects in {who_s * 1000:.0f} ms "
           f"({who_s * decide:,.0f}x one admission decision)")
+    reports_bench(snapshot, existing, decide)
+
+
+def reports_bench(snapshot: Snapshot, existing: list[Any], decide: float) -> None:
+    """One pass of ``label-rbac report``: audit, findings, every report rendered and serialised
+    (what a pass does besides the writes of the reports that changed)."""
+    from app.engine.reverse import audit
+    from app.reports.render import Scope, count_passes, findings, reports
+
+    cpu = time.process_time()
+    report = audit(snapshot, existing)
+    scopes = findings(snapshot, report, lambda key: 0)
+    count_passes(existing, report, scopes)
+    scopes.setdefault("", Scope())
+    rendered = [r for ns, scope in scopes.items() for r in reports(ns, scope)]
+    sizes = [len(json.dumps(r)) for r in rendered]
+    cpu = time.process_time() - cpu
+    print(f"report pass: {len(existing)} objects, {len(rendered)} reports in {cpu:.2f} s CPU "
+          f"({cpu * decide:,.0f} admission decisions' worth); report bytes: total "
+          f"{sum(sizes):,}, largest {max(sizes):,}, median {sorted(sizes)[len(sizes) // 2]:,}")
 
 
 def access_reviews(tenant_namespaces: int) -> dict[str, dict[str, Any]]:
