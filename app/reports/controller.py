@@ -37,6 +37,7 @@ from app.reports.render import (
     count_passes,
     findings,
     reports,
+    unaudited,
 )
 from app.settings import Settings
 from app.source.api import ApiError, KubeClient, KubeError, object_path
@@ -145,15 +146,21 @@ class Reporter:
             informer.start()
             log.info("auditing %s (metadata-only list/watch)", resource)
 
-    def _objects(self) -> list[Existing] | None:
-        """Every watched object, or None while an informer has not listed yet."""
-        found = []
+    def _objects(self) -> tuple[list[Existing], dict[Resource, str]] | None:
+        """Every watched object, and the resources that cannot be listed (with why); None
+        while an informer is still making its first list."""
+        found: list[Existing] = []
+        unreadable: dict[Resource, str] = {}
         for resource, informer in self._informers.items():
             if not informer.synced:
-                return None
+                if not informer.last_error:
+                    return None
+                # Forbidden or failing: said in the cluster report, never silently skipped.
+                unreadable[resource] = informer.last_error
+                continue
             found += [Existing(resource, ns, name, labels) for ns, name, labels in
                       informer.objects()]  # fmt: skip
-        return found
+        return found, unreadable
 
     def _first_seen(self, key: str) -> int:
         return self._seen.setdefault(key, int(time.time()))
@@ -161,14 +168,16 @@ class Reporter:
     def render(self) -> dict[tuple[str, str, str], dict[str, Any]] | None:
         """Every report due: (resource, namespace, name) → the report."""
         snapshot = self.source.snapshot()
-        objects = self._objects()
-        if snapshot is None or objects is None:
+        listed = self._objects()
+        if snapshot is None or listed is None:
             return None
+        objects, unreadable = listed
         report = audit(snapshot, objects, self._settings.allow_unlabeled)
         scopes = findings(snapshot, report, self._first_seen)
         count_passes(objects, report, scopes)
         due: dict[tuple[str, str, str], dict[str, Any]] = {}
-        scopes.setdefault("", Scope())  # the cluster report exists even when empty
+        cluster = scopes.setdefault("", Scope())  # the cluster report exists even when empty
+        cluster.results += [unaudited(r, why, self._first_seen) for r, why in unreadable.items()]
         for namespace, scope in scopes.items():
             for kind in self._options.kinds:
                 resource = kind.resource if namespace else kind.cluster_resource
@@ -176,7 +185,7 @@ class Reporter:
                     due[(f"{kind.api_version}/{resource}", namespace, item["metadata"]["name"])] = (
                         item
                     )
-        counts = {"pass": 0, "fail": 0}
+        counts = {"pass": 0, "fail": 0, "error": 0}
         for item in due.values():
             for result in counts:
                 counts[result] += item["summary"][result]

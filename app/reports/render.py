@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.engine.catalog import BUILTIN, Catalog
+from app.engine.model import Resource
 from app.engine.rbac import RBAC_GROUP, Snapshot
 from app.engine.reverse import Existing, Report
 
@@ -160,6 +161,21 @@ def findings(
             )
         )
     return dict(scopes)
+
+
+def unaudited(resource: Resource, why: str, first_seen: Callable[[str], int]) -> dict[str, Any]:
+    """An ``error`` result: the objects of ``resource`` cannot be listed, so are not audited."""
+    result = _result(
+        "audited",
+        f"the objects of {resource} are not audited: they cannot be listed ({why}); grant the "
+        "reporter list and watch on them",
+        {"name": str(resource)},
+        "medium",
+        first_seen,
+        {"resource": str(resource)},
+    )
+    result["result"] = "error"
+    return result
 
 
 def count_passes(objects: Iterable[Existing], report: Report, scopes: dict[str, Scope]) -> None:

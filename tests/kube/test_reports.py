@@ -2,8 +2,9 @@
 (../shared/fixtures/policy-reports): every report it writes is accepted by their schemas, and a
 label or RBAC change updates the right report within seconds.
 
-The example RBAC (manifests/examples) is installed; the reporter runs as a process, leader of
-its Lease, writing both the wgpolicyk8s.io and the openreports.io kinds.
+The example RBAC (manifests/examples) is installed; the reporter runs as a process with the
+identity and rights manifests/reports ships, leader of its Lease, writing both the
+wgpolicyk8s.io and the openreports.io kinds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from tests.kube.conftest import require_control_plane, wait_for
-from tests.kube.controlplane import ADMIN, ControlPlane
+from tests.kube.controlplane import ADMIN, DEFAULT_USERS, ControlPlane, service_account
 from tests.process import stop
 from tests.support import ROOT
 
@@ -26,6 +27,7 @@ CRDS = ROOT.parent / "shared" / "fixtures" / "policy-reports"
 EXAMPLES = ROOT / "manifests" / "examples"
 WG = "/apis/wgpolicyk8s.io/v1alpha2"
 OPEN = "/apis/openreports.io/v1alpha1"
+REPORTER = service_account("label-rbac", "label-rbac-reporter")
 
 
 def configmap(name: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -37,7 +39,7 @@ def configmap(name: str, labels: dict[str, str]) -> dict[str, Any]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     require_control_plane()
     workdir = tmp_path_factory.mktemp("reports")
-    cp = ControlPlane(workdir)
+    cp = ControlPlane(workdir, users=(*DEFAULT_USERS, REPORTER))
     cp.start()
     reporter: subprocess.Popen[str] | None = None
     try:
@@ -50,11 +52,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
         cp.apply(ADMIN, (EXAMPLES / "namespaces.yaml").read_text())
         cp.apply(ADMIN, (EXAMPLES / "tenants.yaml").read_text())
         cp.apply(ADMIN, (EXAMPLES / "cluster.yaml").read_text())
+        cp.apply(ADMIN, (ROOT / "manifests" / "reports" / "rbac.yaml").read_text())
         cp.apply(ADMIN, [configmap("ok", {"team": "a"}), configmap("stray", {"team": "z"})])
         log = (workdir / "reporter.log").open("w")
         reporter = subprocess.Popen(
-            [sys.executable, "-m", "app", "report", "--kubeconfig", str(cp.kubeconfig(ADMIN)),
-             "--identity", "one", "--interval", "0.2", "--lease-seconds", "3", "--openreports"],
+            [sys.executable, "-m", "app", "report",
+             "--kubeconfig", str(cp.kubeconfig(REPORTER.name)), "--identity", "one",
+             "--interval", "0.2", "--lease-seconds", "3", "--openreports"],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "KUBECONFIG": ""}, start_new_session=True,
         )  # fmt: skip
@@ -97,6 +101,14 @@ def test_reports_are_written_as_the_crds_accept_them(cluster: ControlPlane) -> N
     cluster_report = report(cp, cluster_path)
     assert cluster_report is not None and cluster_report["kind"] == "ClusterPolicyReport"
     assert cluster_report["summary"]["pass"] >= 1  # platform-ops' valid annotation
+    # platform-ops restricts every resource ("*"); the shipped rights list only some of them:
+    # the others are said to be unaudited, not silently left out.
+    errors = {r["resources"][0]["name"]: r for r in cluster_report["results"]
+              if r["result"] == "error"}  # fmt: skip
+    assert "services" in errors and "configmaps" not in errors
+    assert errors["services"]["rule"] == "audited"
+    assert "cannot be listed" in errors["services"]["message"]
+    assert cluster_report["summary"]["error"] == len(errors)
     open_path = f"{OPEN}/namespaces/t1/reports/label-rbac"
     wait_for(lambda: report(cp, open_path) is not None, "the openreports report", timeout=10)
     opened = report(cp, open_path)
