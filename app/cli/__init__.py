@@ -211,21 +211,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         parents=[policy],
         help="keep the compiled label rule's parameters in step with RBAC (leader-elected)",
     )
-    compile_.add_argument(
-        "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
-    )
-    compile_.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
-    compile_.add_argument("--lease-name", default="label-rbac-compiler", metavar="NAME")
-    compile_.add_argument(
-        "--lease-seconds",
-        type=_seconds_arg,
-        default=15.0,
-        metavar="SECONDS",
-        help="how long a replica's lease lasts unrenewed (default 15)",
-    )
-    compile_.add_argument(
-        "--identity", help="this replica's name in the Lease (default: host name and a number)"
-    )
+    _leader_flags(compile_, "label-rbac-compiler")
     compile_.add_argument(
         "--max-params-bytes",
         type=_count_arg,
@@ -247,13 +233,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         parents=[policy],
         help="keep the audit's findings as PolicyReports, one per namespace (leader-elected)",
     )
-    report.add_argument(
-        "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
-    )
-    report.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
-    report.add_argument("--lease-name", default="label-rbac-reporter", metavar="NAME")
-    report.add_argument("--lease-seconds", type=_seconds_arg, default=15.0, metavar="SECONDS")
-    report.add_argument("--identity", help="this replica's name in the Lease")
+    _leader_flags(report, "label-rbac-reporter")
     report.add_argument(
         "--interval",
         type=_seconds_arg,
@@ -404,6 +384,25 @@ def _days_arg(text: str) -> int:
     if not _COUNT.fullmatch(text) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"invalid --days {text!r}: expected a whole number >= 1")
     return int(text)
+
+
+def _leader_flags(parser: argparse.ArgumentParser, lease_name: str) -> None:
+    """The cluster and the Lease of a leader-elected controller (``compile``, ``report``)."""
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
+    )
+    parser.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
+    parser.add_argument("--lease-name", default=lease_name, metavar="NAME")
+    parser.add_argument(
+        "--lease-seconds",
+        type=_seconds_arg,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long a replica's lease lasts unrenewed (default 15)",
+    )
+    parser.add_argument(
+        "--identity", help="this replica's name in the Lease (default: host name and a number)"
+    )
 
 
 def _source_flags() -> _Parser:

@@ -22,6 +22,7 @@ from app.settings import Settings
 from app.source.static import read_manifests
 
 if TYPE_CHECKING:  # the official client is imported only to talk to a cluster (it is slow)
+    from app.compiled.compiler import LeaderLease
     from app.source.api import KubeClient
 
 
@@ -173,3 +174,16 @@ def context_namespace(args: argparse.Namespace) -> str:
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def leader_lease(args: argparse.Namespace, client: KubeClient) -> LeaderLease:
+    """The Lease of a leader-elected controller, from its ``--lease-*`` and ``--identity``."""
+    from app.compiled.compiler import LeaderLease, identity
+
+    return LeaderLease(
+        client,
+        args.lease_namespace,
+        args.lease_name,
+        args.identity or identity(),
+        duration=args.lease_seconds,
+    )

@@ -7,14 +7,13 @@ import argparse
 import signal
 import threading
 
-from app.cli.inputs import CliError, kube_connection, policy_settings
+from app.cli.inputs import CliError, kube_connection, leader_lease, policy_settings
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from app import logs
-    from app.compiled.compiler import LeaderLease, identity
     from app.reports.controller import REGISTRY, Options, run
     from app.reports.render import OPENREPORTS, WGPOLICY
     from app.source.api import KubeClient
@@ -25,13 +24,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     settings = policy_settings(args, kubeconfig=kubeconfig, in_cluster=in_cluster)
     logs.configure(args.log_level)
     client = KubeClient.connect(kubeconfig, in_cluster)
-    lease = LeaderLease(
-        client,
-        args.lease_namespace,
-        args.lease_name,
-        args.identity or identity(),
-        duration=args.lease_seconds,
-    )
+    lease = leader_lease(args, client)
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=REGISTRY)
     kinds = (WGPOLICY, OPENREPORTS) if args.openreports else (WGPOLICY,)
