@@ -1,4 +1,5 @@
-"""Command line: ``serve``, ``check``, ``who-can``, ``audit``, ``gen-certs`` and ``lint``.
+"""Command line: ``serve``, ``compile``, ``report``, ``check``, ``who-can``, ``audit``, ``test``,
+``gen-certs``, ``lint`` and ``completion``.
 
 ``check``, ``who-can`` and ``audit`` read RBAC from ``--rbac-dir`` or from a cluster, as kubectl
 finds one (``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` and its current context, or the
@@ -6,7 +7,8 @@ pod's service account), and take kubectl's spellings (``--as``, ``--as-group``, 
 ``-o``, ``-f``). Every bad input is one line on stderr and exit status 2, never a traceback.
 
 This module holds the parser and the dispatch; each command runs in a module of its own
-(``serve``, ``compile``, ``check``, ``audit``, ``lint``), and ``inputs`` is what they share.
+(``serve``, ``compile``, ``report``, ``check``, ``audit``, ``suite`` for ``test``, ``lint``,
+``completion``), and ``inputs`` is what they share.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from app.engine.policy import (
     resource_pattern,
 )
 from app.engine.selectors import Selector, SelectorError, parse_selector
+from app.reports.render import MAX_RESULTS
 from app.settings import Settings
 from app.source.static import ManifestError
 
@@ -251,9 +254,10 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     report.add_argument(
         "--max-results",
         type=_count_arg,
-        default=1000,
+        default=MAX_RESULTS,
         metavar="N",
-        help="results per report; a namespace with more gets several reports (default 1000)",
+        help="results per report; a namespace with more gets several reports "
+        f"(default {MAX_RESULTS}, under 1 MB a report)",
     )
     report.add_argument(
         "--openreports",

@@ -30,6 +30,7 @@ from app.engine.kinds import KindSpec
 from app.engine.model import Resource
 from app.engine.reverse import Existing, audit, is_restricted
 from app.reports.render import (
+    MAX_RESULTS,
     NAME,
     WGPOLICY,
     ReportKind,
@@ -74,7 +75,7 @@ PASS_SECONDS = Gauge(
 class Options:
     interval: float = 2.0
     writes_per_second: float = 20.0
-    max_results: int = 1000
+    max_results: int = MAX_RESULTS
     kinds: tuple[ReportKind, ...] = (WGPOLICY,)
 
 

@@ -26,7 +26,9 @@ from app.engine.reverse import Existing, Report
 SOURCE = "label-rbac"
 POLICY = "label-rbac"
 NAME = "label-rbac"
-MAX_RESULTS = 1000
+# Results per report: at the longest names and labels a result is under 1.6 KB, so a report
+# stays under 1 MB, below etcd's 1.5 MiB object limit.
+MAX_RESULTS = 600
 _CATALOG = Catalog(BUILTIN)
 
 
@@ -187,8 +189,14 @@ def count_passes(objects: Iterable[Existing], report: Report, scopes: dict[str, 
             scopes.setdefault(obj.namespace, Scope()).passed += 1
 
 
+# Labels as a result shows them, cut at this many characters: an object may carry up to 256 KiB
+# of labels, and a report of ``max_results`` results must stay far below etcd's 1.5 MiB.
+MAX_LABELS_TEXT = 256
+
+
 def _labels(labels: Mapping[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"
+    text = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"
+    return text if len(text) <= MAX_LABELS_TEXT else text[: MAX_LABELS_TEXT - 3] + "..."
 
 
 def _summary(results: Iterable[Mapping[str, Any]], passed: int) -> dict[str, int]:

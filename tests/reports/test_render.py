@@ -3,11 +3,21 @@ summary, one report per namespace, split past the size limit."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.engine.model import Resource
 from app.engine.reverse import Existing, audit
-from app.reports.render import OPENREPORTS, WGPOLICY, Scope, count_passes, findings, reports
+from app.reports.render import (
+    MAX_RESULTS,
+    OPENREPORTS,
+    WGPOLICY,
+    Scope,
+    count_passes,
+    findings,
+    reports,
+)
 from tests.support import binding, role, rule, snapshot
 
 CONFIGMAPS = Resource("", "configmaps")
@@ -80,3 +90,19 @@ def test_the_cluster_scope_and_openreports_kinds() -> None:
     assert (cluster["apiVersion"], cluster["kind"], cluster["source"]) == (
         "openreports.io/v1alpha1", "ClusterReport", "label-rbac")  # fmt: skip
     assert "namespace" not in cluster["metadata"]
+
+
+def test_a_full_report_stays_below_the_object_size_limit() -> None:
+    """The longest names Kubernetes allows and 256 KiB of labels: still a small result."""
+    labels = {f"k{i}": "v" * 60 for i in range(4000)}
+    name, namespace = "n" * 253, "s" * 63
+    snap = snapshot(
+        role("team-a", namespace, [rule("update", "configmaps")], {"configmaps": {"team": ["a"]}}),
+        binding("alice", "team-a", "User:alice", namespace=namespace),
+    )  # an orphan: its result carries what the bound roles permit too
+    objects = [Existing(CONFIGMAPS, namespace, name, labels | {"team": "b"})]
+    found = findings(snap, audit(snap, objects), lambda key: 0)
+    (result,) = found[namespace].results
+    assert result["properties"]["labels"].endswith("...")
+    full = reports(namespace, Scope([result] * MAX_RESULTS, 10**9))
+    assert len(full) == 1 and len(json.dumps(full[0])) < 1_000_000
