@@ -384,8 +384,14 @@ def _writable(
     return False, tuple(limits)
 
 
-def audit(snapshot: Snapshot, objects: Iterable[Existing], allow_unlabeled: bool = False) -> Report:
-    """Judge every existing object of a restricted resource, and list the buckets."""
+def audit(
+    snapshot: Snapshot,
+    objects: Iterable[Existing],
+    allow_unlabeled: bool = False,
+    with_buckets: bool = True,
+) -> Report:
+    """Judge every existing object of a restricted resource, and list the buckets (unless
+    ``with_buckets`` is false: the background audit reports findings only)."""
     report = Report()
     writers = _Writers(snapshot)
     # Objects alike in what is judged are judged once.
@@ -407,7 +413,8 @@ def audit(snapshot: Snapshot, objects: Iterable[Existing], allow_unlabeled: bool
             ))  # fmt: skip
             why = f"bound roles permit {limits}" if limits else "no bound role holds its bucket"
             report.orphans.append(Orphan(obj, why, bound_limits))
-    report.buckets = buckets(snapshot)
+    if with_buckets:
+        report.buckets = buckets(snapshot)
     return report
 
 

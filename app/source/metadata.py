@@ -60,16 +60,6 @@ class MetadataInformer(Informer):
     def key_of(meta: Mapping[str, Any]) -> str:
         return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
-    def objects(self) -> list[tuple[str, str, dict[str, str]]]:
-        """Every cached object as (namespace, name, labels), for a background audit."""
-        with self._lock:
-            items = list(self._items.items())
-        found = []
-        for key, cached in items:
-            namespace, _, name = key.partition("/")
-            found.append((namespace, name, cached.value))
-        return found
-
     def labels(self, namespace: str, name: str) -> dict[str, str] | None:
         """The cached labels, or None when the object is not (yet) known."""
         if not self.synced:
