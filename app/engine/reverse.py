@@ -323,6 +323,10 @@ class _Writers:
             tuple[int, tuple[tuple[str, str], ...]], tuple[bool, tuple[tuple[Entry, ...], ...]]
         ] = {}
 
+    def size(self) -> int:
+        """How many answers are kept (what a cache of them is bounded by)."""
+        return len(self._grants) + len(self._cluster) + len(self._answers)
+
     def _names(self, resource: Resource) -> frozenset[str]:
         if resource not in self._named:
             self._named[resource] = frozenset(
@@ -384,18 +388,48 @@ def _writable(
     return False, tuple(limits)
 
 
+Bucketed = dict[tuple[Resource, tuple[tuple[str, str], ...]], tuple[bool, bool]]
+# The most answers an ``AuditCache`` keeps: label sets are the objects' authors' to choose.
+MAX_CACHED = 100_000
+
+
+@dataclass
+class AuditCache:
+    """What audits of one snapshot share: the grants of each namespace's subjects and the
+    answers per label set. The background audit passes it from pass to pass, so a pass after a
+    label change costs the objects it judges, not a scan of every role and binding; it is
+    dropped when the snapshot (an RBAC change) or ``allow_unlabeled`` changes, or past
+    ``MAX_CACHED`` answers."""
+
+    snapshot: Snapshot | None = None
+    allow_unlabeled: bool = False
+    writers: _Writers | None = None
+    bucketed: Bucketed = field(default_factory=dict)
+
+    def of(self, snapshot: Snapshot, allow_unlabeled: bool) -> tuple[_Writers, Bucketed]:
+        if (
+            self.writers is None
+            or self.snapshot is not snapshot
+            or self.allow_unlabeled != allow_unlabeled
+            or len(self.bucketed) + self.writers.size() > MAX_CACHED
+        ):
+            self.snapshot, self.allow_unlabeled = snapshot, allow_unlabeled
+            self.writers, self.bucketed = _Writers(snapshot), {}
+        return self.writers, self.bucketed
+
+
 def audit(
     snapshot: Snapshot,
     objects: Iterable[Existing],
     allow_unlabeled: bool = False,
     with_buckets: bool = True,
+    cache: AuditCache | None = None,
 ) -> Report:
     """Judge every existing object of a restricted resource, and list the buckets (unless
     ``with_buckets`` is false: the background audit reports findings only)."""
     report = Report()
-    writers = _Writers(snapshot)
-    # Objects alike in what is judged are judged once.
-    bucketed: dict[tuple[Resource, tuple[tuple[str, str], ...]], tuple[bool, bool]] = {}
+    # Objects alike in what is judged are judged once (across audits sharing ``cache``).
+    writers, bucketed = (cache or AuditCache()).of(snapshot, allow_unlabeled)
     for obj in objects:
         report.objects += 1
         labels = tuple(sorted(obj.labels.items()))

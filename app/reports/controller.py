@@ -31,7 +31,7 @@ from app.engine.incremental import CATEGORIES, ROLES, Change, LiveSnapshot
 from app.engine.kinds import KindSpec
 from app.engine.model import Resource
 from app.engine.params import ALL, touched
-from app.engine.reverse import Existing, audit, is_restricted
+from app.engine.reverse import AuditCache, Existing, audit, is_restricted
 from app.reports.render import (
     MAX_RESULTS,
     NAME,
@@ -56,6 +56,8 @@ FIELD_MANAGER = "label-rbac-reporter"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 DISCOVERY_INTERVAL = 60.0
+# The most findings whose first sighting is remembered (a result's timestamp).
+MAX_SEEN = 200_000
 MANAGED = "app.kubernetes.io/managed-by=label-rbac"
 
 REGISTRY = CollectorRegistry()
@@ -154,6 +156,7 @@ class Reporter:
         self._rendered: dict[str, Due] = {}  # the reports of each namespace, as last rendered
         self._written: dict[Key, bytes] = {}  # what each report was last written with
         self._seen: dict[str, int] = {}  # finding → when first seen (its result's timestamp)
+        self._cache = AuditCache()  # answers kept while RBAC does not change
         self._limit = RateLimit(options.writes_per_second)
         self.leading = False
 
@@ -225,6 +228,8 @@ class Reporter:
         ]
 
     def _first_seen(self, key: str) -> int:
+        if len(self._seen) > MAX_SEEN:  # bounded: past it, findings are dated anew
+            self._seen.clear()
         return self._seen.setdefault(key, int(time.time()))
 
     def render(self) -> Due | None:
@@ -238,7 +243,9 @@ class Reporter:
         everything = bool(pending & ALL)
         namespaces = None if everything else frozenset(pending)
         objects = self._objects(namespaces)
-        report = audit(snapshot, objects, self._settings.allow_unlabeled, with_buckets=False)
+        report = audit(
+            snapshot, objects, self._settings.allow_unlabeled, with_buckets=False, cache=self._cache
+        )
         fresh = findings(snapshot, report, self._first_seen)
         count_passes(objects, report, fresh)
         if everything:

@@ -106,3 +106,23 @@ def test_a_full_report_stays_below_the_object_size_limit() -> None:
     assert result["properties"]["labels"].endswith("...")
     full = reports(namespace, Scope([result] * MAX_RESULTS, 10**9))
     assert len(full) == 1 and len(json.dumps(full[0])) < 1_000_000
+
+
+def test_an_audit_cache_serves_one_snapshot_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.engine import reverse
+
+    cache = reverse.AuditCache()
+    first = audit(SNAPSHOT, OBJECTS, cache=cache)
+    writers = cache.writers
+    again = audit(SNAPSHOT, OBJECTS, cache=cache)
+    assert cache.writers is writers  # the same snapshot: its answers are kept
+    assert [o.obj for o in again.orphans] == [o.obj for o in first.orphans]
+    other = snapshot(role("team-a", "t1", [rule("update", "configmaps")], None))
+    assert audit(other, OBJECTS, cache=cache).orphans == []  # unrestricted now: nothing found
+    assert cache.writers is not writers and cache.snapshot is other
+    monkeypatch.setattr(reverse, "MAX_CACHED", 0)
+    audit(other, OBJECTS, cache=cache)
+    assert cache.bucketed and cache.writers is not None
+    kept = cache.writers
+    audit(other, OBJECTS, cache=cache)
+    assert cache.writers is not kept  # past the bound: dropped and computed again
