@@ -752,3 +752,32 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if time.monotonic() >= deadline or coll.ending != ending:
                 return
+
+
+def discovery(api: FakeKubeAPI) -> None:
+    """API discovery as kube-apiserver serves it (only the fields clients read)."""
+
+    def resource(name: str, kind: str, namespaced: bool, verbs: str = "create delete get list "
+                 "patch update watch") -> dict[str, Any]:  # fmt: skip
+        return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
+                "verbs": verbs.split()}  # fmt: skip
+
+    api.put_object("/api/v1", {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+        resource("configmaps", "ConfigMap", True),
+        resource("namespaces", "Namespace", False),
+        resource("pods", "Pod", True),
+        resource("pods/exec", "PodExecOptions", True, "create get"),
+        resource("secrets", "Secret", True),
+    ]})  # fmt: skip
+    api.put_object("/apis", {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
+         "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
+    ]})  # fmt: skip
+    api.put_object(
+        "/apis/apps/v1",
+        {
+            "kind": "APIResourceList",
+            "groupVersion": "apps/v1",
+            "resources": [resource("deployments", "Deployment", True)],
+        },
+    )

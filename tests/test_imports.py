@@ -32,7 +32,10 @@ LAYERS: tuple[Layer, ...] = (
     (2, "source", ("app.source",)),
     (3, "webhook", ("app.webhook",)),
     (3, "compiled", ("app.compiled",)),
-    (4, "cli", ("app.cli", "app.__main__")),
+    # The background audit's reports: a controller of their own, leader-elected with the
+    # compiler's lease (so above the compiled path), read by nothing but the command line.
+    (4, "reports", ("app.reports",)),
+    (5, "cli", ("app.cli", "app.__main__")),
 )
 
 Graph = Mapping[str, Iterable[str]]
@@ -268,9 +271,7 @@ def test_the_benchmarks_import_the_core_and_no_other_benchmark() -> None:
     ("graph", "expected"),
     [
         pytest.param({"a": {"b"}, "b": {"c"}, "c": set()}, [], id="a-chain"),
-        pytest.param(
-            {"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}, [], id="a-diamond"
-        ),
+        pytest.param({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}, [], id="a-diamond"),
         pytest.param({"a": {"a"}}, [["a", "a"]], id="self-import"),
         pytest.param({"a": {"b"}, "b": {"a"}}, [["a", "b", "a"]], id="two-modules"),
         pytest.param(

@@ -1,4 +1,5 @@
-"""Command line: ``serve``, ``check``, ``who-can``, ``audit``, ``gen-certs`` and ``lint``.
+"""Command line: ``serve``, ``compile``, ``report``, ``check``, ``who-can``, ``audit``, ``test``,
+``gen-certs``, ``lint`` and ``completion``.
 
 ``check``, ``who-can`` and ``audit`` read RBAC from ``--rbac-dir`` or from a cluster, as kubectl
 finds one (``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config`` and its current context, or the
@@ -6,7 +7,8 @@ pod's service account), and take kubectl's spellings (``--as``, ``--as-group``, 
 ``-o``, ``-f``). Every bad input is one line on stderr and exit status 2, never a traceback.
 
 This module holds the parser and the dispatch; each command runs in a module of its own
-(``serve``, ``compile``, ``check``, ``audit``, ``lint``), and ``inputs`` is what they share.
+(``serve``, ``compile``, ``report``, ``check``, ``audit``, ``suite`` for ``test``, ``lint``,
+``completion``), and ``inputs`` is what they share.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ import app
 from app.cli.audit import cmd_audit, cmd_who_can
 from app.cli.check import OPERATION_FOR_VERB, cmd_check
 from app.cli.compile import cmd_compile
+from app.cli.completion import SHELLS, script
 from app.cli.inputs import CliError, one_line
 from app.cli.lint import cmd_lint
+from app.cli.report import cmd_report
 from app.cli.serve import cmd_gen_certs, cmd_serve
+from app.cli.suite import cmd_test
 from app.engine.model import AUTHORIZED_VERBS, ENFORCE, MODES, Resource
 from app.engine.params import MAX_BYTES, MAX_WORK
 from app.engine.policy import (
@@ -36,6 +41,7 @@ from app.engine.policy import (
     resource_pattern,
 )
 from app.engine.selectors import Selector, SelectorError, parse_selector
+from app.reports.render import MAX_RESULTS
 from app.settings import Settings
 from app.source.static import ManifestError
 
@@ -149,6 +155,10 @@ def _policy_flags() -> _Parser:
     return parent
 
 
+# The verbs ``check`` and ``who-can`` answer: every verb whose grant a label permission narrows.
+_VERBS = sorted({*OPERATION_FOR_VERB, *AUTHORIZED_VERBS})
+
+
 def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="label-rbac: label-based permissions for Kubernetes")
     parser.add_argument("--version", action="version", version=f"label-rbac {app.__version__}")
@@ -238,21 +248,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         parents=[policy],
         help="keep the compiled label rule's parameters in step with RBAC (leader-elected)",
     )
-    compile_.add_argument(
-        "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
-    )
-    compile_.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
-    compile_.add_argument("--lease-name", default="label-rbac-compiler", metavar="NAME")
-    compile_.add_argument(
-        "--lease-seconds",
-        type=_seconds_arg,
-        default=15.0,
-        metavar="SECONDS",
-        help="how long a replica's lease lasts unrenewed (default 15)",
-    )
-    compile_.add_argument(
-        "--identity", help="this replica's name in the Lease (default: host name and a number)"
-    )
+    _leader_flags(compile_, "label-rbac-compiler")
     compile_.add_argument(
         "--max-params-bytes",
         type=_count_arg,
@@ -289,6 +285,45 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     )
     compile_.add_argument("--log-level", default="info")
 
+    report = sub.add_parser(
+        "report",
+        parents=[policy],
+        help="keep the audit's findings as PolicyReports, one per namespace (leader-elected)",
+    )
+    _leader_flags(report, "label-rbac-reporter")
+    report.add_argument(
+        "--interval",
+        type=_seconds_arg,
+        default=2.0,
+        metavar="SECONDS",
+        help="at most one audit pass per this many seconds (default 2)",
+    )
+    report.add_argument(
+        "--writes-per-second",
+        type=_seconds_arg,
+        default=20.0,
+        metavar="N",
+        help="report writes per second at most (default 20)",
+    )
+    report.add_argument(
+        "--max-results",
+        type=_count_arg,
+        default=MAX_RESULTS,
+        metavar="N",
+        help="results per report; a namespace with more gets several reports "
+        f"(default {MAX_RESULTS}, under 1 MB a report)",
+    )
+    report.add_argument(
+        "--openreports",
+        action="store_true",
+        help="also write openreports.io/v1alpha1 Report and ClusterReport",
+    )
+    report.add_argument(
+        "--metrics-port", type=_count_arg, default=0, metavar="PORT",
+        help="serve Prometheus metrics on this port (default: off)",
+    )  # fmt: skip
+    report.add_argument("--log-level", default="info")
+
     rbac_source = _source_flags()
     check = sub.add_parser(
         "check",
@@ -305,7 +340,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     check.add_argument(
         "--as-group", "--group", dest="group", action="append", default=[], metavar="GROUP"
     )
-    check.add_argument("--verb", choices=sorted({*OPERATION_FOR_VERB, *AUTHORIZED_VERBS}))
+    check.add_argument("--verb", choices=_VERBS)
     check.add_argument(
         "--selector",
         type=_selector_arg,
@@ -329,7 +364,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         parents=[policy, rbac_source],
         help="who may do VERB on RESOURCE objects with these labels, and through which roles",
     )
-    who.add_argument("verb", metavar="VERB")
+    who.add_argument("verb", metavar="VERB", choices=_VERBS, help=f"one of {', '.join(_VERBS)}")
     who.add_argument("resource", metavar="RESOURCE", type=_resource_arg)
     who.add_argument("-n", "--namespace", default="")
     who.add_argument("--name", default="", help="an object name (for resourceNames rules)")
@@ -350,8 +385,29 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     certs.add_argument("--dns", action="append", required=True, metavar="NAME")
     certs.add_argument("--days", type=_days_arg, default=365)
 
+    test = sub.add_parser(
+        "test",
+        parents=[policy],
+        help="run policy test suites (label-rbac-test.yaml: RBAC and cases with expected "
+        "verdicts), offline, for CI",
+    )
+    test.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="a suite file, or a directory searched for label-rbac-test.yaml files",
+    )
+    test.add_argument("-o", "--output", choices=("table", "json", "junit"), default="table")
+
+    completion = sub.add_parser(
+        "completion", help="print a shell completion script (source it in your shell's profile)"
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
+
     lint = sub.add_parser("lint", parents=[policy], help="validate permission annotations")
     lint.add_argument("files", nargs="+", type=Path)
+    lint.add_argument("-o", "--output", choices=("text", "json"), default="text")
     return parser
 
 
@@ -388,6 +444,25 @@ def _days_arg(text: str) -> int:
     return int(text)
 
 
+def _leader_flags(parser: argparse.ArgumentParser, lease_name: str) -> None:
+    """The cluster and the Lease of a leader-elected controller (``compile``, ``report``)."""
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
+    )
+    parser.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
+    parser.add_argument("--lease-name", default=lease_name, metavar="NAME")
+    parser.add_argument(
+        "--lease-seconds",
+        type=_seconds_arg,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long a replica's lease lasts unrenewed (default 15)",
+    )
+    parser.add_argument(
+        "--identity", help="this replica's name in the Lease (default: host name and a number)"
+    )
+
+
 def _source_flags() -> _Parser:
     parent = _Parser(add_help=False)
     group = parent.add_argument_group("RBAC source (default: the cluster, as kubectl finds it)")
@@ -421,6 +496,11 @@ def _selector_arg(text: str) -> Selector:
     return selector
 
 
+def _cmd_completion(args: argparse.Namespace) -> int:
+    print(script(args.shell, _parser("label-rbac")), end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
     try:
         args = _parser(prog).parse_args(argv)
@@ -430,11 +510,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
     handler = {
         "serve": cmd_serve,
         "compile": cmd_compile,
+        "report": cmd_report,
         "check": cmd_check,
         "who-can": cmd_who_can,
         "audit": cmd_audit,
         "gen-certs": cmd_gen_certs,
         "lint": cmd_lint,
+        "test": cmd_test,
+        "completion": _cmd_completion,
     }[args.command]
     try:
         return handler(args)

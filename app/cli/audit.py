@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from app.cli.inputs import CliError, load_rbac, policy_settings
+from app.cli.inputs import CliError, known, load_rbac, policy_settings, served
 from app.engine.kinds import BINDING_KINDS, ROLE_KINDS
 from app.engine.model import Resource, labels_of
 from app.engine.rbac import Snapshot
@@ -115,8 +115,9 @@ def report_text(report: Report) -> str:
             table(
                 ["RESOURCE", "NAMESPACE", "NAME", "LABELS", "WHY"],
                 [
-                    [str(o.resource), o.namespace or "-", o.name, _labels(o.labels), why]
-                    for o, why in report.orphans
+                    [str(o.resource), o.namespace or "-", o.name, _labels(o.labels), orphan.why]
+                    for orphan in report.orphans
+                    for o in (orphan.obj,)
                 ],
             )
         )
@@ -148,6 +149,7 @@ def cmd_who_can(args: argparse.Namespace) -> int:
 
     settings = policy_settings(args)
     loaded = load_rbac(args, settings)
+    known(served(loaded), args.resource, "RESOURCE")
     labels = dict(args.label)
     holders = who_can(
         loaded.snapshot, args.verb, args.resource, args.namespace, labels, args.name,

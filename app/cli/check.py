@@ -11,17 +11,26 @@ from pathlib import Path
 from typing import Any
 
 from app import deepjson
-from app.cli.inputs import CliError, Loaded, load_rbac, policy_settings
+from app.cli.inputs import (
+    CliError,
+    Loaded,
+    context_namespace,
+    known,
+    load_rbac,
+    policy_settings,
+    served,
+)
 from app.engine.authorize import READ_CHECKS, authorize
-from app.engine.context import Context, ObjectRef
-from app.engine.decide import POST_CHECKS, evaluate
+from app.engine.catalog import ApiKind, Catalog
+from app.engine.context import Check, Context, ObjectRef
+from app.engine.decide import POST_CHECKS, PRE_CHECKS, apply_mode, evaluate
 from app.engine.kinds import GRAPH_KINDS
+from app.engine.labels import check_labels, find_grants, request_grants
 from app.engine.model import (
     AUTHORIZED_VERBS,
+    ENFORCE,
     SERVICE_ACCOUNT_PREFIX,
     Access,
-    AccessDecision,
-    Decision,
     Request,
     Resource,
     UserInfo,
@@ -29,8 +38,9 @@ from app.engine.model import (
 )
 from app.engine.nodeauthz import check_node_read
 from app.engine.nodegraph import NodeGraph
+from app.engine.rbac import Snapshot
 from app.settings import Settings
-from app.source.static import parse_manifests
+from app.source.static import parse_manifests, read_manifests
 from app.webhook.wire import ReviewError, parse_review
 from app.webhook.wire_sar import AccessReview, parse_access_review
 
@@ -42,40 +52,42 @@ OPERATION_FOR_VERB = {
     "deletecollection": "DELETE",
     "connect": "CONNECT",
 }
+# Members of this group pass every authorizer of the API server, RBAC or not.
+SUPERUSERS = "system:masters"
 
 
 def _manifest(path: str) -> list[tuple[str, Mapping[str, Any]]]:
-    """The objects of ``-f FILE`` (``-`` is stdin)."""
-    try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise CliError(f"-f {path}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CliError(f"-f {path}: not UTF-8 text (byte {exc.start})") from None
-    objects = [(k, o) for k, o in parse_manifests(text, f"-f {path}") if k]
+    """The objects of ``-f FILE`` (``-`` is stdin), or of every manifest in ``-f DIR``."""
+    if path != "-" and Path(path).is_dir():
+        try:
+            objects = [(k, o) for k, o in read_manifests(Path(path)) if k]
+        except OSError as exc:
+            raise CliError(f"-f {path}: {exc.strerror or exc}") from None
+    else:
+        try:
+            data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        except OSError as exc:
+            raise CliError(f"-f {path}: {exc.strerror or exc}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CliError(f"-f {path}: not UTF-8 text (byte {exc.start})") from None
+        objects = [(k, o) for k, o in parse_manifests(text, f"-f {path}") if k]
     if not objects:
         raise CliError(f"-f {path}: no Kubernetes object in it")
     return objects
 
 
-def _resource_of(kind: str, obj: Mapping[str, Any], loaded: Loaded) -> Resource:
-    """The resource a manifest's kind is served as: by discovery against a cluster."""
+def _kind_of(kind: str, obj: Mapping[str, Any], catalog: Catalog) -> ApiKind:
+    """The served resource of a manifest's kind, or an error naming the resources close to it."""
     from app.cli.audit import group_of, plural
-    from app.source.api import KubeError
-    from app.source.listing import discover
 
     group = group_of(obj)
-    if loaded.client is not None:
-        try:
-            resources = discover(loaded.client)
-        except KubeError as exc:
-            raise CliError(f"cannot read API discovery at {loaded.where}: {exc}") from None
-        for found in resources:
-            if found.kind == kind and found.group == group:
-                return found.as_resource
-    return Resource(group, plural(kind))
+    found = catalog.of_kind(group, kind)
+    if found is not None:
+        return found
+    api_version = obj.get("apiVersion") or "v1"
+    return known(catalog, Resource(group, plural(kind)), f"kind {kind} of {api_version}")
 
 
 AUTHENTICATED, UNAUTHENTICATED, ANONYMOUS = (
@@ -159,10 +171,55 @@ def _node_graph(loaded: Loaded) -> NodeGraph:
     return NodeGraph.from_objects(objects)
 
 
-def _cmd_check_read(args: argparse.Namespace, settings: Settings, loaded: Loaded) -> int:
-    """Explain a read as the authorization webhook answers it."""
-    from app.cli.audit import dump
+def _rbac_refusal(snapshot: Snapshot, access: Access) -> str | None:
+    """Why RBAC refuses ``access`` (no bound role grants it), or None: the API server asks the
+    webhook only about requests RBAC lets through, so the webhook's answer alone is not the
+    cluster's. ``system:masters`` passes every authorizer, as in the API server."""
+    if SUPERUSERS in access.user.groups:
+        return None
+    # A create (a POST) and a collection delete name no object to RBAC.
+    name = "" if access.verb in ("create", "deletecollection") else access.name
+    grants = find_grants(
+        snapshot, access.user, access.namespace, (access.verb,), access.resource, name
+    )
+    if grants.any:
+        return None
+    where = f' in namespace "{access.namespace}"' if access.namespace else ""
+    return (
+        f'RBAC refuses it: no role bound to "{access.user.username}" grants {access.verb} on '
+        f"{access.resource}{where}"
+    )
 
+
+def _answer(
+    access: Access, allowed: bool, reason: str, message: str = "", **more: Any
+) -> dict[str, Any]:
+    """One decision, the same shape whatever was asked (flags, -f, AdmissionReview or
+    SubjectAccessReview)."""
+    return {
+        "user": access.user.username,
+        "groups": list(access.user.groups),
+        "verb": access.verb,
+        "resource": str(access.resource),
+        "namespace": access.namespace,
+        "name": access.name,
+        "allowed": allowed,
+        "reason": reason,
+        "code": 200 if allowed else more.get("code", 403),
+        "mode": more.get("mode", ENFORCE),
+        "message": message,
+        "explanation": list(more.get("explanation", ())),
+        "warnings": list(more.get("warnings", ())),
+        "violations": list(more.get("violations", [message] if not allowed else [])),
+    }
+
+
+def _refused(access: Access, refusal: str, explanation: Sequence[str]) -> dict[str, Any]:
+    return _answer(access, False, "NoGrantingRole", refusal, explanation=explanation)
+
+
+def _read_answer(args: argparse.Namespace, settings: Settings, loaded: Loaded) -> dict[str, Any]:
+    """A read as the cluster answers it: the authorization webhook, then RBAC."""
     review = _access(args)
     metadata = loaded.metadata
     if args.label:  # -l states the named object's labels, instead of reading them
@@ -175,31 +232,23 @@ def _cmd_check_read(args: argparse.Namespace, settings: Settings, loaded: Loaded
     ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, metadata, graph)
     checks = (check_node_read, *READ_CHECKS) if args.node_authorizer else READ_CHECKS
     if review.access is None:
-        decision = AccessDecision.no_opinion("NonResource", "non-resource requests are RBAC's")
-    else:
-        decision = authorize(review.access, ctx, checks)
-    if args.output != "text":
-        data = {
-            "verdict": decision.verdict.value,
-            "reason": decision.reason,
-            "message": decision.message,
-            "explanation": list(decision.explanation),
-        }
-        print(dump(data, args.output), end="")
-    else:
-        words = {"Allow": "allowed", "Deny": "denied", "NoOpinion": "no opinion"}
-        detail = decision.message or (
-            "RBAC decides" if decision.verdict is Verdict.NO_OPINION else ""
+        raise CliError(
+            f"--review {args.review}: a non-resource request is RBAC's alone; "
+            "ask kubectl auth can-i"
         )
-        print(
-            f"{words[decision.verdict.value]} ({decision.reason}){': ' if detail else ''}{detail}"
-        )
-        for line in decision.explanation:
-            print(f"  - {line}")
-    return 1 if decision.verdict is Verdict.DENY else 0
+    access = review.access
+    decision = authorize(access, ctx, checks)
+    explanation = list(decision.explanation)
+    if decision.verdict is Verdict.DENY:
+        return _answer(access, False, decision.reason, decision.message, explanation=explanation)
+    if decision.verdict is Verdict.NO_OPINION:  # RBAC decides
+        refusal = _rbac_refusal(loaded.snapshot, access)
+        if refusal is not None:
+            return _refused(access, refusal, explanation)
+    return _answer(access, True, decision.reason, explanation=explanation)
 
 
-def _requests(args: argparse.Namespace, loaded: Loaded) -> list[Request]:
+def _requests(args: argparse.Namespace, loaded: Loaded, catalog: Catalog) -> list[Request]:
     if args.review:
         document = _review_document(args.review)
         try:
@@ -211,17 +260,23 @@ def _requests(args: argparse.Namespace, loaded: Loaded) -> list[Request]:
     verb = args.verb or ("create" if args.filename else None)
     if verb is None or (args.resource is None and not args.filename):
         raise CliError("--verb and --resource are required (or -f FILE, or --review FILE)")
-    labels = dict(args.label)
     operation = OPERATION_FOR_VERB[verb]
     user = impersonated(args.user, args.group)
     if args.filename:
         targets = _manifest(args.filename)
     else:
+        labels = dict(args.label)
         targets = [("", {"metadata": {"name": args.name, "labels": labels}})]
     requests = []
+    fallback: tuple[str, str] | None = None
     for kind, obj in targets:
         meta = obj.get("metadata") or {}
-        resource = args.resource or _resource_of(kind, obj, loaded)
+        served = known(catalog, args.resource, "--resource") if args.resource else None
+        served = served or _kind_of(kind, obj, catalog)
+        namespace = str(meta.get("namespace") or "") if served.namespaced else ""
+        if served.namespaced and not namespace:
+            fallback = fallback or _default_namespace(args)
+            namespace = fallback[0]
         # A collection delete reaches admission as one DELETE per object, naming none.
         name = "" if verb == "deletecollection" else args.name or str(meta.get("name") or "")
         requests.append(
@@ -229,46 +284,111 @@ def _requests(args: argparse.Namespace, loaded: Loaded) -> list[Request]:
                 uid="cli",
                 operation=operation,
                 user=user,
-                resource=resource,
+                resource=args.resource or served.as_resource,
                 kind=kind,
-                namespace=args.namespace or str(meta.get("namespace") or ""),
+                namespace=args.namespace if served.namespaced and args.namespace else namespace,
                 name=name,
                 object=None if operation == "DELETE" else obj,
                 old_object=obj if operation in ("UPDATE", "DELETE") else None,
             )
         )
+    if fallback is not None and not args.namespace:  # -n says it already
+        print(
+            f'check: an object names no namespace: judged in "{fallback[0]}" ({fallback[1]})',
+            file=sys.stderr,
+        )
     return requests
 
 
-def _decision_dict(request: Request, decision: Decision) -> dict[str, Any]:
-    return {
-        "resource": str(request.resource),
-        "namespace": request.namespace,
-        "name": request.name,
-        "allowed": decision.allowed,
-        "mode": decision.mode,
-        "reason": decision.reason,
-        "code": decision.code,
-        "message": decision.message,
-        "explanation": list(decision.explanation),
-        "warnings": list(decision.warnings),
-    }
+def _default_namespace(args: argparse.Namespace) -> tuple[str, str]:
+    """The namespace kubectl would create a namespaced object in, and where it came from."""
+    if args.namespace:
+        return args.namespace, "-n"
+    namespace = context_namespace(args)
+    if namespace:
+        return namespace, "the kubeconfig context's namespace"
+    return "default", "no -n and no namespace in the kubeconfig context"
 
 
-def _print_decision(decision: Decision) -> None:
-    if decision.softened:
-        print(
-            f"allowed in {decision.mode} mode, would be denied ({decision.reason}): "
-            f"{decision.message}"
+def _violations(request: Request, ctx: Context, post_checks: Sequence[Check]) -> list[str]:
+    """Every enforced denial of the request, not only the first the pipeline stops at."""
+    found = []
+    for check in (*PRE_CHECKS, check_labels, *post_checks):
+        decision = check(request, ctx)
+        if decision is not None and not apply_mode(decision, ctx.options.mode).allowed:
+            found.append(decision.message)
+    return list(dict.fromkeys(found))
+
+
+def _write_answer(
+    request: Request, ctx: Context, post_checks: Sequence[Check], flags_verb: str | None
+) -> dict[str, Any]:
+    """A write as the cluster answers it: RBAC, then the admission webhook."""
+    verb = flags_verb or request.verb
+    access = Access(
+        request.user, verb, request.authorized_resource, "v1", request.namespace, request.name
+    )
+    if flags_verb in (None, "connect"):
+        # A review (or a CONNECT, whose HTTP method picks the verb) passed RBAC on some grant
+        # of each authorization the API server made.
+        granted = any(g.any for g in request_grants(request, ctx.snapshot))
+        refusal = (
+            None
+            if granted or SUPERUSERS in request.user.groups
+            else _rbac_refusal(ctx.snapshot, access)
         )
-    elif decision.allowed:
-        print(f"allowed ({decision.reason})")
     else:
-        print(f"denied ({decision.code} {decision.reason}): {decision.message}")
-    for line in decision.explanation:
+        refusal = _rbac_refusal(ctx.snapshot, access)
+    if refusal is not None:
+        return _refused(access, refusal, ())
+    decision = evaluate(request, ctx, post_checks=tuple(post_checks))
+    violations = [] if decision.allowed else _violations(request, ctx, post_checks)
+    return _answer(
+        access,
+        decision.allowed,
+        decision.reason,
+        decision.message,
+        code=decision.code,
+        mode=decision.mode,
+        explanation=decision.explanation,
+        warnings=decision.warnings,
+        violations=violations,
+    )
+
+
+def _print_answer(answer: Mapping[str, Any]) -> None:
+    if answer["allowed"] and answer["mode"] != ENFORCE:
+        print(
+            f"allowed in {answer['mode']} mode, would be denied ({answer['reason']}): "
+            f"{answer['message']}"
+        )
+    elif answer["allowed"]:
+        print(f"allowed ({answer['reason']})")
+    else:
+        print(f"denied ({answer['code']} {answer['reason']}): {answer['message']}")
+    for line in answer["explanation"]:
         print(f"  - {line}")
-    for warning in decision.warnings:
+    for more in answer["violations"][1:]:
+        print(f"  also denied: {more}")
+    for warning in answer["warnings"]:
         print(f"  warning: {warning}")
+
+
+def answers(
+    args: argparse.Namespace, settings: Settings, loaded: Loaded, catalog: Catalog
+) -> list[dict[str, Any]]:
+    """The cluster's answer to what ``args`` ask, one per object (see ``_answer``)."""
+    if args.resource is not None:
+        known(catalog, args.resource, "--resource")
+    if _is_read(args):
+        return [_read_answer(args, settings, loaded)]
+    requests = _requests(args, loaded, catalog)
+    ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, loaded.metadata)
+    # Flags describe only the object's labels: what a write makes controllers do (its pod
+    # template, selector, references) is judged for a whole object, from -f or --review.
+    post = POST_CHECKS if args.review or args.filename else ()
+    verb = None if args.review else (args.verb or "create")
+    return [_write_answer(request, ctx, post, verb) for request in requests]
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -276,23 +396,21 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     settings = policy_settings(args)
     loaded = load_rbac(args, settings)
-    if _is_read(args):
-        return _cmd_check_read(args, settings, loaded)
-    requests = _requests(args, loaded)
-    ctx = Context(loaded.snapshot, settings.engine_options, loaded.lookup, loaded.metadata)
-    # Flags describe only the object's labels: what a write makes controllers do (its pod
-    # template, selector, references) is judged for a whole object, from -f or --review.
-    whole = bool(args.review or args.filename)
-    results = [
-        (request, evaluate(request, ctx, post_checks=POST_CHECKS if whole else ()))
-        for request in requests
-    ]
+    found = answers(args, settings, loaded, served(loaded))
     if args.output == "text":
-        for request, decision in results:
-            if len(results) > 1:  # several objects from -f: say which one each answer is for
-                print(f"{request.describe()}:")
-            _print_decision(decision)
+        for answer in found:
+            if len(found) > 1:  # several objects from -f: say which one each answer is for
+                print(f"{_describe(answer)}:")
+            _print_answer(answer)
     else:
-        data = [_decision_dict(r, d) for r, d in results]
-        print(dump(data[0] if len(data) == 1 else data, args.output), end="")
-    return 0 if all(d.allowed for _, d in results) else 1
+        print(dump(found[0] if len(found) == 1 else found, args.output), end="")
+    return 0 if all(a["allowed"] for a in found) else 1
+
+
+def _describe(answer: Mapping[str, Any]) -> str:
+    text = str(answer["resource"])
+    if answer["name"]:
+        text += f' "{answer["name"]}"'
+    if answer["namespace"]:
+        text += f' in namespace "{answer["namespace"]}"'
+    return text

@@ -7,12 +7,12 @@ import argparse
 import signal
 import threading
 
-from app.cli.inputs import kube_connection, policy_settings
+from app.cli.inputs import kube_connection, leader_lease, policy_settings
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from app import logs
-    from app.compiled.compiler import LeaderLease, identity, run
+    from app.compiled.compiler import run
     from app.source.api import KubeClient
 
     kubeconfig, in_cluster = kube_connection(args.kubeconfig)
@@ -24,13 +24,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     )
     logs.configure(args.log_level)
     client = KubeClient.connect(kubeconfig, in_cluster)
-    lease = LeaderLease(
-        client,
-        args.lease_namespace,
-        args.lease_name,
-        args.identity or identity(),
-        duration=args.lease_seconds,
-    )
+    lease = leader_lease(args, client)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -10,14 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from app.engine.catalog import BUILTIN, ApiKind, Catalog, crd_kinds
 from app.engine.context import MetadataLookup, ParentLookup, no_metadata_lookup, no_parent_lookup
 from app.engine.kinds import BINDING_KINDS, ROLE_KINDS, snapshot_from_objects
+from app.engine.model import Resource
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Snapshot
 from app.settings import Settings
 from app.source.static import read_manifests
 
 if TYPE_CHECKING:  # the official client is imported only to talk to a cluster (it is slow)
+    from app.compiled.compiler import LeaderLease
     from app.source.api import KubeClient
 
 
@@ -111,3 +116,74 @@ def load_rbac(args: argparse.Namespace, settings: Settings) -> Loaded:
 
 def one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def served(loaded: Loaded) -> Catalog:
+    """The resources the source serves: a cluster's by discovery, a directory's as a built-in
+    API server serves them, with the directory's CustomResourceDefinitions."""
+    if loaded.client is None:
+        return Catalog([*BUILTIN, *crd_kinds(loaded.objects)])
+    from app.source.api import KubeError
+    from app.source.listing import discover
+
+    try:
+        found = discover(loaded.client)
+    except KubeError as exc:
+        raise CliError(f"cannot read API discovery at {loaded.where}: {exc}") from None
+    discovered = [ApiKind(r.group, r.resource, r.kind, r.namespaced, r.short_names) for r in found]
+    # Discovery lists what can be listed; reviews and RBAC's identities are served too.
+    return Catalog([*discovered, *BUILTIN])
+
+
+def known(catalog: Catalog, resource: Resource, where: str) -> ApiKind:
+    """The served resource ``resource`` names, or an error naming the close matches."""
+    found = catalog.find(resource)
+    if found is not None:
+        return found
+    matches = catalog.close_matches(resource)
+    hint = f"; did you mean {' or '.join(matches)}?" if matches else ""
+    raise CliError(f'the server doesn\'t have a resource type "{resource}" ({where}){hint}')
+
+
+def context_namespace(args: argparse.Namespace) -> str:
+    """The namespace of the kubeconfig context kubectl would use (``--context``, else the
+    current one), else the pod's own namespace in a pod, else ""."""
+    kubeconfig = getattr(args, "kubeconfig", None)
+    paths = [kubeconfig] if kubeconfig else []
+    if not paths and os.environ.get("KUBECONFIG"):
+        paths = [Path(p) for p in os.environ["KUBECONFIG"].split(os.pathsep) if p]
+    if not paths:
+        paths = [Path.home() / ".kube" / "config"]
+    for path in paths:
+        try:
+            config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # an unreadable kubeconfig names no namespace; connecting reports it
+        if not isinstance(config, Mapping):
+            continue
+        name = args.context or config.get("current-context")
+        for entry in config.get("contexts") or ():
+            context = entry.get("context") if isinstance(entry, Mapping) else None
+            if entry.get("name") == name and isinstance(context, Mapping):
+                namespace = context.get("namespace")
+                return namespace if isinstance(namespace, str) else ""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def leader_lease(args: argparse.Namespace, client: KubeClient) -> LeaderLease:
+    """The Lease of a leader-elected controller, from its ``--lease-*`` and ``--identity``."""
+    from app.compiled.compiler import LeaderLease, identity
+
+    return LeaderLease(
+        client,
+        args.lease_namespace,
+        args.lease_name,
+        args.identity or identity(),
+        duration=args.lease_seconds,
+    )

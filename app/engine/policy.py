@@ -534,3 +534,40 @@ def permissions_of(
         return _parse_cached(annotations[key], key, default_label_key)
     except AnnotationError as exc:
         raise AnnotationError(f"invalid {key} annotation: {exc}") from None
+
+
+def annotation_errors(
+    annotations: Mapping[str, str], keys: Sequence[str], default_label_key: str | None
+) -> list[str]:
+    """Every problem of a role's permission annotation, for ``lint`` (the webhook stops at the
+    first): each schema violation, then each entry that does not compile. Empty when valid."""
+    try:
+        permissions_of(annotations, keys, default_label_key)
+    except AnnotationError as exc:
+        first = str(exc)
+    else:
+        return []
+    present = [k for k in keys if k in annotations]
+    if len(present) != 1:
+        return [first]
+    key = present[0]
+    try:
+        document = json.loads(annotations[key])
+    except (RecursionError, TypeError, ValueError):
+        return [first]
+    if not _VALID(document):
+        found = [
+            f"invalid {key} annotation: schema violation at "
+            f"{'/'.join(str(p) for p in e.absolute_path) or 'the top level'}: {_explain(e)}"
+            for e in sorted(
+                _VALIDATOR.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path]
+            )
+        ]
+        return list(dict.fromkeys(found)) or [first]
+    found = []
+    for pattern, value in document.items():
+        try:
+            _compile_entry(pattern, value, default_label_key)
+        except AnnotationError as exc:
+            found.append(f"invalid {key} annotation: {exc}")
+    return found or [first]

@@ -69,14 +69,14 @@ def subjects(
     return sorted(index.get(namespace, set()) | index.get("", set()))
 
 
-def _bindings_to(
+def _through(
     snapshot: Snapshot, subject: Subject, namespace: str, roles: Iterable[CompiledRole]
-) -> tuple[str, ...]:
-    """The subject's bindings (in scope) to any of ``roles``: ``role t1/a (rolebinding t1/x)``."""
+) -> tuple[tuple[Binding, RoleRef], ...]:
+    """The subject's bindings (in scope) to any of ``roles``, with the role each binds."""
     wanted = {role.ref for role in roles}
     return tuple(
         dict.fromkeys(
-            f"{role.ref} ({binding})"
+            (binding, role.ref)
             for binding, role in snapshot.roles_for(subject.user, namespace)
             if role.ref in wanted
         )
@@ -98,31 +98,59 @@ class Holder:
     bindings: tuple[str, ...]
     limits: str = ""
     mode: str = ENFORCE
+    # The same as data: (binding, role) pairs, and per deciding role the labels it permits.
+    through: tuple[tuple[Binding, RoleRef], ...] = ()
+    permits: tuple[tuple[Entry, ...], ...] = ()
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "kind": self.subject.kind,
-            "name": self.subject.name,
+            "subject": subject_dict(self.subject),
             "allowed": self.allowed,
-            "roles": [str(ref) for ref in self.roles],
-            "bindings": list(self.bindings),
-            "limits": self.limits,
             "mode": self.mode,
+            "through": [
+                {"binding": binding_dict(b), "role": role_dict(r)} for b, r in self.through
+            ],
+            "labels": [labels_dict(entries) for entries in self.permits],
         }
+
+
+def subject_dict(subject: Subject) -> dict[str, str]:
+    return {"kind": subject.kind, "name": subject.name}
+
+
+def role_dict(ref: RoleRef) -> dict[str, str]:
+    return {"kind": ref.kind, "namespace": ref.namespace, "name": ref.name}
+
+
+def binding_dict(binding: Binding) -> dict[str, str]:
+    kind = "RoleBinding" if binding.namespace else "ClusterRoleBinding"
+    return {"kind": kind, "namespace": binding.namespace, "name": binding.name}
+
+
+def labels_dict(entries: Iterable[Entry]) -> list[dict[str, object]]:
+    """What one role permits, as data: every requirement (all must hold), each a label key and
+    the values (globs) it may take."""
+    return [
+        {"key": r.key, "values": [g.text for g in r.values]}
+        for entry in entries
+        for r in entry.requirements
+    ]
 
 
 def judge(
     grants: Grants, labels: Mapping[str, str], allow_unlabeled: bool
-) -> tuple[bool, tuple[CompiledRole, ...], str]:
-    """(allowed, deciding roles, what they permit) for an object with ``labels``."""
+) -> tuple[bool, tuple[CompiledRole, ...], str, tuple[tuple[Entry, ...], ...]]:
+    """(allowed, deciding roles, what they permit as text and as entries) for an object with
+    ``labels``."""
     if grants.unrestricted is not None:
-        return True, (grants.unrestricted,), ""
+        return True, (grants.unrestricted,), "", ()
     passing = grants.passing(labels, allow_unlabeled)
     chosen = passing or list(grants.restricted)
     limits = "; ".join(
         dict.fromkeys(" and ".join(e.describe() for e in entries) for _, entries in chosen)
     )
-    return bool(passing), tuple(role for role, _ in chosen) or grants.invalid, limits
+    permits = tuple(tuple(entries) for _, entries in chosen)
+    return bool(passing), tuple(role for role, _ in chosen) or grants.invalid, limits, permits
 
 
 def who_can(
@@ -141,15 +169,18 @@ def who_can(
         grants = find_grants(snapshot, subject.user, namespace, (verb,), resource, name)
         if not grants.any:
             continue
-        allowed, roles, limits = judge(grants, labels, allow_unlabeled)
+        allowed, roles, limits, permits = judge(grants, labels, allow_unlabeled)
+        through = _through(snapshot, subject, namespace, roles)
         holders.append(
             Holder(
                 subject,
                 allowed,
                 tuple(role.ref for role in roles),
-                _bindings_to(snapshot, subject, namespace, roles),
+                tuple(dict.fromkeys(f"{ref} ({binding})" for binding, ref in through)),
                 limits,
                 ENFORCE if allowed else grants.mode(),
+                through,
+                permits,
             )
         )
     return holders
@@ -181,6 +212,29 @@ class Bucket:
     limits: str
     holders: tuple[str, ...]
     mode: str = ENFORCE
+    entry: Entry | None = None
+    held: tuple[tuple[Subject, Binding], ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "role": role_dict(self.role),
+            "resource": self.pattern,
+            "labels": labels_dict((self.entry,) if self.entry else ()),
+            "mode": self.mode,
+            "holders": [
+                {"subject": subject_dict(s), "binding": binding_dict(b)} for s, b in self.held
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Orphan:
+    """An object only unrestricted holders may still write, and what the bound roles permit
+    instead (none: no bound role holds a bucket of its resource)."""
+
+    obj: Existing
+    why: str
+    permitted: tuple[tuple[Entry, ...], ...] = ()
 
 
 @dataclass
@@ -190,26 +244,20 @@ class Report:
     role's entry permits at all (every unbucketed object is also an orphan)."""
 
     objects: int = 0
-    orphans: list[tuple[Existing, str]] = field(default_factory=list)
+    orphans: list[Orphan] = field(default_factory=list)
     unbucketed: list[Existing] = field(default_factory=list)
     buckets: dict[str, list[Bucket]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "objects": self.objects,
-            "orphans": [_existing(obj) | {"why": why} for obj, why in self.orphans],
+            "orphans": [
+                _existing(o.obj) | {"permitted": [labels_dict(e) for e in o.permitted]}
+                for o in self.orphans
+            ],
             "unbucketed": [_existing(obj) for obj in self.unbucketed],
             "buckets": {
-                namespace or "(cluster)": [
-                    {
-                        "role": str(b.role),
-                        "resource": b.pattern,
-                        "limits": b.limits,
-                        "mode": b.mode,
-                        "holders": list(b.holders),
-                    }
-                    for b in buckets
-                ]
+                namespace or "(cluster)": [b.as_dict() for b in buckets]
                 for namespace, buckets in self.buckets.items()
             },
         }
@@ -271,7 +319,13 @@ class _Writers:
         self._cluster: dict[tuple[Subject, Resource], Grants] = {}
         self._named: dict[Resource, frozenset[str]] = {}
         # Grants lists are kept for the whole audit, so their ids are stable keys.
-        self._answers: dict[tuple[int, tuple[tuple[str, str], ...]], tuple[bool, str]] = {}
+        self._answers: dict[
+            tuple[int, tuple[tuple[str, str], ...]], tuple[bool, tuple[tuple[Entry, ...], ...]]
+        ] = {}
+
+    def size(self) -> int:
+        """How many answers are kept (what a cache of them is bounded by)."""
+        return len(self._grants) + len(self._cluster) + len(self._answers)
 
     def _names(self, resource: Resource) -> frozenset[str]:
         if resource not in self._named:
@@ -306,7 +360,9 @@ class _Writers:
     def _find(self, subject: Subject, namespace: str, resource: Resource, name: str) -> Grants:
         return find_grants(self._snapshot, subject.user, namespace, WRITE_VERBS, resource, name)
 
-    def writable(self, obj: Existing, allow_unlabeled: bool) -> tuple[bool, str]:
+    def writable(
+        self, obj: Existing, allow_unlabeled: bool
+    ) -> tuple[bool, tuple[tuple[Entry, ...], ...]]:
         """(some label-restricted holder may still write it, the limits the bound roles have)."""
         found = self.grants(obj.resource, obj.namespace, obj.name)
         key = (id(found), tuple(sorted(obj.labels.items())))
@@ -318,24 +374,62 @@ class _Writers:
 
 def _writable(
     found: Iterable[Grants], labels: Mapping[str, str], allow_unlabeled: bool
-) -> tuple[bool, str]:
-    limits: dict[str, None] = {}
+) -> tuple[bool, tuple[tuple[Entry, ...], ...]]:
+    """(some label-restricted holder may write an object with ``labels``, else what the bound
+    restricted roles permit, each role's entries once)."""
+    limits: dict[tuple[Entry, ...], None] = {}
     for grants in found:
         if grants.unrestricted is not None:
             continue  # an admin: the one kind of holder an orphan is left to
         if grants.passing(labels, allow_unlabeled):
-            return True, ""
+            return True, ()
         for _, entries in grants.restricted:
-            limits[" and ".join(e.describe() for e in entries)] = None
-    return False, "; ".join(limits)
+            limits[tuple(entries)] = None
+    return False, tuple(limits)
 
 
-def audit(snapshot: Snapshot, objects: Iterable[Existing], allow_unlabeled: bool = False) -> Report:
-    """Judge every existing object of a restricted resource, and list the buckets."""
+Bucketed = dict[tuple[Resource, tuple[tuple[str, str], ...]], tuple[bool, bool]]
+# The most answers an ``AuditCache`` keeps: label sets are the objects' authors' to choose.
+MAX_CACHED = 100_000
+
+
+@dataclass
+class AuditCache:
+    """What audits of one snapshot share: the grants of each namespace's subjects and the
+    answers per label set. The background audit passes it from pass to pass, so a pass after a
+    label change costs the objects it judges, not a scan of every role and binding; it is
+    dropped when the snapshot (an RBAC change) or ``allow_unlabeled`` changes, or past
+    ``MAX_CACHED`` answers."""
+
+    snapshot: Snapshot | None = None
+    allow_unlabeled: bool = False
+    writers: _Writers | None = None
+    bucketed: Bucketed = field(default_factory=dict)
+
+    def of(self, snapshot: Snapshot, allow_unlabeled: bool) -> tuple[_Writers, Bucketed]:
+        if (
+            self.writers is None
+            or self.snapshot is not snapshot
+            or self.allow_unlabeled != allow_unlabeled
+            or len(self.bucketed) + self.writers.size() > MAX_CACHED
+        ):
+            self.snapshot, self.allow_unlabeled = snapshot, allow_unlabeled
+            self.writers, self.bucketed = _Writers(snapshot), {}
+        return self.writers, self.bucketed
+
+
+def audit(
+    snapshot: Snapshot,
+    objects: Iterable[Existing],
+    allow_unlabeled: bool = False,
+    with_buckets: bool = True,
+    cache: AuditCache | None = None,
+) -> Report:
+    """Judge every existing object of a restricted resource, and list the buckets (unless
+    ``with_buckets`` is false: the background audit reports findings only)."""
     report = Report()
-    writers = _Writers(snapshot)
-    # Objects alike in what is judged are judged once.
-    bucketed: dict[tuple[Resource, tuple[tuple[str, str], ...]], tuple[bool, bool]] = {}
+    # Objects alike in what is judged are judged once (across audits sharing ``cache``).
+    writers, bucketed = (cache or AuditCache()).of(snapshot, allow_unlabeled)
     for obj in objects:
         report.objects += 1
         labels = tuple(sorted(obj.labels.items()))
@@ -346,34 +440,38 @@ def audit(snapshot: Snapshot, objects: Iterable[Existing], allow_unlabeled: bool
             continue
         if not permitted:
             report.unbucketed.append(obj)
-        ok, limits = writers.writable(obj, allow_unlabeled)
-        if not ok:
+        writable, bound_limits = writers.writable(obj, allow_unlabeled)
+        if not writable:
+            limits = "; ".join(dict.fromkeys(
+                " and ".join(e.describe() for e in entries) for entries in bound_limits
+            ))  # fmt: skip
             why = f"bound roles permit {limits}" if limits else "no bound role holds its bucket"
-            report.orphans.append((obj, why))
-    report.buckets = buckets(snapshot)
+            report.orphans.append(Orphan(obj, why, bound_limits))
+    if with_buckets:
+        report.buckets = buckets(snapshot)
     return report
 
 
 def buckets(snapshot: Snapshot) -> dict[str, list[Bucket]]:
     """Per namespace ("" for ClusterRoleBindings): each bound restricted role's entries and the
     subjects bound to it there."""
-    holders: dict[tuple[str, RoleRef], dict[str, None]] = defaultdict(dict)
+    holders: dict[tuple[str, RoleRef], dict[tuple[Subject, Binding], None]] = defaultdict(dict)
     roles: dict[RoleRef, CompiledRole] = {}
     for (scope, kind, name), pairs in snapshot.bindings.items():
         for binding, role in pairs:
             if role.permissions is None or role.error is not None:
                 continue
-            holders[(scope, role.ref)][_holder(kind, name, binding)] = None
+            holders[(scope, role.ref)][(Subject.from_key(kind, name), binding)] = None
             roles[role.ref] = role
     found: dict[str, list[Bucket]] = defaultdict(list)
-    for (scope, ref), names in sorted(holders.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+    for (scope, ref), held in sorted(holders.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         permissions = roles[ref].permissions
+        sorted_held = tuple(sorted(held, key=lambda pair: (pair[0], str(pair[1]))))
+        names = tuple(f"{subject} ({binding})" for subject, binding in sorted_held)
         for entry in permissions.entries if permissions else ():
             found[scope].append(
-                Bucket(ref, entry.pattern, entry.describe(), tuple(sorted(names)), roles[ref].mode)
+                Bucket(
+                    ref, entry.pattern, entry.describe(), names, roles[ref].mode, entry, sorted_held
+                )
             )
     return dict(sorted(found.items()))
-
-
-def _holder(kind: str, name: str, binding: Binding) -> str:
-    return f"{Subject.from_key(kind, name)} ({binding})"

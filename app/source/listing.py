@@ -39,6 +39,7 @@ class ApiResource:
     resource: str
     kind: str
     namespaced: bool
+    short_names: tuple[str, ...] = ()
 
     @property
     def as_resource(self) -> Resource:
@@ -56,7 +57,12 @@ def _resources(client: KubeClient, group: str, version: str) -> Iterator[ApiReso
             continue  # subresources, and resources that cannot be listed
         kind = item.get("kind")
         kind = kind if isinstance(kind, str) else ""
-        yield ApiResource(group, version, name, kind, bool(item.get("namespaced")))
+        short = item.get("shortNames")
+        short = short if isinstance(short, list) else None
+        short_names = (
+            tuple(s for s in short if isinstance(s, str)) if isinstance(short, list) else ()
+        )
+        yield ApiResource(group, version, name, kind, bool(item.get("namespaced")), short_names)
 
 
 def discover(client: KubeClient) -> list[ApiResource]:

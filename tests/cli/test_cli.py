@@ -41,7 +41,9 @@ CHECK = ["check", "--rbac-dir", str(EXAMPLES)]
             ["--user", "system:serviceaccount:t1:ci-deployer", "--verb", "update",
              "--resource", "deployments.apps", "--namespace", "t1", "--name", "api",
              "--label", "team=a"],
-            0, "allowed (NoGrantingRole)", id="resource-names-do-not-match-other-names",
+            1, 'denied (403 NoGrantingRole): RBAC refuses it: no role bound to '
+            '"system:serviceaccount:t1:ci-deployer" grants update on deployments.apps in namespace '
+            '"t1"', id="resource-names-do-not-match-other-names",
         ),
         pytest.param(
             ["--user", "bob", "--verb", "delete", "--resource", "secrets",
@@ -196,8 +198,12 @@ def test_lint_reports_invalid_annotation(
         # Applied later into kubectl's namespace: still a Role, not a ClusterRole.
         pytest.param("Role", "{name: x}", "ok: role x", id="role-without-namespace"),
         pytest.param("ClusterRole", "{name: x, namespace: t1}", "ok: clusterrole x", id="cluster"),
-        pytest.param("Role", "[1]", "invalid: role (no name): malformed metadata: not a mapping",
-                     id="metadata-not-a-mapping"),
+        pytest.param(
+            "Role",
+            "[1]",
+            "invalid: role (no name): malformed metadata: not a mapping",
+            id="metadata-not-a-mapping",
+        ),
         pytest.param("Role", "{namespace: t1}", "ok: role t1/(no name)", id="no-name"),
     ],
 )
@@ -206,8 +212,7 @@ def test_lint_names_each_role_as_its_manifest_does(
 ) -> None:
     manifest = tmp_path / "role.yaml"
     manifest.write_text(
-        f"apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata: {metadata}\n"
-        "rules: []\n"
+        f"apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata: {metadata}\nrules: []\n"
     )
     assert main(["lint", str(manifest)]) == (1 if line.startswith("invalid") else 0)
     assert capsys.readouterr().out.startswith(line)
@@ -237,7 +242,7 @@ def test_lint_reports_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixt
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
         "metadata:\n  name: loud\n  namespace: t1\n"
         "  annotations:\n    labelrbac.io/mode: loud\n"
-        "    labelrbac.io/permissions: '{\"configmaps\": {\"team\": [\"a\"]}}'\n"
+        '    labelrbac.io/permissions: \'{"configmaps": {"team": ["a"]}}\'\n'
         "rules: []\n"
     )
     assert main(["lint", str(manifest)]) == 1
@@ -245,6 +250,59 @@ def test_lint_reports_an_unknown_mode(tmp_path: Path, capsys: pytest.CaptureFixt
         "invalid: role t1/loud: invalid labelrbac.io/mode annotation 'loud': "
         "expected one of enforce, warn, audit\n"
     )
+
+
+BAD_ROLE = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: bad
+  namespace: t1
+  annotations:
+    labelrbac.io/mode: loud
+    labelrbac.io/permissions: >-
+      {"configmaps": {"team": 5}, "secrets": {"Bad Key!": ["a"]}, "pods": {"team": ["a"]}}
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: fine
+  annotations:
+    labelrbac.io/permissions: '{"configmaps": {"team": ["a"]}}'
+rules: []
+"""
+
+
+def test_lint_reports_every_error_of_a_role(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(BAD_ROLE)
+    assert main(["lint", str(manifest)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ", 2)[:2] for line in lines] == [
+        ["invalid", "role t1/bad"], ["invalid", "role t1/bad"], ["invalid", "role t1/bad"],
+        ["ok", "clusterrole fine (1 permission entry)"],
+    ]  # fmt: skip
+    assert "at configmaps/team: 5 is not of type 'array'" in lines[0]
+    assert "at secrets: 'Bad Key!' is not a label key" in lines[1]
+    assert "labelrbac.io/mode annotation 'loud'" in lines[2]
+    assert main(["lint", str(manifest), "-o", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert (data["valid"], data["invalid"]) == (1, 1)
+    bad, fine = data["roles"]
+    assert (bad["kind"], bad["namespace"], bad["name"], bad["valid"]) == (
+        "Role",
+        "t1",
+        "bad",
+        False,
+    )
+    assert [e.split(": ", 1)[1] for e in bad["errors"]] == [
+        line.split(": ", 3)[3] for line in lines[:3]
+    ]
+    assert fine == {"kind": "ClusterRole", "namespace": "", "name": "fine", "valid": True,
+                    "entries": 1, "errors": []}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -276,7 +334,7 @@ def test_as_counts_bindings_to_system_authenticated(
     (rbac / "rbac.yaml").write_text(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
         "metadata: {name: all, namespace: t1, annotations: "
-        "{labelrbac.io/permissions: '{\"configmaps\": {\"team\": [\"x\"]}}'}}\n"
+        '{labelrbac.io/permissions: \'{"configmaps": {"team": ["x"]}}\'}}\n'
         "rules: [{apiGroups: [''], resources: [configmaps], verbs: [create]}]\n---\n"
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n"
         "metadata: {name: all, namespace: t1}\nroleRef: {kind: Role, name: all}\n"

@@ -17,7 +17,7 @@ from app.cli import main
 from app.engine.model import Resource
 from app.engine.reverse import Existing, audit, who_can
 from tests.conftest import EXAMPLES
-from tests.kubeapi import Collection, FakeKubeAPI
+from tests.kubeapi import Collection, FakeKubeAPI, discovery
 from tests.support import ROOT, binding, role, rule, snapshot
 
 TEAM = "labelrbac.io/permissions"
@@ -65,7 +65,7 @@ def test_who_can_examples(
 ) -> None:
     code, data = run_json(capsys, "who-can", *args, "--rbac-dir", str(EXAMPLES))
     assert code == 0
-    found = {(s["kind"], s["name"]): s["allowed"] for s in data["subjects"]}
+    found = {(s["subject"]["kind"], s["subject"]["name"]): s["allowed"] for s in data["subjects"]}
     assert found == expected
 
 
@@ -133,7 +133,7 @@ def test_audit_finds_orphans_and_labels_in_no_bucket() -> None:
     rbac, objects = audit_world()
     report = audit(snapshot(*rbac), objects)
     assert report.objects == 5
-    assert [(o.name, why) for o, why in report.orphans] == [
+    assert [(o.obj.name, o.why) for o in report.orphans] == [
         ("left", "bound roles permit team in [a]"),
         ("stray", "bound roles permit team in [a]"),
         ("bare", "bound roles permit team in [a]"),
@@ -164,8 +164,8 @@ def test_audit_of_a_manifests_directory(tmp_path: Path, capsys: pytest.CaptureFi
     code, data = run_json(capsys, "audit", "--rbac-dir", str(directory))
     assert code == 1  # findings
     assert data["objects"] == 2
-    assert [(o["name"], o["why"]) for o in data["orphans"]] == [
-        ("left", "bound roles permit team in [a]")
+    assert [(o["name"], o["labels"], o["permitted"]) for o in data["orphans"]] == [
+        ("left", {"team": "b"}, [[{"key": "team", "values": ["a"]}]])
     ]
     assert data["unbucketed"] == []
     assert main(["audit", "--rbac-dir", str(directory)]) == 1
@@ -175,35 +175,6 @@ def test_audit_of_a_manifests_directory(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 # -- against a cluster: the loopback API server -------------------------------------------------
-
-
-def discovery(api: FakeKubeAPI) -> None:
-    """API discovery as kube-apiserver serves it (only the fields clients read)."""
-
-    def resource(name: str, kind: str, namespaced: bool, verbs: str = "create delete get list "
-                 "patch update watch") -> dict[str, Any]:  # fmt: skip
-        return {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
-                "verbs": verbs.split()}  # fmt: skip
-
-    api.put_object("/api/v1", {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-        resource("configmaps", "ConfigMap", True),
-        resource("namespaces", "Namespace", False),
-        resource("pods", "Pod", True),
-        resource("pods/exec", "PodExecOptions", True, "create get"),
-        resource("secrets", "Secret", True),
-    ]})  # fmt: skip
-    api.put_object("/apis", {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-        {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
-         "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
-    ]})  # fmt: skip
-    api.put_object(
-        "/apis/apps/v1",
-        {
-            "kind": "APIResourceList",
-            "groupVersion": "apps/v1",
-            "resources": [resource("deployments", "Deployment", True)],
-        },
-    )
 
 
 @pytest.fixture
@@ -238,8 +209,11 @@ def test_audit_against_a_cluster_lists_restricted_resources_as_metadata(
     assert [o["name"] for o in data["orphans"]] == ["stray"]
     assert [(o["name"], o["labels"]) for o in data["unbucketed"]] == [("stray", {"team": "z"})]
     assert data["buckets"]["t1"] == [
-        {"role": "role t1/team-a", "resource": "configmaps", "limits": "team in [a]",
-         "mode": "enforce", "holders": ["User alice (rolebinding t1/alice)"]}
+        {"role": {"kind": "Role", "namespace": "t1", "name": "team-a"},
+         "resource": "configmaps", "labels": [{"key": "team", "values": ["a"]}],
+         "mode": "enforce",
+         "holders": [{"subject": {"kind": "User", "name": "alice"},
+                      "binding": {"kind": "RoleBinding", "namespace": "t1", "name": "alice"}}]}
     ]  # fmt: skip
     requests = api.recorded()
     assert {r.method for r in requests} == {"GET"}
@@ -258,11 +232,11 @@ def test_who_can_and_check_against_a_cluster(
     code, data = run_json(capsys, "who-can", "delete", "configmaps", "-n", "t1", "-l", "team=a",
                           "--kubeconfig", str(kubeconfig))  # fmt: skip
     assert code == 0
-    found = {(s["kind"], s["name"]): s for s in data["subjects"]}
-    assert found[("User", "alice")]["allowed"] and found[("User", "alice")]["limits"]
-    assert found[("Group", "admins")]["allowed"] and not found[("Group", "admins")]["limits"]
+    found = {(s["subject"]["kind"], s["subject"]["name"]): s for s in data["subjects"]}
+    assert found[("User", "alice")]["allowed"] and found[("User", "alice")]["labels"]
+    assert found[("Group", "admins")]["allowed"] and not found[("Group", "admins")]["labels"]
     # The recorded cluster's own holders (system:masters, controllers) hold unrestricted roles.
-    assert all(s["allowed"] and not s["limits"] for k, s in found.items() if k[1] != "alice")
+    assert all(s["allowed"] and not s["labels"] for k, s in found.items() if k[1] != "alice")
     manifest = tmp_path / "cm.yaml"
     manifest.write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: t1\n"
@@ -325,8 +299,26 @@ def test_check_against_a_cluster_reads_the_parent(
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "app", "namespace": "t1", "labels": {"team": pod_team}},
     })  # fmt: skip
-    assert main(["check", "--as", "alice", "--verb", "connect", "--resource", "pods/exec",
-                 "-n", "t1", "--name", "app", "--kubeconfig", str(kubeconfig)]) == code
+    assert (
+        main(
+            [
+                "check",
+                "--as",
+                "alice",
+                "--verb",
+                "connect",
+                "--resource",
+                "pods/exec",
+                "-n",
+                "t1",
+                "--name",
+                "app",
+                "--kubeconfig",
+                str(kubeconfig),
+            ]
+        )
+        == code
+    )
     assert expected in capsys.readouterr().out
     assert "/api/v1/namespaces/t1/pods/app" in {r.path for r in api.recorded()}
 
@@ -379,4 +371,4 @@ def test_context_picks_another_cluster_of_the_kubeconfig(
     assert "cannot read RBAC from http://127.0.0.1:9" in capsys.readouterr().err
     code, data = run_json(capsys, *argv, "--context", "fake")
     assert code == 0
-    assert any(s["name"] == "alice" and s["allowed"] for s in data["subjects"])
+    assert any(s["subject"]["name"] == "alice" and s["allowed"] for s in data["subjects"])

@@ -1,0 +1,1 @@
+"""The background audit as policy reports (``label-rbac report``)."""

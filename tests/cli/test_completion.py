@@ -1,0 +1,112 @@
+"""``completion bash|zsh|fish``: scripts generated from the parsers, valid in each shell, naming
+every subcommand and flag, and completing as the parser accepts (bash through its own
+``complete`` machinery, fish through ``complete -C``)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.cli.reference import options, subcommands
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+def script(shell: str, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["completion", shell]) == 0
+    return capsys.readouterr().out
+
+
+def run(shell: str, code: str) -> str:
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    done = subprocess.run([shell, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_script_is_valid_and_names_every_command_and_flag(
+    shell: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = script(shell, capsys)
+    for name, parser in subcommands().items():
+        assert name in text
+        for flag in options(parser):
+            spelled = flag.lstrip("-") if shell == "fish" else flag
+            assert spelled in text, (name, flag)
+    path = tmp_path / f"label-rbac.{shell}"
+    path.write_text(text)
+    run(shell, f"{shell} -n {path}")  # parsed, not run: a syntax error fails here
+
+
+def _bash_complete(path: Path, *words: str) -> list[str]:
+    code = (
+        f"source {path}; COMP_WORDS=({' '.join(repr(w) for w in words)}); "
+        f"COMP_CWORD={len(words) - 1}; _label_rbac; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    )
+    return [line for line in run("bash", code).splitlines() if line]
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        pytest.param(("label-rbac", "ch"), ["check"], id="subcommand"),
+        pytest.param(("label-rbac", "check", "--verb", "cr"), ["create"], id="verb-choices"),
+        pytest.param(("label-rbac", "who-can", "fro"), [], id="no-unknown-verb"),
+        pytest.param(("label-rbac", "who-can", "ap"), ["approve"], id="positional-choices"),
+        pytest.param(("label-rbac", "audit", "-o", ""), ["table", "json", "yaml"], id="output"),
+        pytest.param(("label-rbac", "test", "--"), None, id="flags"),
+        pytest.param(("label-rbac", "completion", "z"), ["zsh"], id="completion-shells"),
+    ],
+)
+def test_bash_completes_as_the_parser_accepts(
+    words: tuple[str, ...],
+    expected: list[str] | None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "label-rbac.bash"
+    path.write_text(script("bash", capsys))
+    found = _bash_complete(path, *words)
+    if expected is None:
+        assert {"--output", "--mode", "--help"} <= set(found)
+    else:
+        assert found == expected
+
+
+def test_bash_completes_paths_after_a_file_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "label-rbac.bash"
+    path.write_text(script("bash", capsys))
+    (tmp_path / "rbac-manifests").mkdir()
+    found = _bash_complete(path, "label-rbac", "check", "--rbac-dir", str(tmp_path / "rbac-m"))
+    assert found == [str(tmp_path / "rbac-manifests")]
+
+
+def test_fish_completes_as_the_parser_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "label-rbac.fish"
+    path.write_text(script("fish", capsys))
+    out = run("fish", f"source {path}; complete -C 'label-rbac check --verb cr'; "
+                      "complete -C 'label-rbac aud'")  # fmt: skip
+    assert [line.split("\t")[0] for line in out.splitlines()] == ["create", "audit"]
+
+
+def test_zsh_loads_the_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "_label-rbac"
+    path.write_text(script("zsh", capsys))
+    out = run("zsh", f"autoload -U compinit; compinit -u -d {tmp_path}/dump; source {path}; "
+                     "whence -w _label_rbac; print $_comps[label-rbac]")  # fmt: skip
+    assert out.split() == ["_label_rbac:", "function", "_label_rbac"]
+
+
+def test_an_unknown_shell_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["completion", "tcsh"]) == 2
+    assert "invalid choice: 'tcsh'" in capsys.readouterr().err
