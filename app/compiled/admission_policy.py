@@ -393,6 +393,8 @@ def _message(mode: str) -> str:
     """CEL: the message of a refusal, saying which check failed. A message may not ask the
     authorizer (``unlisted`` does): once refused, no grant means the user is unlisted, a grant
     that the labels failed."""
+    if mode == WARN:  # the warning the webhook gives (``decide.apply_mode``)
+        return f"variables.message + ' (not enforced: {WARN} mode)'"
     if mode != ENFORCE:
         return "variables.message"
     unjudged = (

@@ -856,7 +856,7 @@ spec:
       : ''audit'') == ''warn'')[0]'
   validations:
   - expression: '!(variables.denied && variables.mode == ''warn'')'
-    messageExpression: variables.message
+    messageExpression: 'variables.message + '' (not enforced: warn mode)'''
     reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
