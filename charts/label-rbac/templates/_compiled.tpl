@@ -1212,3 +1212,8 @@ spec:
 {{- define "label-rbac.compiled.leftByThePolicy" -}}
 !(request.operation in ['CREATE', 'UPDATE', 'DELETE']) || has(request.subResource) && request.subResource != '' || (has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups) || request.resource.group == 'labelrbac.io' || (request.resource.group + '/' + request.resource.resource) in ['/bindings', '/events', '/pods', '/podtemplates', '/replicationcontrollers', '/serviceaccounts', 'apps/daemonsets', 'apps/deployments', 'apps/replicasets', 'apps/statefulsets', 'autoscaling/horizontalpodautoscalers', 'batch/cronjobs', 'batch/jobs', 'coordination.k8s.io/leases', 'events.k8s.io/events', 'rbac.authorization.k8s.io/clusterrolebindings', 'rbac.authorization.k8s.io/clusterroles', 'rbac.authorization.k8s.io/rolebindings', 'rbac.authorization.k8s.io/roles'] || !(request.resource.resource + (request.resource.group == '' ? '' : '.' + request.resource.group) in [])
 {{- end }}
+{{- define "label-rbac.compiled.shippedSkips" -}}
+{{- $name := include "label-rbac.name" . -}}
+{{- $namespace := include "label-rbac.namespace" . -}}
+(!(request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases')) && (!(request.resource.resource == 'events')) && (request.resource.group != 'rbac.authorization.k8s.io') && (!(has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups && request.userInfo.username.startsWith('system:node:') && request.resource.group == '' && request.resource.resource == 'pods')) && (!(request.resource.group == 'labelrbac.io' && request.userInfo.username == 'system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler'))
+{{- end }}
