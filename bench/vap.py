@@ -21,12 +21,13 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
 - ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
   ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
   served by the real ``python -m app serve`` process watching this API server;
-- ``full``: ``manifests/enforce-compiled`` as shipped: the policy, the warn and audit policies
-  (``manifests/compiled/modes``) and the split registration (``manifests/compiled/split``) with
-  the conditions the compiler keeps in it, the compiler (``python -m app compile``, which also
-  marks the namespace compiled) and the webhook running;
-- its parts (only with ``--setups``): ``split``, that registration alone (no policy), and
-  ``modes``, the policy and the warn and audit policies without it.
+- ``full``: ``manifests/enforce-compiled`` as shipped: its policies and the split registration
+  (``manifests/compiled/split``) with the conditions the compiler keeps in it, the compiler
+  (``python -m app compile``, which also marks the namespace compiled) and the webhook running;
+- its parts and options (only with ``--setups``): ``split``, that registration alone (no
+  policy); ``modes``, the policy and the warn and audit policies of the optional
+  ``manifests/compiled/modes``, without the split; ``full-modes``, the shipped install with that
+  component added.
 
 Setups alternate within each round, every other round in reverse order, and every figure is the
 median of the rounds. Per setup: p50 latency and throughput, the p50 added over ``none`` and the
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
 import re
@@ -84,6 +86,7 @@ from tests.process import stop
 NS = "t1"
 ALICE = User("alice", ("tenants",))
 SETUPS = ("none", "trivial", "compiled", "webhook", "full")
+MODES = ("modes", "full-modes")
 # Not measured unless asked for (``--setups``): the compiled policy with its validations replaced
 # by one expression reading some of its variables, which CEL evaluates lazily, once per request:
 # what its parameters' plumbing costs (paramKind, paramRef, matchConditions) without the rule
@@ -94,12 +97,12 @@ PARTS = {
     "unlisted": "!variables.unlisted",
     "denied": "!variables.denied",
 }
-EXTRA = (*PARTS, "split", "modes")
+EXTRA = (*PARTS, "split", *MODES)
 # The setups that register the split webhook configuration, and those the compiler's mark and
 # conditions are waited for.
-SPLIT = ("split", "full")
+SPLIT = ("split", "full", "full-modes")
 # The setups a write of a forbidden label is refused under.
-REFUSING = ("compiled", "webhook", "denied", "file", "modes", "full")
+REFUSING = ("compiled", "webhook", "denied", "file", *MODES, "full")
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
 TRIVIAL = [
@@ -267,6 +270,13 @@ def clear(cp: ControlPlane) -> None:
     cp.kubectl(ADMIN, "delete", "validatingwebhookconfigurations", "--all", "--wait=true")
 
 
+@functools.cache
+def shipped_policies() -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicies and bindings ``manifests/enforce-compiled`` installs."""
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    return [d for d in kustomize("enforce-compiled") if d["kind"] in kinds]
+
+
 def installed_registration(cp: ControlPlane, webhook: Webhook, timeout: float = 120) -> Any:
     """The split registration (``manifests/enforce-compiled``'s) as the running compiler keeps
     it: registered, then read back once the compiler has written its conditions (the compiled
@@ -302,8 +312,10 @@ def configure(
         cp.apply(ADMIN, TRIVIAL)
     elif setup == "compiled":
         cp.apply(ADMIN, documents("policy.yaml"))
-    elif setup in ("modes", "full"):
-        cp.apply(ADMIN, documents("policy.yaml") + documents("modes/policy.yaml"))
+    elif setup == "full":
+        cp.apply(ADMIN, shipped_policies())
+    elif setup in MODES:
+        cp.apply(ADMIN, shipped_policies() + documents("modes/policy.yaml"))
     elif setup in PARTS:
         cp.apply(ADMIN, part_of_policy(PARTS[setup]))
     elif setup == "file" and other is not None:
@@ -471,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
                 for row in summarize(results, total, size, c, setups):
                     rows.append(row)
                     extra = (f" + webhook {row['webhook_cpu_ms_per_create']:.2f}"
-                             if row["setup"] in ("webhook", "full") else "")  # fmt: skip
+                             if row["setup"] in ("webhook", *SPLIT) else "")  # fmt: skip
                     print(
                         f"bindings={total:<5} params={size:>8} B  C={c}  {row['setup']:<8} "
                         f"p50 {row['p50_ms']:6.2f} ms (+{row['added_p50_ms']:5.2f})  "

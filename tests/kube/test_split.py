@@ -11,6 +11,7 @@ passes — not even when someone labels the delegated namespace compiled.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -208,6 +209,47 @@ def test_a_namespace_whose_roles_restrict_subresources_more_is_left_to_the_webho
         'configmaps "c" in namespace "t3": the existing object\'s label team="b" is not '
         "permitted where its subresources are concerned"
     ), answer
+
+
+def test_a_namespace_where_a_mode_softens_a_denial_is_left_to_the_webhook(
+    kube_split: LabelRbacCluster,
+) -> None:
+    """The shipped install has no warn or audit policy: the compiler delegates the namespace,
+    and the webhook lets the write through with its own warning."""
+    kube, cp = kube_split, kube_split.control_plane
+    cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": "t4"}})
+    warned = role(
+        "warned", "t4", [rule(CRUD, "configmaps")], {"configmaps": {"team": ["a"]}}, mode="warn"
+    )
+    bound = binding("warned", "warned", "User:alice", namespace="t4")
+    cp.apply(
+        ADMIN, [{"apiVersion": "rbac.authorization.k8s.io/v1", **o} for _, o in (warned, bound)]
+    )
+    wait_for(lambda: compiled("t4", kube) == "False", "t4 delegated")
+    _, params = cp.request(
+        ADMIN, "GET", "/apis/labelrbac.io/v1alpha1/namespaces/t4/labelrbacparams/label-rbac"
+    )
+    assert params["status"]["conditions"][0]["reason"] == "Softened", params["status"]
+    assert not marked("t4", kube)
+    configmaps = decisions(kube, "configmaps")
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "t4", "labels": {"team": "b"}}}  # fmt: skip
+    wait_for(
+        lambda: (
+            "(not enforced: warn mode)"
+            in cp.kubectl(
+                "alice", "create", "--dry-run=server", "-f", "-", input=json.dumps(body)
+            ).stderr
+        ),
+        "the webhook's warning",
+    )
+    done = cp.kubectl("alice", "create", "--dry-run=server", "-f", "-", input=json.dumps(body))
+    assert done.returncode == 0, done.stderr
+    assert (
+        'label team="b" is not permitted (role t4/warned allows team in [a]) '
+        "(not enforced: warn mode)" in done.stderr
+    ), done.stderr
+    assert decisions(kube, "configmaps") > configmaps  # the webhook's
 
 
 @pytest.fixture()
