@@ -20,7 +20,14 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
   ``policy.yaml``, say) on the same parameters, to compare two shapes of the policy in one run;
 - ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
   ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
-  served by the real ``python -m app serve`` process watching this API server.
+  served by the real ``python -m app serve`` process watching this API server;
+- ``full``: ``manifests/enforce-compiled`` as shipped: its policies and the split registration
+  (``manifests/compiled/split``) with the conditions the compiler keeps in it, the compiler
+  (``python -m app compile``, which also marks the namespace compiled) and the webhook running;
+- its parts and options (only with ``--setups``): ``split``, that registration alone (no
+  policy); ``modes``, the policy and the warn and audit policies of the optional
+  ``manifests/compiled/modes``, without the split; ``full-modes``, the shipped install with that
+  component added.
 
 Setups alternate within each round, every other round in reverse order, and every figure is the
 median of the rounds. Per setup: p50 latency and throughput, the p50 added over ``none`` and the
@@ -47,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import os
 import re
@@ -63,18 +71,22 @@ from typing import Any
 import yaml
 
 from app.compiled.admission_policy import COMPILER
+from app.compiled.registration import judged_in
 from app.engine.context import Options
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
-from app.engine.params import NAME, PLURAL, Target, render
+from app.engine.params import MARK, NAME, PLURAL, Target, render
 from app.settings import Settings
-from bench.core.kube import Webhook, documents
+from bench.core.kube import Webhook, documents, kustomize, webhook_configuration
 from bench.core.processes import process_cpu
+from bench.freshness import start_compiler
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
+from tests.process import stop
 
 NS = "t1"
 ALICE = User("alice", ("tenants",))
-SETUPS = ("none", "trivial", "compiled", "webhook")
+SETUPS = ("none", "trivial", "compiled", "webhook", "full")
+MODES = ("modes", "full-modes")
 # Not measured unless asked for (``--setups``): the compiled policy with its validations replaced
 # by one expression reading some of its variables, which CEL evaluates lazily, once per request:
 # what its parameters' plumbing costs (paramKind, paramRef, matchConditions) without the rule
@@ -85,7 +97,12 @@ PARTS = {
     "unlisted": "!variables.unlisted",
     "denied": "!variables.denied",
 }
-EXTRA = tuple(PARTS)
+EXTRA = (*PARTS, "split", *MODES)
+# The setups that register the split webhook configuration, and those the compiler's mark and
+# conditions are waited for.
+SPLIT = ("split", "full", "full-modes")
+# The setups a write of a forbidden label is refused under.
+REFUSING = ("compiled", "webhook", "denied", "file", *MODES, "full")
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
 TRIVIAL = [
@@ -253,26 +270,64 @@ def clear(cp: ControlPlane) -> None:
     cp.kubectl(ADMIN, "delete", "validatingwebhookconfigurations", "--all", "--wait=true")
 
 
+@functools.cache
+def shipped_policies() -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicies and bindings ``manifests/enforce-compiled`` installs."""
+    kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    return [d for d in kustomize("enforce-compiled") if d["kind"] in kinds]
+
+
+def installed_registration(cp: ControlPlane, webhook: Webhook, timeout: float = 120) -> Any:
+    """The split registration (``manifests/enforce-compiled``'s) as the running compiler keeps
+    it: registered, then read back once the compiler has written its conditions (the compiled
+    entry leaving configmaps to the policy) and marked the namespace compiled."""
+    config = webhook_configuration(kustomize("enforce-compiled"), webhook.server.base_url,
+                                   webhook.tls.ca.read_bytes())  # fmt: skip
+    cp.apply(ADMIN, [config])
+    name = config["metadata"]["name"]
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        live = ok(cp, ADMIN, "GET", path)
+        namespace = ok(cp, ADMIN, "GET", f"/api/v1/namespaces/{NS}")
+        marked = namespace["metadata"].get("labels", {}).get(MARK) == "true"
+        if marked and "configmaps" in (judged_in(live) or ()):
+            live["metadata"] = {"name": name}
+            return live
+        time.sleep(1)
+    raise RuntimeError("the compiler did not write its conditions or mark in time")
+
+
 def configure(
-    cp: ControlPlane, setup: str, webhook: Webhook, other: str | None = None
+    cp: ControlPlane,
+    setup: str,
+    webhook: Webhook,
+    other: str | None = None,
+    registration: Any = None,
 ) -> None:
-    """Admit with exactly ``setup`` (``file``: the YAML ``other``); wait until the
-    API server applies it."""
+    """Admit with exactly ``setup`` (``file``: the YAML ``other``; ``registration``: the split
+    registration as the compiler keeps it); wait until the API server applies it."""
     clear(cp)
     if setup == "trivial":
         cp.apply(ADMIN, TRIVIAL)
     elif setup == "compiled":
         cp.apply(ADMIN, documents("policy.yaml"))
+    elif setup == "full":
+        cp.apply(ADMIN, shipped_policies())
+    elif setup in MODES:
+        cp.apply(ADMIN, shipped_policies() + documents("modes/policy.yaml"))
     elif setup in PARTS:
         cp.apply(ADMIN, part_of_policy(PARTS[setup]))
     elif setup == "file" and other is not None:
         cp.apply(ADMIN, other)
     elif setup == "webhook":
         cp.apply(ADMIN, [webhook.config])
+    if setup in SPLIT:
+        cp.apply(ADMIN, [registration])
     time.sleep(3)  # the policy informer picks bindings up within a second or two
     probe = {"metadata": {"generateName": "p-", "labels": {"team": "b"}}}
     status, _ = cp.request("alice", "POST", f"/api/v1/namespaces/{NS}/configmaps?dryRun=All", probe)
-    if (status == 403) != (setup in ("compiled", "webhook", "denied", "file")):
+    if (status == 403) != (setup in REFUSING):
         raise RuntimeError(f"{setup}: the probe answered {status}")
 
 
@@ -384,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     cp = ControlPlane(workdir, users=users)
     cp.start()
     webhook: Webhook | None = None
+    compiler: subprocess.Popen[bytes] | None = None
     rows: list[dict[str, Any]] = []
     connections = [int(n) for n in args.connections.split(",")]
     try:
@@ -406,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
             cp.apply(ADMIN, [glob_role(args.globs, args.glob_keys, args.glob_shape)])
             cp.apply(ADMIN, [role_binding("0-globs", "globs", "alice")])
         webhook = Webhook(cp, workdir)
+        registration = None
+        if set(SPLIT) & set(setups):
+            compiler = start_compiler(cp, workdir)
+            registration = installed_registration(cp, webhook)
         for total in (int(n) for n in args.bindings.split(",")):
             clear(cp)
             grow_bindings(cp, total)
@@ -415,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             for n in range(args.rounds):
                 # Every other round in reverse order, so that no setup always runs first.
                 for setup in setups if n % 2 == 0 else setups[::-1]:
-                    configure(cp, setup, webhook, other)
+                    configure(cp, setup, webhook, other, registration)
                     for c in connections:
                         run = wrk(cp, c, args.seconds, script, webhook)
                         results.setdefault((setup, c), []).append(run)
@@ -423,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
                 for row in summarize(results, total, size, c, setups):
                     rows.append(row)
                     extra = (f" + webhook {row['webhook_cpu_ms_per_create']:.2f}"
-                             if row["setup"] == "webhook" else "")  # fmt: skip
+                             if row["setup"] in ("webhook", *SPLIT) else "")  # fmt: skip
                     print(
                         f"bindings={total:<5} params={size:>8} B  C={c}  {row['setup']:<8} "
                         f"p50 {row['p50_ms']:6.2f} ms (+{row['added_p50_ms']:5.2f})  "
@@ -433,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
     finally:
+        if compiler is not None:
+            stop(compiler)
         if webhook is not None:
             webhook.stop()
         cp.stop()

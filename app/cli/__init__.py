@@ -265,6 +265,13 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         "resource names looked at) to render to the webhook",
     )
     compile_.add_argument(
+        "--compile-softened",
+        action="store_true",
+        help="compile a namespace where a role's labelrbac.io/mode (or --mode) softens a denial "
+        "too, for installs with the warn and audit policies (manifests/compiled/modes); by "
+        "default the webhook keeps judging it",
+    )
+    compile_.add_argument(
         "--webhook-configuration",
         default=Settings.webhook_configuration,
         metavar="NAME",

@@ -50,6 +50,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 args.max_params_bytes,
                 args.max_params_work,
                 health,
+                args.compile_softened,
             )
     finally:
         if probes is not None:

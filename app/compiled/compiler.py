@@ -415,8 +415,12 @@ class ParamsWriter:
         coverage: CoverageWriter | None = None,
         snapshots: Callable[[], Snapshot | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        compile_softened: bool = False,
     ) -> None:
         self._client = client
+        # A namespace where a mode softens a denial is left to the webhook unless asked
+        # (``--compile-softened``, for installs with the warn and audit policies).
+        self._delegate_softened = not compile_softened
         self._clock = clock
         # The newest snapshot, for namespaces touched while a step is writing (by default the
         # one the step was given).
@@ -638,7 +642,9 @@ class ParamsWriter:
     def _rediscover(self) -> Target:
         """List the served resources."""
         served = tuple(self._discover(self._client))
-        base = Target.of(served, self._options, self._max_bytes, self._max_work)
+        base = Target.of(
+            served, self._options, self._max_bytes, self._max_work, self._delegate_softened
+        )
         with self._lock:
             moved = self._base is not None and base != self._base
             self.served, self._base = served, base
@@ -899,6 +905,7 @@ def run(
     max_bytes: int = MAX_BYTES,
     max_work: int = MAX_WORK,
     health: CompilerHealth | None = None,
+    compile_softened: bool = False,
 ) -> None:
     """Watch, render and write until ``stop`` is set; each round reported to ``health``
     (``app.compiled.health``: the probes and metrics)."""
@@ -911,6 +918,7 @@ def run(
         coverage=coverage,
         snapshots=lambda: source.snapshot(),
         max_work=max_work,
+        compile_softened=compile_softened,
     )
 
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:

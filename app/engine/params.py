@@ -43,7 +43,11 @@ time. A namespace whose parameters would exceed ``max_bytes`` is never truncated
 rendered ``delegated`` (the policy stands aside and the webhook keeps judging it), and so is a
 namespace where a role restricts an object's subresources more than the object's writes: a change
 of the object's labels is then judged by those entries too (``labels.check_relabel``), which only
-the webhook does.
+the webhook does. The compiler also leaves to the webhook a namespace where a denial would be
+softened (a granting role's ``labelrbac.io/mode``, or the global mode, is warn or audit:
+``Target.delegate_softened``): the warning or audit record is then the webhook's own, and the
+enforcing policy is the only one a write of any other namespace costs (the warn and audit
+policies of ``manifests/compiled/modes`` are needed only for parameters rendered without it).
 
 Rendering is linear in what the roles say: each (role, resource, operation) looks at the role's
 rules once and at the names those rules list once (``_names``), never at every name against
@@ -105,6 +109,7 @@ MAX_WORK = 1_000_000
 # Why a namespace is delegated, as its Compiled condition's reason says.
 TOO_LARGE, TOO_COMPLEX = "TooLarge", "TooComplex"
 SUBRESOURCE_ENTRIES = "SubresourceEntries"
+SOFTENED = "Softened"
 
 # Resources the webhook keeps whatever the labels: RBAC objects (escalation check, annotation
 # validation), workloads (templates, selectors, scale targets, references) and pods (references,
@@ -204,6 +209,8 @@ class Target:
     max_bytes: int = MAX_BYTES
     max_work: int = MAX_WORK
     indexed: tuple[Resource, ...] | None = None
+    # Render a namespace whose denials a mode would soften ``delegated`` (the compiler's default).
+    delegate_softened: bool = False
 
     @classmethod
     def of(
@@ -212,12 +219,19 @@ class Target:
         options: Options | None = None,
         max_bytes: int = MAX_BYTES,
         max_work: int = MAX_WORK,
+        delegate_softened: bool = False,
     ) -> Target:
         """The resources the policy judges among ``resources`` (discovery's namespaced ones)."""
         kept = sorted(
             {Resource(r.group, r.resource) for r in resources if in_scope(r)}, key=resource_key
         )
-        return cls(tuple(kept), options or Options(), max_bytes, max_work)
+        return cls(
+            tuple(kept),
+            options or Options(),
+            max_bytes,
+            max_work,
+            delegate_softened=delegate_softened,
+        )
 
     def index(
         self, restrictions: Restrictions, published: Iterable[str] | None = ()
@@ -580,6 +594,13 @@ def _render(
     if relabelled is not None:
         reason = f"in namespace {namespace}, {relabelled}: the webhook keeps judging its writes"
         cause = SUBRESOURCE_ENTRIES
+    elif target.delegate_softened and "softened" in base:
+        reason = (
+            f"in namespace {namespace}, a denial would be softened (a role's "
+            "labelrbac.io/mode, or the global mode, is warn or audit): the webhook keeps "
+            "judging its writes and gives the warning or audit record"
+        )
+        cause = SOFTENED
     elif (size := len(text.encode())) > target.max_bytes:
         reason = (
             f"the parameters of namespace {namespace} would take {size} bytes, over the "

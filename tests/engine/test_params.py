@@ -20,6 +20,7 @@ from app.engine.model import AUDIT, WARN, Resource
 from app.engine.params import (
     ALL,
     DEFAULT,
+    SOFTENED,
     WEBHOOK_RESOURCES,
     Namespaces,
     Target,
@@ -281,6 +282,35 @@ def test_modes_are_carried_and_flag_the_softened_namespaces() -> None:
     assert "softened" not in spec_of(*OBJECTS)
     globally = render(snapshot(*OBJECTS), "t1", Target.of(TARGET.resources, Options(mode=AUDIT)))
     assert globally.spec["mode"] == AUDIT and globally.spec["softened"] is True
+
+
+@pytest.mark.parametrize(
+    ("softening", "options"),
+    [
+        pytest.param(True, Options(), id="a-warn-role"),
+        pytest.param(False, Options(mode=AUDIT), id="the-global-mode"),
+        pytest.param(False, Options(), id="nothing-softened"),
+    ],
+)
+def test_the_compiler_leaves_a_namespace_where_a_denial_is_softened_to_the_webhook(
+    softening: bool, options: Options
+) -> None:
+    warned = role(
+        "warned", "t1", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}, mode=WARN
+    )
+    objects = (*OBJECTS, warned, binding("w", "warned", "User:a", namespace="t1"))
+    found = snapshot(*(objects if softening else OBJECTS))
+    target = Target.of(TARGET.resources, options, delegate_softened=True)
+    rendered = render(found, "t1", target)
+    if not softening and options.mode == "enforce":
+        assert rendered.delegated is None and "roles" in rendered.spec
+        return
+    assert rendered.reason == SOFTENED
+    assert rendered.delegated is not None and "webhook keeps judging" in rendered.delegated
+    assert "roles" not in rendered.spec and "softened" in rendered.spec
+    # Without it (--compile-softened), the same namespace is compiled, flagged for the modes.
+    compiled = render(found, "t1", Target.of(TARGET.resources, options))
+    assert compiled.delegated is None and compiled.spec["softened"] is True
 
 
 def test_resources_the_webhook_keeps_are_never_compiled() -> None:

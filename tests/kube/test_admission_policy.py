@@ -309,9 +309,10 @@ def compare(
         return f"API server {answer.status} {answer.message!r}; webhook {decision}"
     if not allowed and not answer.message.endswith(f"denied request: {decision.message}"):
         return f"messages differ: {answer.message!r} vs {decision.message!r}"
-    warned = any(w.endswith(f": {decision.message}") for w in warnings_of(answer))
+    # The policy's warning ends with the webhook's own (``decide.apply_mode``), word for word.
+    warned = any(w.endswith(f": {text}") for w in warnings_of(answer) for text in decision.warnings)
     if decision.mode == WARN and decision.softened and not warned:
-        return f"warning missing: {answer.warnings} vs {decision.message!r}"
+        return f"warning missing: {answer.warnings} vs {decision.warnings!r}"
     return ""
 
 

@@ -11,6 +11,7 @@ passes — not even when someone labels the delegated namespace compiled.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -166,28 +167,41 @@ def test_in_a_compiled_namespace_relabelling_an_account_is_judged_as_lending_it(
     assert decisions(kube, "serviceaccounts") == accounts + 1
 
 
+def delegated_by(
+    kube: LabelRbacCluster, namespace: str, found: tuple[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """A new ``namespace`` with the role ``found`` bound to alice, once the compiler has written
+    its parameters delegated: their Compiled condition."""
+    cp = kube.control_plane
+    cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    name = found[1]["metadata"]["name"]
+    bound = binding(name, name, "User:alice", namespace=namespace)
+    cp.apply(
+        ADMIN, [{"apiVersion": "rbac.authorization.k8s.io/v1", **o} for _, o in (found, bound)]
+    )
+    wait_for(lambda: compiled(namespace, kube) == "False", f"{namespace} delegated")
+    _, params = cp.request(
+        ADMIN,
+        "GET",
+        f"/apis/labelrbac.io/v1alpha1/namespaces/{namespace}/labelrbacparams/label-rbac",
+    )
+    condition: dict[str, Any] = params["status"]["conditions"][0]
+    return condition
+
+
 def test_a_namespace_whose_roles_restrict_subresources_more_is_left_to_the_webhook(
     kube_split: LabelRbacCluster,
 ) -> None:
     """A change of labels is judged by the object's subresource entries too, which the policy
     does not do: the compiler delegates the namespace, and the webhook judges its writes."""
     kube, cp = kube_split, kube_split.control_plane
-    cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": "t3"}})
     narrow = role(
         "narrow",
         "t3",
         [rule(CRUD, "configmaps configmaps/proxy")],
         {"configmaps": {"team": ["a", "b"]}, "configmaps/proxy": {"team": ["a"]}},
     )
-    bound = binding("narrow", "narrow", "User:alice", namespace="t3")
-    cp.apply(
-        ADMIN, [{"apiVersion": "rbac.authorization.k8s.io/v1", **o} for _, o in (narrow, bound)]
-    )
-    wait_for(lambda: compiled("t3", kube) == "False", "t3 delegated")
-    _, params = cp.request(
-        ADMIN, "GET", "/apis/labelrbac.io/v1alpha1/namespaces/t3/labelrbacparams/label-rbac"
-    )
-    condition = params["status"]["conditions"][0]
+    condition = delegated_by(kube, "t3", narrow)
     assert condition["reason"] == "SubresourceEntries", condition
     assert "role t3/narrow restricts subresources of configmaps" in condition["message"]
     assert not marked("t3", kube)
@@ -208,6 +222,39 @@ def test_a_namespace_whose_roles_restrict_subresources_more_is_left_to_the_webho
         'configmaps "c" in namespace "t3": the existing object\'s label team="b" is not '
         "permitted where its subresources are concerned"
     ), answer
+
+
+def test_a_namespace_where_a_mode_softens_a_denial_is_left_to_the_webhook(
+    kube_split: LabelRbacCluster,
+) -> None:
+    """The shipped install has no warn or audit policy: the compiler delegates the namespace,
+    and the webhook lets the write through with its own warning."""
+    kube, cp = kube_split, kube_split.control_plane
+    warned = role(
+        "warned", "t4", [rule(CRUD, "configmaps")], {"configmaps": {"team": ["a"]}}, mode="warn"
+    )
+    condition = delegated_by(kube, "t4", warned)
+    assert condition["reason"] == "Softened", condition
+    assert not marked("t4", kube)
+    configmaps = decisions(kube, "configmaps")
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "t4", "labels": {"team": "b"}}}  # fmt: skip
+    wait_for(
+        lambda: (
+            "(not enforced: warn mode)"
+            in cp.kubectl(
+                "alice", "create", "--dry-run=server", "-f", "-", input=json.dumps(body)
+            ).stderr
+        ),
+        "the webhook's warning",
+    )
+    done = cp.kubectl("alice", "create", "--dry-run=server", "-f", "-", input=json.dumps(body))
+    assert done.returncode == 0, done.stderr
+    assert (
+        'label team="b" is not permitted (role t4/warned allows team in [a]) '
+        "(not enforced: warn mode)" in done.stderr
+    ), done.stderr
+    assert decisions(kube, "configmaps") > configmaps  # the webhook's
 
 
 @pytest.fixture()

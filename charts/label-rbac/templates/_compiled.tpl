@@ -856,7 +856,7 @@ spec:
       : ''audit'') == ''warn'')[0]'
   validations:
   - expression: '!(variables.denied && variables.mode == ''warn'')'
-    messageExpression: variables.message
+    messageExpression: 'variables.message + '' (not enforced: warn mode)'''
     reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
@@ -1208,4 +1208,9 @@ spec:
   paramRef:
     name: label-rbac
     parameterNotFoundAction: Deny
+{{- end }}
+{{- define "label-rbac.compiled.shippedSkips" -}}
+{{- $name := include "label-rbac.name" . -}}
+{{- $namespace := include "label-rbac.namespace" . -}}
+(!(request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases')) && (!(request.resource.resource == 'events')) && (request.resource.group != 'rbac.authorization.k8s.io') && (!(has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups && request.userInfo.username.startsWith('system:node:') && request.resource.group == '' && request.resource.resource == 'pods')) && (!(request.resource.group == 'labelrbac.io' && request.userInfo.username == 'system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler'))
 {{- end }}
