@@ -59,11 +59,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from app.compiled.admission_policy import COMPILER
 from app.compiled.registration import CONDITION
-from bench.core.kube import Client, Webhook, documents
+from bench.core.kube import Client, Webhook, documents, start_compiler
 from bench.core.layout import ANNOTATION, cluster_objects, layout, namespace_objects
-from bench.core.processes import ROOT, peak_rss_mb, process_cpu
+from bench.core.processes import peak_rss_mb, process_cpu
 from bench.core.stats import percentile
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import stop
@@ -352,16 +351,6 @@ def hops(results: list[Measured], events: list[dict[str, Any]]) -> dict[str, Any
                "p99_ms": round(1000 * percentile(values, 0.99), 1)}
         for name, values in pieces.items() if values
     }  # fmt: skip
-
-
-def start_compiler(cp: ControlPlane, workdir: Path) -> subprocess.Popen[bytes]:
-    with (workdir / "compiler.log").open("wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "app", "compile", "--kubeconfig",
-             str(cp.kubeconfig(COMPILER)), "--identity", "bench"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBECONFIG": ""}, start_new_session=True,
-        )  # fmt: skip
 
 
 def wait_compiled(admin: Client, timeout: float) -> float:

@@ -77,9 +77,8 @@ from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
 from app.engine.params import MARK, NAME, PLURAL, Target, render
 from app.settings import Settings
-from bench.core.kube import Webhook, documents, kustomize, webhook_configuration
+from bench.core.kube import Webhook, documents, kustomize, start_compiler, webhook_configuration
 from bench.core.processes import process_cpu
-from bench.freshness import start_compiler
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import stop
 

@@ -13,8 +13,10 @@ import base64
 import copy
 import http.client
 import json
+import os
 import ssl
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from app.compiled.admission_policy import COMPILER
 from app.webhook.certs import CertPaths, generate
 from bench.core.processes import ROOT, cpu_seconds, process_cpu
 from tests.kube.controlplane import ADMIN, WEBHOOK_USER, ControlPlane
@@ -123,3 +126,15 @@ class Client:
                 if attempt:
                     raise
         raise AssertionError("unreachable")
+
+
+def start_compiler(cp: ControlPlane, workdir: Path) -> subprocess.Popen[bytes]:
+    """``label-rbac compile`` against ``cp`` as the compiler's ServiceAccount, logging to
+    ``workdir/compiler.log``."""
+    with (workdir / "compiler.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app", "compile", "--kubeconfig",
+             str(cp.kubeconfig(COMPILER)), "--identity", "bench"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": ""}, start_new_session=True,
+        )  # fmt: skip
