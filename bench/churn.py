@@ -80,9 +80,10 @@ def probe(step: Step, options: Options) -> Callable[[Snapshot], bool]:
     if step.action in ("subjects", "add"):
         # Bound at all (a user bound to nothing is RBAC's to refuse), and allowed.
         who = request.user
-        return lambda snap: any(True for _ in snap.roles_for(who, namespace)) and evaluate(
-            request, Context(snap, options)
-        ).allowed
+        return lambda snap: (
+            any(True for _ in snap.roles_for(who, namespace))
+            and evaluate(request, Context(snap, options)).allowed
+        )
     return lambda snap: evaluate(request, Context(snap, options)).allowed
 
 
@@ -197,7 +198,9 @@ def _informer(source: ClusterSource, kind: str) -> Any:
 
 
 MODES: dict[str, type[ClusterSource]] = {
-    "incremental": ClusterSource, "whole": WholeRebuildSource, "frozen": FrozenSource,
+    "incremental": ClusterSource,
+    "whole": WholeRebuildSource,
+    "frozen": FrozenSource,
 }
 
 

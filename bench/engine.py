@@ -358,8 +358,10 @@ def reverse_bench(tenant_namespaces: int, per_namespace: int) -> None:
     print(f"audit: {len(existing)} configmaps in {audit_s:.2f} s ({per_object * 1e6:,.0f} us "
           f"per object, {per_object * decide:.1f}x one admission decision), "
           f"{len(report.orphans)} orphans")  # fmt: skip
-    print(f"who-can: {len(holders)} subjects in {who_s * 1000:.0f} ms "
-          f"({who_s * decide:,.0f}x one admission decision)")
+    print(
+        f"who-can: {len(holders)} subjects in {who_s * 1000:.0f} ms "
+        f"({who_s * decide:,.0f}x one admission decision)"
+    )
     reports_bench(snapshot, existing, decide)
 
 
@@ -378,9 +380,11 @@ def reports_bench(snapshot: Snapshot, existing: list[Any], decide: float) -> Non
     rendered = [r for ns, scope in scopes.items() for r in reports(ns, scope)]
     sizes = [len(json.dumps(r)) for r in rendered]
     cpu = time.process_time() - cpu
-    print(f"report pass: {len(existing)} objects, {len(rendered)} reports in {cpu:.2f} s CPU "
-          f"({cpu * decide:,.0f} admission decisions' worth); report bytes: total "
-          f"{sum(sizes):,}, largest {max(sizes):,}, median {sorted(sizes)[len(sizes) // 2]:,}")
+    print(
+        f"report pass: {len(existing)} objects, {len(rendered)} reports in {cpu:.2f} s CPU "
+        f"({cpu * decide:,.0f} admission decisions' worth); report bytes: total "
+        f"{sum(sizes):,}, largest {max(sizes):,}, median {sorted(sizes)[len(sizes) // 2]:,}"
+    )
     # A later pass after a label change in one namespace: its objects only (the controller keeps
     # the other namespaces' findings and reports, and the answers of the unchanged RBAC).
     namespace = existing[len(existing) // 2].namespace
@@ -391,9 +395,11 @@ def reports_bench(snapshot: Snapshot, existing: list[Any], decide: float) -> Non
     count_passes(one, report, scopes)
     touched = [json.dumps(r) for r in reports(namespace, scopes[namespace])]
     cpu = time.process_time() - cpu
-    print(f"report pass after a label change in one namespace: {len(one)} objects, "
-          f"{len(touched)} report in {cpu * 1000:.1f} ms CPU ({cpu * decide:,.0f} admission "
-          "decisions' worth)")
+    print(
+        f"report pass after a label change in one namespace: {len(one)} objects, "
+        f"{len(touched)} report in {cpu * 1000:.1f} ms CPU ({cpu * decide:,.0f} admission "
+        "decisions' worth)"
+    )
     # After an RBAC change the snapshot is new: the answers are computed again.
     cpu = time.process_time()
     report = audit(snapshot, one, with_buckets=False, cache=AuditCache())
@@ -401,9 +407,11 @@ def reports_bench(snapshot: Snapshot, existing: list[Any], decide: float) -> Non
     count_passes(one, report, scopes)
     touched = [json.dumps(r) for r in reports(namespace, scopes[namespace])]
     cpu = time.process_time() - cpu
-    print(f"report pass after an RBAC change in one namespace: {len(one)} objects, "
-          f"{len(touched)} report in {cpu * 1000:.0f} ms CPU ({cpu * decide:,.0f} admission "
-          "decisions' worth)")
+    print(
+        f"report pass after an RBAC change in one namespace: {len(one)} objects, "
+        f"{len(touched)} report in {cpu * 1000:.0f} ms CPU ({cpu * decide:,.0f} admission "
+        "decisions' worth)"
+    )
 
 
 def access_reviews(tenant_namespaces: int) -> dict[str, dict[str, Any]]:
@@ -471,9 +479,18 @@ def log_bench(seconds: float, threads: int = 4) -> None:
 
     from app import logs
 
-    record = {"uid": "0f0e0d0c-0000-4000-8000-000000000001", "user": "alice",
-              "operation": "CREATE", "resource": "configmaps", "namespace": "t1",
-              "name": "c1", "dryRun": False, "allowed": True, "reason": "Allowed", "ms": 0.21}
+    record = {
+        "uid": "0f0e0d0c-0000-4000-8000-000000000001",
+        "user": "alice",
+        "operation": "CREATE",
+        "resource": "configmaps",
+        "namespace": "t1",
+        "name": "c1",
+        "dryRun": False,
+        "allowed": True,
+        "reason": "Allowed",
+        "ms": 0.21,
+    }
 
     def run(handler: logging.Handler) -> tuple[float, float]:
         """(records handed off per second by the callers, per second until all are written)"""

@@ -43,7 +43,11 @@ def glob_bench(seconds: float, most_stars: int = 7) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.5, help="per measurement")
-    parser.add_argument("--stars", type=int, default=7,
-                        help="near misses up to this many stars (the regex takes ~10x per star)")
+    parser.add_argument(
+        "--stars",
+        type=int,
+        default=7,
+        help="near misses up to this many stars (the regex takes ~10x per star)",
+    )
     args = parser.parse_args(argv)
     glob_bench(args.seconds, args.stars)

@@ -109,22 +109,6 @@ def test_narrowing_is_the_compilers_registration_part() -> None:
 ONLY_IN_OVERLAYS = {("Namespace", "", "label-rbac")}
 
 
-def without_compilers_condition(document: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The overlays' registration without the compiled entry's ``left-by-the-policy``, which
-    the chart leaves to the compiler that owns it (Helm's server-side apply of the shipped one
-    would conflict with the compiler's at every upgrade): absent, it sends the entry everything,
-    as the shipped one does until the compiler writes it."""
-    if document["kind"] != "ValidatingWebhookConfiguration":
-        return document
-    found = json.loads(json.dumps(document))
-    for entry in found["webhooks"]:
-        if entry["name"] == "labels-compiled.labelrbac.io":
-            entry["matchConditions"] = [
-                c for c in entry["matchConditions"] if c["name"] != "left-by-the-policy"
-            ]
-    return found
-
-
 @pytest.mark.parametrize(
     ("values", "upgrade", "overlay", "monitoring"),
     [
@@ -144,7 +128,7 @@ def test_chart_renders_what_the_overlays_do(
 ) -> None:
     rendered = by_key(d for d in helm.template(values, upgrade=upgrade) if not hook(d))
     directory = with_monitoring(tmp_path, overlay) if monitoring else MANIFESTS / overlay
-    kustomized = by_key(without_compilers_condition(d) for d in kustomize(directory))
+    kustomized = by_key(kustomize(directory))
     assert set(kustomized) - set(rendered) == ONLY_IN_OVERLAYS
     assert set(rendered) - set(kustomized) == set()
     for key, obj in rendered.items():

@@ -37,7 +37,7 @@ Only the compiler may write the parameters: ``label-rbac-params`` refuses everyo
 (``COMPILER``); ``label-rbac-marks`` holds it, on Namespaces, to the compiled mark; and
 ``label-rbac-registration`` holds it, on the webhook registration, to the conditions and
 annotation it keeps there (``app.compiled.registration``). ``python -m app.compiled.admission_policy
-[--modes | --webhook]`` prints the files it generates (``FILES``).
+[--modes | --webhook | --split]`` prints the files it generates (``FILES``).
 """
 
 from __future__ import annotations
@@ -56,15 +56,14 @@ from app.compiled.registration import (
     COMPILED_ENTRY,
     CONDITION,
     LABEL_ENTRIES,
-    LEFT_SHAPE,
-    NODE,
     OPERATIONS,
-    POLICY_CONDITION,
+    RETIRED,
     SHAPE,
-    left_expression,
 )
+from app.engine.catalog import BUILTIN
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.model import AUDIT, ENFORCE, WARN
+from app.engine.node import RESOURCES as NODE_RULED
 from app.engine.params import API_VERSION, DEFAULT, KIND, MARK, NAME, WEBHOOK_RESOURCES
 
 POLICY = "label-rbac"
@@ -263,6 +262,15 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ("delegated", "has(params.spec.delegated)"),
     ("marked", f"namespaceObject.metadata.?labels[?'{MARK}'].orValue('') == 'true'"),
     ("indexed", _indexed("variables.key")),
+    (
+        # Neither judged here nor known to need no judging: served since the compiler last
+        # looked (a CRD just created, say), which an annotation may restrict. Not asked of
+        # system:masters, whom no label-rbac role restricts.
+        "unknown",
+        "!variables.delegated && !variables.indexed && "
+        "!(variables.key in params.spec.?unjudged.orValue([])) && "
+        f"!('{SUPERUSERS}' in request.userInfo.groups)",
+    ),
     ("granting", _bound_granting()),
     # A role bound twice (to the user and a group, say) is granting twice: harmless to the
     # verdict, and said once in the message (``allows``, ``broken``).
@@ -368,25 +376,74 @@ def _allowed(mode: str) -> str:
         return f"!({_refusals(mode)})"
     # A namespace marked compiled is not sent to the webhook for what this policy matches, so
     # the policy may not stand aside there: parameters delegated under the mark (the compiler
-    # removes it first, so only during that hop or when someone else set it) refuse.
-    return f"!({_UNJUDGED}) && !({_refusals(mode)})"
+    # removes it first, so only during that hop or when someone else set it) refuse, and so does
+    # a resource the parameters do not know yet.
+    return f"!({_UNJUDGED}) && !({_UNKNOWN}) && !({_refusals(mode)})"
 
 
 def _may_refuse(mode: str) -> str:
     """CEL: the policy's match condition, variables spelled out: whether ``_allowed`` may be
-    false. Kubelets are never refused (the webhook's node rules judge them); ``granting`` is
-    computed once, after the checks that do not need it. A match condition cannot see the
-    namespace, so delegated parameters match and the validation reads the namespace's mark."""
+    false. A kubelet is judged by its labels as anyone (what the webhook's node rules decide of
+    the resources the policy judges, the compiled entry sends the webhook: ``NODE_RESOURCES``);
+    ``granting`` is computed once, after the checks that do not need it. A match condition
+    cannot see the namespace, so delegated parameters match and the validation reads the
+    namespace's mark."""
     granting = frozenset({"granting"})
     refused = _bind("granting", _inline("variables.granting"), _inline(_refusals(mode), granting))
     if mode != ENFORCE:
         # Nothing softened in the namespace (the usual case): one field read and done.
-        return f"has(params.spec.softened) && !({_NODE}) && {refused}"
-    return f"!({_NODE}) && (has(params.spec.delegated) || {refused})"
+        return f"has(params.spec.softened) && !({fast_allowed()}) && {refused}"
+    unknown = _inline("variables.unknown")
+    return f"(has(params.spec.delegated) || !({fast_allowed()}) && ({unknown} || {refused}))"
 
 
-# Parameters delegated in a namespace marked compiled (see ``_allowed``).
+def _role_allows(role: str) -> str:
+    """CEL: whether one grant of ``role`` (an id) for ``op`` of the resource ``key`` permits the
+    write by itself: names no object (``names`` grants are left to ``granting``), and is
+    unrestricted or its requirements permit both the ``stored`` and the ``written`` labels."""
+    entry = (
+        f"params.spec.roles[{role}][?key]"
+        f".orValue(params.spec.roles[{role}][?'{DEFAULT}'].orValue({{}}))"
+    )
+    both = (
+        "(request.operation == 'CREATE' || g.labels.all(r, "
+        f"{_requirement('stored')})) && (request.operation == 'DELETE' || g.labels.all(r, "
+        f"{_requirement('written')}))"
+    )
+    grant = f"!has(g.names) && (has(g.unrestricted) || has(g.labels) && {both})"
+    return f"[{entry}].exists(e, op in e && [params.spec.grants[e[op]]].exists(g, {grant}))"
+
+
+def fast_allowed() -> str:
+    """CEL: a write some single role bound to the user permits by itself, found by key lookups
+    and short-circuiting ``exists`` (no list built): the allowed path of a match condition.
+
+    It implies ``!denied && !unlisted``: a grant of the user's for the request, unrestricted or
+    whose requirements permit the labels before and after, is granting and permits both. The
+    converse does not hold (grants naming objects, old and new labels permitted by different
+    roles): those writes fall through to ``granting``, which decides them exactly."""
+    user = "request.userInfo.username"
+    groups = "request.userInfo.?groups.orValue([])"
+    role = _role_allows("r")
+    sources = " || ".join(
+        (
+            f"params.spec.?users[?{user}].orValue([]).exists(r, {role})",
+            f"{groups}.exists(s, params.spec.?groups[?s].orValue([]).exists(r, {role}))",
+            f"params.spec.?clusterUsers[?{user}].orValue([]).exists(r, {role})",
+            f"{groups}.exists(s, params.spec.?clusterGroups[?s].orValue([]).exists(r, {role}))",
+        )
+    )
+    labels = (
+        f"[request.operation == 'CREATE' ? {{}} : {OLD_LABELS}].exists(stored, "
+        f"[request.operation == 'DELETE' ? {{}} : {NEW_LABELS}].exists(written, {sources}))"
+    )
+    return f"[{_KEY}].exists(key, {_indexed('key')} && [{_op(_REQUESTED)}].exists(op, {labels}))"
+
+
+# Parameters delegated in a namespace marked compiled, and a resource they do not know there (see
+# ``_allowed``).
 _UNJUDGED = "variables.delegated && variables.marked"
+_UNKNOWN = "variables.unknown && variables.marked"
 
 
 def _message(mode: str) -> str:
@@ -407,8 +464,14 @@ def _message(mode: str) -> str:
         "variables.who + ': the compiled label permissions of namespace \"' + "
         "request.namespace + '\" do not list this user yet; retry in a moment'"
     )
+    unknown = (
+        "variables.who + ': the compiled label permissions of namespace \"' + "
+        "request.namespace + '\" do not know ' + variables.key + ' yet (served since the "
+        "compiler last looked); retry in a moment'"
+    )
     return (
-        f"{_UNJUDGED} ? {unjudged} : variables.granting.size() == 0 ? {stale} : variables.message"
+        f"{_UNJUDGED} ? {unjudged} : {_UNKNOWN} ? {unknown} : "
+        f"variables.granting.size() == 0 ? {stale} : variables.message"
     )
 
 
@@ -433,19 +496,62 @@ def _judgement(mode: str) -> dict[str, Any]:
     }
 
 
-# A kubelet, as the policy and the split webhook entry both say it.
-_NODE = NODE
+# The subresources of the resources the policy judges that the webhook keeps judging in compiled
+# namespaces: every one kube-apiserver v1.36 serves on a namespaced resource, but those of
+# ``WEBHOOK_RESOURCES`` (sent whole): a CRD's status and scale, a Service's proxy, the status of
+# the built-ins. Any other subresource is refused there (``subresource_policy``).
+SUBRESOURCES = ("proxy", "scale", "status")
+# The namespaced resources the webhook's node rules decide that the policy judges too (a kubelet
+# may update a claim's status, never write the claim): in compiled namespaces the compiled entry
+# sends the webhook their writes as well, so a kubelet meets those rules there too.
+NODE_RESOURCES = tuple(
+    sorted(
+        (kind.group, kind.resource)
+        for kind in BUILTIN
+        if kind.namespaced and (kind.group, kind.resource) in NODE_RULED - WEBHOOK_RESOURCES
+    )
+)
 
 
-def left_to_webhook() -> str:
-    """CEL: the condition of the webhook entry for compiled namespaces as shipped: whatever the
-    compiled policy does not judge (the complement of its match, generated from the same
-    constants as ``policy()``'s ``matchConstraints`` and the kubelets its validations let pass),
-    and every plain write too, until the compiler lists the resources every namespace's
-    parameters index (``app.compiled.registration.left_expression``). So every request in such a
-    namespace is
-    judged by one of them, and a resource the parameters do not index by the webhook."""
-    return left_expression(())
+def _rules(groups: Mapping[str, list[str]], operations: list[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": ["*"],
+            "operations": operations,
+            "resources": resources,
+            "scope": "Namespaced",
+        }
+        for group, resources in groups.items()
+    ]
+
+
+def _kept() -> dict[str, list[str]]:
+    """What the policy never judges, whole, by API group: ``WEBHOOK_RESOURCES`` and their
+    subresources, and the compiler's own group."""
+    groups: dict[str, list[str]] = {}
+    for group, resource in sorted(WEBHOOK_RESOURCES):
+        groups.setdefault(group, []).extend((resource, f"{resource}/*"))
+    groups[GROUP] = ["*/*"]
+    return groups
+
+
+def compiled_rules() -> list[dict[str, Any]]:
+    """The rules of the webhook entry for compiled namespaces: only what the compiled policy does
+    not judge, spelled as rules so that no match condition runs on the writes it judges (a
+    program per request, bench vap ``split``). What the policy does not match, it leaves to these
+    rules or refuses: every connect, the resources it never judges whole, and the subresources
+    ``SUBRESOURCES`` names (any other subresource is refused by ``subresource_policy``); and,
+    judged by both, the writes the node rules decide (``NODE_RESOURCES``)."""
+    judged_by_node_rules: dict[str, list[str]] = {}
+    for group, resource in NODE_RESOURCES:
+        judged_by_node_rules.setdefault(group, []).append(resource)
+    return [
+        *_rules(_kept(), list(OPERATIONS)),
+        *_rules(judged_by_node_rules, list(OPERATIONS)),
+        *_rules({"*": [f"*/{name}" for name in SUBRESOURCES]}, list(OPERATIONS)),
+        *_rules({"*": ["*/*"]}, ["CONNECT"]),
+    ]
 
 
 def _marked(operator: str) -> dict[str, Any]:
@@ -464,8 +570,7 @@ SHIPPED_SKIPS = "shipped-skips"
 def _all_of(conditions: list[Mapping[str, str]]) -> list[dict[str, str]]:
     """``conditions`` as one condition, true when each is: the API server evaluates every match
     condition of an entry as a program of its own on each request its rules and selectors
-    match, so in the compiled entry, which every write of a compiled namespace reaches, fewer
-    programs cost less (bench vap ``split``)."""
+    match, so fewer programs cost less."""
     if len(conditions) < 2:
         return [dict(c) for c in conditions]
     expression = " && ".join(f"({c['expression']})" for c in conditions)
@@ -477,23 +582,58 @@ def webhook_patch(config: Mapping[str, Any]) -> dict[str, Any]:
 
     ``config`` is the shipped ValidatingWebhookConfiguration: its label-rule entry keeps the
     namespaces not marked compiled, and a copy of it, failing closed, takes the marked ones for
-    what the policy does not judge (``left_to_webhook``), its own skips as one condition.
+    what the policy does not judge (``compiled_rules``), its own skips as one condition.
     """
     (labels,) = [w for w in config["webhooks"] if w["name"] == LABEL_ENTRY]
     if labels.get("namespaceSelector") != JUDGED:
         raise ValueError(f"{LABEL_ENTRY} selects other namespaces than the policy ({JUDGED})")
     compiled = copy.deepcopy(labels)
-    compiled.update(name=COMPILED_ENTRY, failurePolicy="Fail", namespaceSelector=_marked("In"))
-    compiled["matchConditions"] = [
-        *_all_of(labels.get("matchConditions", [])),
-        {"name": POLICY_CONDITION, "expression": left_to_webhook()},
-    ]
+    compiled.update(
+        name=COMPILED_ENTRY,
+        failurePolicy="Fail",
+        namespaceSelector=_marked("In"),
+        rules=compiled_rules(),
+        matchConditions=_all_of(labels.get("matchConditions", [])),
+    )
     return {
         "apiVersion": config["apiVersion"],
         "kind": config["kind"],
         "metadata": {"name": config["metadata"]["name"]},
         "webhooks": [{"name": LABEL_ENTRY, "namespaceSelector": _marked("NotIn")}, compiled],
     }
+
+
+SUBRESOURCE_GUARD = f"{POLICY}-subresources"
+
+
+def subresource_policy() -> list[dict[str, Any]]:
+    """``manifests/compiled/split/policy.yaml``: in compiled namespaces, the writes of a
+    subresource that neither the policy nor the webhook entry for those namespaces sees (one
+    ``SUBRESOURCES`` does not name, served by an aggregated API or a newer API server) are
+    refused, rather than judged by no one. Its rules exclude everything else, so it costs no
+    other request anything."""
+    covered = {"*": ["*", *(f"*/{name}" for name in SUBRESOURCES)], **_kept()}
+    return _guard(
+        SUBRESOURCE_GUARD,
+        _rules({"*": ["*/*"]}, list(OPERATIONS)),
+        {"namespaceSelector": _marked("In"), "excludeResourceRules": _rules(covered, ["*"])},
+        validations=[
+            {
+                "expression": "false",
+                "messageExpression": (
+                    "'user \"' + request.userInfo.username + '\" may not ' + "
+                    "request.operation.lowerAscii() + ' ' + request.resource.resource + '/' + "
+                    "request.subResource + (request.resource.group == '' ? '' : '.' + "
+                    "request.resource.group) + ' in namespace \"' + request.namespace + "
+                    "'\": namespace \"' + request.namespace + '\" is labeled "
+                    f"{MARK}=true, and label-rbac judges there no subresource but "
+                    f"{', '.join(SUBRESOURCES)} and those of the resources its webhook keeps "
+                    "(an administrator may exempt the namespace: labelrbac.io/exempt=true)'"
+                ),
+                "reason": "Forbidden",
+            }
+        ],
+    )
 
 
 def _rule(group: str, resource: str) -> dict[str, Any]:
@@ -552,15 +692,22 @@ def binding(name: str) -> dict[str, Any]:
     }
 
 
-def _guard(name: str, rules: list[dict[str, Any]], **spec: Any) -> list[dict[str, Any]]:
-    """A policy of this component's (no parameters read), bound to deny."""
+def _guard(
+    name: str,
+    rules: list[dict[str, Any]],
+    constraints: Mapping[str, Any] | None = None,
+    **spec: Any,
+) -> list[dict[str, Any]]:
+    """A policy of this component's (no parameters read), bound to deny; ``constraints``: more
+    of its matchConstraints."""
     labels = {"app.kubernetes.io/name": "label-rbac"}
+    match = {**(constraints or {}), "resourceRules": rules}
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingAdmissionPolicy",
             "metadata": {"name": name, "labels": labels},
-            "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": rules}, **spec},
+            "spec": {"failurePolicy": "Fail", "matchConstraints": match, **spec},
         },
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -641,16 +788,16 @@ def guard() -> list[dict[str, Any]]:
 
 def _registration_checks() -> list[tuple[str, str]]:
     """(expression, message) pairs: the compiler's update of the webhook registration changes
-    nothing but the ``skip-unjudged`` conditions of the label-rule entries and the
-    ``left-by-the-policy`` condition of the compiled entry, in their generated shapes, and the
-    unjudged annotation."""
+    nothing but the ``skip-unjudged`` conditions of the label-rule entries, in their generated
+    shape, and the unjudged annotation, and may remove a condition of ``RETIRED`` (an entry
+    without it receives more, never less)."""
     entries = "[" + ", ".join(f"'{e}'" for e in LABEL_ENTRIES) + "]"
+    retired = "[" + ", ".join(f"'{name}'" for name in RETIRED) + "]"
 
     def others(hook: str) -> str:  # the conditions the compiler does not own
         return (
             f"{hook}.?matchConditions.orValue([]).filter(c, "
-            f"!(c.name == '{CONDITION}' && {hook}.name in {entries}) && "
-            f"!(c.name == '{POLICY_CONDITION}' && {hook}.name == '{COMPILED_ENTRY}'))"
+            f"!(c.name == '{CONDITION}' && {hook}.name in {entries}) && !(c.name in {retired}))"
         )
 
     same_fields = " && ".join(f"w.?{f} == o.?{f}" for f in _WEBHOOK_FIELDS)
@@ -662,8 +809,7 @@ def _registration_checks() -> list[tuple[str, str]]:
             "object.webhooks.size() == oldObject.webhooks.size() && object.webhooks.all(w, "
             f"oldObject.webhooks.exists(o, o.name == w.name && {same_fields} "
             f"&& {others('w')} == {others('o')}))",
-            f"may change no webhook but the {CONDITION} condition of {', '.join(LABEL_ENTRIES)} "
-            f"and the {POLICY_CONDITION} condition of {COMPILED_ENTRY}",
+            f"may change no webhook but the {CONDITION} condition of {', '.join(LABEL_ENTRIES)}",
         ),
         (
             "object.webhooks.all(w, w.?matchConditions.orValue([]).all(c, "
@@ -671,10 +817,10 @@ def _registration_checks() -> list[tuple[str, str]]:
             f"may write the {CONDITION} condition only in its generated shape",
         ),
         (
-            f"object.webhooks.all(w, w.name != '{COMPILED_ENTRY}' || "
-            "w.?matchConditions.orValue([]).all(c, "
-            f'c.name != \'{POLICY_CONDITION}\' || c.expression.matches(r"""{LEFT_SHAPE}""")))',
-            f"may write the {POLICY_CONDITION} condition only in its generated shape",
+            f"object.webhooks.all(w, w.?matchConditions.orValue([]).all(c, !(c.name in {retired}) "
+            "|| oldObject.webhooks.exists(o, o.name == w.name && "
+            "o.?matchConditions.orValue([]).exists(d, d == c))))",
+            f"may remove the {', '.join(RETIRED)} condition, never add or change it",
         ),
         (
             f"{new_ann}.all(k, k == {key} || ({old_ann}.exists(j, j == k) && {new_ann}[k] == "
@@ -755,6 +901,7 @@ FILES = {
         "manifests/compiled/split/webhook.yaml",
         lambda: [webhook_patch(shipped_webhook())],
     ),
+    "--split": ("manifests/compiled/split/policy.yaml", subresource_policy),
 }
 
 

@@ -90,9 +90,6 @@ WRITERS = 8
 REPORT_EVERY = 10.0
 # The status condition saying whether the namespace is compiled or left to the webhook.
 CONDITION = "Compiled"
-# How few namespaces must be left of a render for every one before those without a Namespace
-# object are no longer waited for (a bound on the work of each step).
-PRUNED_AT = 64
 # How long a resource stays indexed after the last annotation restricting it went.
 KEEP_INDEXED = 600.0
 # Page size and (connect, read) timeouts of the lists a new leader reads.
@@ -326,36 +323,37 @@ class Written:
     delegated: bool
     marked: bool
     since: str = ""  # when the Compiled condition last changed (its lastTransitionTime)
+    # What the parameters list as needing no judging: until every namespace's no longer lists a
+    # key an annotation now restricts, the registration's annotation keeps it (the webhook's
+    # fence then refuses to hand that restriction out to anyone new).
+    unjudged: frozenset[str] = frozenset()
+
+
+def _unjudged(spec: Mapping[str, Any]) -> frozenset[str]:
+    if "delegated" in spec:
+        return frozenset()
+    return frozenset(k for k in spec.get("unjudged") or () if isinstance(k, str))
 
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
-Stored = tuple[str, Written | None, frozenset[str] | None]
+Stored = tuple[str, Written | None]
 
 
 def _stored_params(obj: Mapping[str, Any]) -> Stored:
-    """(namespace, what it holds, what it indexes) of a stored ``LabelRbacParams``, its mark not
-    known yet; ("", None, None) for another object than the compiler's. Delegated parameters
-    index nothing and leave everything to the webhook: None."""
+    """(namespace, what it holds) of a stored ``LabelRbacParams``, its mark not known yet;
+    ("", None) for another object than the compiler's."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec")
     if meta.get("name") != NAME or not isinstance(spec, dict):
-        return "", None, None
+        return "", None
     conditions = (obj.get("status") or {}).get("conditions") or ()
     since = next((str(c.get("lastTransitionTime") or "") for c in conditions
                   if isinstance(c, dict) and c.get("type") == CONDITION), "")  # fmt: skip
-    text = spec_text(spec)
-    indexed = spec.get("indexed")
-    keys = None
-    if "delegated" not in spec:
-        keys = frozenset(k for k in indexed or () if isinstance(k, str))
-    return (
-        str(meta.get("namespace") or ""),
-        Written(digest(text), "delegated" in spec, False, since),
-        keys,
-    )
+    written = Written(digest(spec_text(spec)), "delegated" in spec, False, since, _unjudged(spec))
+    return str(meta.get("namespace") or ""), written
 
 
 class PendingNamespaces:
@@ -435,15 +433,6 @@ class ParamsWriter:
         # (``_target``, rendered for).
         self._base: Target | None = None
         self._target: Target | None = None
-        # What the registration may leave to the policy in compiled namespaces (None: unknown,
-        # maybe anything): every namespace keeps indexing it, so the policy never stands aside
-        # where the webhook is not asked.
-        self._published: frozenset[str] | None = frozenset()
-        # Keys every namespace's stored parameters index at least (None: no parameters known).
-        self._floor: frozenset[str] | None = None
-        # The namespaces not yet rendered (and written, or found unchanged) for the target's
-        # index; None until the next render starts. Empty: the floor is the target's index.
-        self._unsettled: set[str] | None = None
         # What the annotations restrict (keys), and the index last computed, with what from.
         self._restricted: frozenset[str] = frozenset()
         self._lingering: dict[str, float] = {}  # key → when last seen restricted
@@ -488,12 +477,9 @@ class ParamsWriter:
             log.info("leading (lease %s/%s): rendering every namespace", *self._lease_name())
             with self._lock:
                 self._pending.add(ALL)
-                self._unsettled = None
-            self._written, self._floor = self._stored()
+            self._written = self._stored()
             if self._coverage is not None:
                 self._beside.submit(self._coverage.reset)  # after any check running now
-                with self._lock:  # what a previous leader may have left to the policy
-                    self._published = self._coverage.learn()
         elif self.leading and not leading:
             log.info("lost the lease; no longer writing")
         self.leading = leading
@@ -501,38 +487,19 @@ class ParamsWriter:
             return 0
         target = self._refresh_target(snapshot)
         # Before the writes too: a new restriction's coverage must not wait for a render of
-        # every namespace (the index moved), and after them, for what they completed.
-        self._check_soon(snapshot, target)
+        # every namespace.
+        self._check_soon(snapshot)
         done = self._write_pending(snapshot, target)
         self._report(done)
-        self._check_soon(snapshot, target)
+        self._check_soon(snapshot)
         return done
 
-    def _check_soon(self, snapshot: Snapshot, target: Target) -> None:
-        """Start the checks beside the writes unless they are running."""
+    def _check_soon(self, snapshot: Snapshot) -> None:
+        """Start the checks beside the writes unless they are running, with what some
+        namespace's parameters still list as needing no judging."""
         if self._beside_due is None or self._beside_due.done():
-            judged = self._judged(snapshot, target)
-            with self._lock:  # published from now on, whether the apply is made or not
-                if self._published is not None:
-                    self._published |= judged
-            self._beside_due = self._beside.submit(self._check_beside, snapshot, judged)
-
-    def _judged(self, snapshot: Snapshot, target: Target) -> frozenset[str]:
-        """What the registration may leave to the policy: the keys the annotations restrict that
-        every namespace's parameters index, as written (all of them once every namespace is
-        rendered for the target). What is indexed only because the registration said so is not
-        handed on, so the registration lets it go and the index can shrink after it."""
-        indexed = frozenset(resource_key(r) for r in target.indexed or ()) & self._restricted
-        with self._lock:
-            unsettled, floor = self._unsettled, self._floor
-            if unsettled and len(unsettled) <= PRUNED_AT:
-                # A namespace with no Namespace object (gone meanwhile, or known only from a
-                # RoleBinding) holds no parameters: its writes fail, and it is not waited for.
-                known = snapshot.namespaces
-                unsettled = self._unsettled = {ns for ns in unsettled if ns in known}
-            if unsettled is not None and not unsettled:
-                floor = self._floor = indexed
-        return indexed if floor is None else indexed & floor
+            listed = frozenset().union(*(w.unjudged for w in self._written_now()))
+            self._beside_due = self._beside.submit(self._check_beside, snapshot, listed)
 
     def _report(self, done: int) -> None:
         """Log how many namespaces were written, at most every ``REPORT_EVERY`` seconds (under
@@ -544,9 +511,18 @@ class ParamsWriter:
             log.info("wrote the parameters of %d namespaces", self._unreported)
             self._unreported, self._reported_at = 0, now
 
-    def _check_beside(self, snapshot: Snapshot, judged: frozenset[str] = frozenset()) -> None:
-        """Discovery when it is due, then the registration's coverage for ``snapshot`` and what
-        every namespace's parameters index (in the thread beside the writes)."""
+    def _written_now(self) -> tuple[Written, ...]:
+        """What was last written, read while ``gone`` (the watch's thread) may drop an entry."""
+        while True:
+            try:
+                return tuple(self._written.values())
+            except RuntimeError:  # changed size during the copy: copy again
+                continue
+
+    def _check_beside(self, snapshot: Snapshot, listed: frozenset[str] = frozenset()) -> None:
+        """Discovery when it is due, then the registration's coverage for ``snapshot`` and the
+        keys the parameters ``listed`` unjudged when they were written (in the thread beside
+        the writes)."""
         if not self._lease.current():
             return
         if self._clock() - self._discovered_at > DISCOVERY_INTERVAL:
@@ -556,11 +532,9 @@ class ParamsWriter:
                 log.warning("discovery failed: %s", exc)
         if self._coverage is not None:
             try:
-                self._coverage.step(snapshot, self.served, judged)
+                self._coverage.step(snapshot, self.served, listed)
             except KubeError as exc:
                 log.warning("could not update %s: %s", self._coverage.name, exc)
-            with self._lock:
-                self._published = self._coverage.published
 
     def settle(self, timeout: float | None = None) -> None:
         """Wait for the writes in flight and the checks beside them (tests; shutting down)."""
@@ -568,11 +542,10 @@ class ParamsWriter:
         if self._beside_due is not None:
             wait([self._beside_due], timeout)
 
-    def _stored(self) -> tuple[dict[str, Written], frozenset[str] | None]:
+    def _stored(self) -> dict[str, Written]:
         """What the parameters already say, as written: a replica taking the lease over renders
         every namespace, and writes only those that differ. Empty (write them all) when they
-        cannot be read. With it, the keys every one of them indexes (None: there are none;
-        empty when they cannot be read)."""
+        cannot be read."""
         marked = f"{MARK}=true"
         try:
             compiled, _ = self._client.list_each(
@@ -584,17 +557,12 @@ class ParamsWriter:
             )
         except KubeError as exc:
             log.warning("could not read the parameters written so far: %s", exc)
-            return {}, frozenset()
-        floor: frozenset[str] | None = None
-        for _, _, keys in stored:
-            if keys is not None:
-                floor = keys if floor is None else floor & keys
-        written = {
+            return {}
+        return {
             namespace: replace(found, marked=namespace in compiled)
-            for namespace, found, _ in stored
+            for namespace, found in stored
             if found is not None
         }
-        return written, floor
 
     def _lease_name(self) -> tuple[str, str]:
         return self._lease.namespace, self._lease.name
@@ -602,28 +570,22 @@ class ParamsWriter:
     def _refresh_target(self, snapshot: Snapshot) -> Target:
         """What to render for: the served resources (the first discovery is made here, the next
         ones beside the writes, ``_check_beside``) and what every namespace indexes: what the
-        annotations restrict and what the registration may leave to the policy. Every namespace
-        is rendered again when it moved."""
+        annotations restrict, or did a moment ago. Every namespace is rendered again when it
+        moved."""
         base = self._base or self._rediscover()
         restrictions = snapshot.restrictions()
         with self._lock:
             kept = self._lingering_keys()
-            published = None if self._published is None else self._published | kept
-            seen = (restrictions, base, published)
+            seen = (restrictions, base, kept)
             found = self._indexed_for
             if found is None or found[0][0] is not restrictions or found[0][1:] != seen[1:]:
                 restricted = frozenset(map(resource_key, base.index(restrictions)))
-                found = self._indexed_for = (seen, restricted, base.index(restrictions, published))
+                found = self._indexed_for = (seen, restricted, base.index(restrictions, kept))
             _, self._restricted, indexed = found
             target = replace(base, indexed=indexed)
             previous = self._target
             if previous is not None and target != previous:
                 self._pending.add(ALL)
-            if previous is None or target.indexed != previous.indexed:
-                # Namespaces keep the old index until rendered again; every one is, from now.
-                keys = frozenset(resource_key(r) for r in target.indexed or ())
-                self._floor = keys if self._floor is None else self._floor & keys
-                self._unsettled = None
             self._target = target
         return target
 
@@ -696,8 +658,6 @@ class ParamsWriter:
             if self._lease.current():
                 current = (self._snapshots() if self._snapshots else None) or snapshot
                 busy = set(running.values()) | lost | self._waiting(Namespaces(current))
-                if self._unsettled is None:
-                    self._unsettled = set(Namespaces(current))
                 for namespace in self._take(current, busy, WRITERS - len(running)):
                     previous = self._written.get(namespace)
                     future = self._pool.submit(
@@ -718,12 +678,9 @@ class ParamsWriter:
                         self._pending.add((namespace,))
                     if namespace not in self._retry:
                         lost.add(namespace)  # not before the next step
-                else:
-                    if self._unsettled is not None:
-                        self._unsettled.discard(namespace)
-                    if result is not previous:
-                        self._written[namespace] = result
-                        done += 1
+                elif result is not previous:
+                    self._written[namespace] = result
+                    done += 1
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
         """What the write gave; None (and a retry scheduled) when it failed."""
@@ -791,7 +748,7 @@ class ParamsWriter:
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked):
             marked = self._mark(rendered.namespace, True)
-        return Written(spec, delegated, marked, since)
+        return Written(spec, delegated, marked, since, _unjudged(rendered.spec))
 
     def _mark(self, namespace: str, compiled: bool) -> bool:
         """Label the Namespace compiled, or take the label off; whether it now carries it."""
@@ -856,6 +813,7 @@ class ParamsWriter:
         with self._lock:
             self._discovered_at = float("-inf")
         self._wake.set()
+
     def caught_up(self) -> bool:
         """Nothing pending and nothing in flight (the compiler's lag metric)."""
         with self._lock:

@@ -9,13 +9,9 @@ annotation, in the same server-side apply, where the webhook reads them to fence
 writes (``app.engine.coverage.check_coverage``).
 
 In the entry for compiled namespaces (``labels-compiled.labelrbac.io``, added by
-``manifests/compiled/split``) the leader also owns ``left-by-the-policy``: the webhook receives
-every request the compiled policy does not match, and the plain writes of every resource but
-those it lists (``judged``): the resources every namespace's parameters index, as the compiler
-has written them. So a resource the parameters do not positively know (a CRD not discovered
-yet, a resource newly restricted whose parameters are still being written) is judged by the
-webhook, never let through by the policy for want of an index entry. The shipped condition lists
-nothing (everything to the webhook) until the compiler has written the parameters.
+``manifests/compiled/split``) the condition is evaluated only for what that entry's rules send
+the webhook there: the resources and subresources the compiled policy never judges
+(``app.compiled.admission_policy.compiled_rules``).
 
 Written as field manager ``label-rbac-compiler``: webhooks and matchConditions are lists keyed by
 name, so the apply owns that condition and the annotation only, and an administrator applying
@@ -33,25 +29,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.context import UNJUDGED_ANNOTATION, is_key
+from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.coverage import unjudged
 from app.engine.model import Resource
-from app.engine.params import API_VERSION, WEBHOOK_RESOURCES
 from app.engine.rbac import Restrictions, Snapshot
 from app.source.api import ApiError, KubeClient, KubeError
 
 log = logging.getLogger("label_rbac.compile")
 
-# What the coverage was computed from: the roles' restrictions, the served resources and the
-# resources the policy judges in every namespace.
+# What the coverage was computed from: the roles' restrictions, the served resources and what
+# the parameters list unjudged.
 Seen = tuple[Restrictions, tuple[Resource, ...], frozenset[str]]
 
 # The label-rule entries: the shipped one, and the one for compiled namespaces.
 LABEL_ENTRIES = ("labels.labelrbac.io", "labels-compiled.labelrbac.io")
 COMPILED_ENTRY = LABEL_ENTRIES[1]
 CONDITION = "skip-unjudged"
-# The compiled entry's condition: what the policy leaves to the webhook.
-POLICY_CONDITION = "left-by-the-policy"
+# The condition earlier releases' compilers kept in the compiled entry (the resources the policy
+# judged, before the entry's rules said it). Its apply leaves it out, so the apply removes it; the
+# guard lets the compiler remove it, never add or change it.
+RETIRED = ("left-by-the-policy",)
 # The operations the compiled policy judges (its matchConstraints).
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 # A kubelet, as the policy and the split webhook entry both say it.
@@ -99,91 +96,34 @@ def expression(keys: Sequence[str]) -> str:
     return _PREFIX + ", ".join(f"'{key}'" for key in keys) + _SUFFIX
 
 
-def _always_left() -> str:
-    """CEL: what the compiled policy never judges (the complement of its match, whatever the
-    parameters): other operations, subresources, kubelets, the compiler's group and
-    ``WEBHOOK_RESOURCES``."""
-    kept = ", ".join(f"'{group}/{resource}'" for group, resource in sorted(WEBHOOK_RESOURCES))
-    operations = ", ".join(f"'{op}'" for op in OPERATIONS)
-    return (
-        f"!(request.operation in [{operations}]) || "
-        "has(request.subResource) && request.subResource != '' || "
-        f"({NODE}) || request.resource.group == '{API_VERSION.split('/')[0]}' || "
-        f"(request.resource.group + '/' + request.resource.resource) in [{kept}]"
-    )
-
-
-_LEFT_PREFIX = f"{_always_left()} || !({_KEY} in ["
-LEFT_SHAPE = f"^{_literal(_LEFT_PREFIX)}({_QUOTED}(, {_QUOTED})*)?{_literal(_SUFFIX)}\\z"
-
-
-def left_expression(judged: Sequence[str]) -> str:
-    """The compiled entry's condition: every request the policy does not judge, and the plain
-    writes of every resource but ``judged`` (those every namespace's parameters index)."""
-    return _LEFT_PREFIX + ", ".join(f"'{key}'" for key in judged) + _SUFFIX
-
-
-def judged_in(configuration: Mapping[str, Any]) -> frozenset[str] | None:
-    """What the live configuration leaves to the policy in compiled namespaces: the keys its
-    compiled entry's condition lists; nothing without that entry or condition; None (unknown:
-    maybe anything) when the condition is not in the generated shape."""
-    for hook in configuration.get("webhooks") or ():
-        if isinstance(hook, Mapping) and hook.get("name") == COMPILED_ENTRY:
-            for condition in hook.get("matchConditions") or ():
-                if isinstance(condition, Mapping) and condition.get("name") == POLICY_CONDITION:
-                    return _listed(str(condition.get("expression") or ""))
-            return frozenset()
-    return frozenset()
-
-
-def _listed(text: str) -> frozenset[str] | None:
-    if not (text.startswith(_LEFT_PREFIX) and text.endswith(_SUFFIX)):
-        return None
-    inner = text[len(_LEFT_PREFIX) : len(text) - len(_SUFFIX)]
-    keys = [part[1:-1] for part in inner.split(", ")] if inner else []
-    if not all(is_key(key) for key in keys) or left_expression(keys) != text:
-        return None
-    return frozenset(keys)
-
-
 @dataclass(frozen=True)
 class Coverage:
     """What one apply writes: the keys left out, and why none are when the list is too long;
-    the keys the policy judges in compiled namespaces (none when that list is too long)."""
+    the keys the annotation names (those, and what the parameters still list unjudged)."""
 
     keys: tuple[str, ...]
     oversized: int = 0  # the expression's length had the keys been written; 0 when they are
-    judged: tuple[str, ...] = ()
+    fenced: tuple[str, ...] = ()
 
     @classmethod
     def of(
-        cls, keys: Sequence[str], limit: int = MAX_EXPRESSION, judged: Iterable[str] = ()
+        cls, keys: Sequence[str], limit: int = MAX_EXPRESSION, listed: Iterable[str] = ()
     ) -> Coverage:
         size = len(expression(keys))
-        kept = tuple(sorted(judged))
-        if len(left_expression(kept)) > limit:
-            kept = ()  # every plain write of a compiled namespace to the webhook as well
-        return cls(tuple(keys), 0, kept) if size <= limit else cls((), size, kept)
-
-    def conditions(self, entry: str) -> list[dict[str, str]]:
-        """The conditions the compiler owns in ``entry``."""
-        found = [{"name": CONDITION, "expression": expression(self.keys)}]
-        if entry == COMPILED_ENTRY:
-            found.append({"name": POLICY_CONDITION, "expression": left_expression(self.judged)})
-        return found
+        kept, oversized = (tuple(keys), 0) if size <= limit else ((), size)
+        return cls(kept, oversized, tuple(sorted(set(kept) | set(listed))))
 
     def body(self, name: str, entries: Iterable[str]) -> dict[str, Any]:
-        """The server-side apply body: the annotation and each entry's conditions."""
+        """The server-side apply body: the annotation and each entry's condition."""
+        condition = {"name": CONDITION, "expression": expression(self.keys)}
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {
                 "name": name,
-                "annotations": {UNJUDGED_ANNOTATION: json.dumps(list(self.keys))},
+                "annotations": {UNJUDGED_ANNOTATION: json.dumps(list(self.fenced))},
             },
-            "webhooks": [
-                {"name": entry, "matchConditions": self.conditions(entry)} for entry in entries
-            ],
+            "webhooks": [{"name": entry, "matchConditions": [condition]} for entry in entries],
         }
 
 
@@ -209,6 +149,8 @@ def _current(configuration: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
         conditions = hooks.get(entry["name"], {}).get("matchConditions") or ()
         live = [{"name": c.get("name"), "expression": c.get("expression")} for c in conditions]
         if any(wanted not in live for wanted in entry["matchConditions"]):
+            return False
+        if any(c["name"] in RETIRED for c in live):
             return False
     return True
 
@@ -236,37 +178,22 @@ class CoverageWriter:
         # What the last read found missing (the configuration, or its label-rule entries), "" if
         # nothing: until it is looked for again there is nowhere to write, whatever changes.
         self._missing = ""
-        # What the live configuration may leave to the policy in compiled namespaces (an apply
-        # in doubt included); None: unknown, maybe anything. The compiler keeps these indexed.
-        self.published: frozenset[str] | None = None
 
     def reset(self) -> None:
         """Forget what was checked (a new leader compares the live object again)."""
         self._seen, self._coverage, self._due, self._missing = None, None, 0.0, ""
 
-    def learn(self) -> frozenset[str] | None:
-        """Read what the live configuration leaves to the policy (``published``); None when it
-        cannot be read."""
-        try:
-            configuration = self._client.get(f"{API}/{self.name}")
-        except ApiError as exc:
-            self.published = frozenset() if exc.status == 404 else None
-        except KubeError:
-            self.published = None
-        else:
-            self.published = judged_in(configuration)
-        return self.published
-
     def step(
-        self, snapshot: Snapshot, served: Sequence[Resource], judged: Iterable[str] = ()
+        self, snapshot: Snapshot, served: Sequence[Resource], listed: Iterable[str] = ()
     ) -> bool:
         """Apply the coverage when the live configuration does not say it yet. Whether an apply
         was made. The live object is read when the coverage changed, and every
-        ``RECHECK_INTERVAL`` seconds (``RETRY_INTERVAL`` while it is missing). ``judged``: the
-        resources every namespace's parameters index."""
-        # Only roles, what is served and what the parameters index change the coverage; a
+        ``RECHECK_INTERVAL`` seconds (``RETRY_INTERVAL`` while it is missing). ``listed``: what
+        some namespace's parameters list unjudged, which the annotation keeps naming (the
+        policy lets such writes through unjudged there until they are written again)."""
+        # Only roles, what is served and what the parameters list change the coverage; a
         # snapshot shares its restrictions with the previous one when a batch changed no role.
-        seen = (snapshot.restrictions(), tuple(served), frozenset(judged))
+        seen = (snapshot.restrictions(), tuple(served), frozenset(listed))
         changed = self._seen is None or seen[0] is not self._seen[0] or seen[1:] != self._seen[1:]
         early = self._clock() < self._due
         if early and (not changed or self._missing):
@@ -289,9 +216,7 @@ class CoverageWriter:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            self.published = frozenset()
             return self._retry(seen, coverage, "not found")
-        self.published = judged_in(configuration)
         entries = tuple(present_entries(configuration))
         if not entries:
             return self._retry(
@@ -305,15 +230,11 @@ class CoverageWriter:
         if _current(configuration, body):
             return False
         query = [("fieldManager", self._field_manager), ("force", "true")]
-        compiled = COMPILED_ENTRY in entries
-        if self.published is not None and compiled:
-            self.published |= frozenset(coverage.judged)  # in doubt until the answer
         try:
             self._client.send("PATCH", f"{API}/{self.name}", body, query, APPLY)
         except KubeError:
             self._due = self._clock() + RETRY_INTERVAL  # refused or unreachable: try again soon
             raise
-        self.published = frozenset(coverage.judged if compiled else ())
         log.info(
             "%s: %d resources no annotation restricts are skipped by %s",
             self.name,

@@ -594,6 +594,9 @@ _RULES: Mapping[tuple[str, str], Admission] = {
     ("certificates.k8s.io", "certificatesigningrequests"): _admit_csr,
 }
 
+# The resources a node rule decides (whatever the subresource).
+RESOURCES: frozenset[tuple[str, str]] = frozenset(_RULES)
+
 
 # --- object access -------------------------------------------------------------------------------
 

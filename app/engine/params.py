@@ -10,6 +10,7 @@ agree on which roles grant a request and what they permit. ``spec``::
     mode: enforce | warn | audit          # the global mode
     allowUnlabeled: false
     indexed: [configmaps]                 # the resources judged here (the same everywhere)
+    unjudged: [secrets, services]         # the served ones no annotation restricts: allowed
     users: {alice: ["0"]}                 # subject → role ids, from the namespace's RoleBindings
     groups: {tenants: ["1"]}
     clusterUsers: {}                      # ... and from the ClusterRoleBindings
@@ -32,8 +33,10 @@ messages name the roles in the same order. Every namespace indexes the same reso
 some annotation names (or a void role reaches), bound anywhere or not (``Target.index``); for
 those every granting role is indexed, unrestricted ones included, so a subject RBAC authorizes
 but the index does not know can only mean parameters older than RBAC (the policy then denies:
-see ``admission_policy``), wherever the subject was bound a moment ago. A resource indexed
-nowhere yet is left to the webhook by the registration (``app.compiled.registration``).
+see ``admission_policy``), wherever the subject was bound a moment ago. The other resources
+served are listed ``unjudged`` (allowed as they are); in a namespace marked compiled the policy
+refuses, until it is compiled, a resource in neither list: one served since the compiler last
+looked, which an annotation may restrict.
 
 Globs become the cheapest test of their shape (``value_tests``): literals are looked up, ``x*``
 and ``*x`` are ``startsWith`` and ``endsWith``, and the rest of a requirement's globs one anchored
@@ -234,19 +237,16 @@ class Target:
         )
 
     def index(
-        self, restrictions: Restrictions, published: Iterable[str] | None = ()
+        self, restrictions: Restrictions, lingering: Iterable[str] = ()
     ) -> tuple[Resource, ...]:
         """What every namespace indexes: the resources among ``resources`` that some annotation
-        names (or a broken role reaches), bound anywhere or not, and those ``published`` (the
-        webhook registration says the policy judges them; None: unknown, so every resource).
+        names (or a broken role reaches), bound anywhere or not, and those ``lingering`` (keys
+        restricted a moment ago, which the compiler keeps indexed a while).
 
         The same in every namespace, so a subject bound a moment ago to any existing restricted
         role meets an indexed resource (and "not listed yet"), wherever it is bound."""
         found = set(named(restrictions, self.resources))
-        if published is None:
-            found.update(self.resources)
-        else:
-            found.update(r for r in map(Resource.parse, published) if in_scope(r))
+        found.update(r for r in map(Resource.parse, lingering) if in_scope(r))
         return tuple(sorted(found, key=resource_key))
 
 
@@ -571,6 +571,7 @@ def _render(
     cluster_scope = _cluster_scope(snapshot)
     indexed = target.indexed if target.indexed is not None else _index(snapshot, target)
     own, cluster = _Part(own_scope, indexed, "", work), cluster_scope.part(indexed, work)
+    judged = frozenset(indexed)
     grants = {**own.grants, **cluster.grants}
     if target.options.mode != ENFORCE or any(
         g.get("mode", ENFORCE) != ENFORCE for g in grants.values()
@@ -579,6 +580,7 @@ def _render(
     spec = {
         **base,
         "indexed": [resource_key(r) for r in indexed],
+        "unjudged": [resource_key(r) for r in target.resources if r not in judged],
         "users": own.subjects["User"],
         "groups": own.subjects["Group"],
         "clusterUsers": cluster.subjects["User"],

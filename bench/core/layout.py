@@ -108,4 +108,3 @@ def write_json_dir(yaml_dir: Path, directory: Path) -> None:
         items = list(yaml.load_all(path.read_text(), Loader=LOADER))
         document = {"apiVersion": "v1", "kind": "List", "items": items}
         (directory / f"{path.stem}.json").write_text(json.dumps(document))
-

@@ -24,6 +24,8 @@ from bench.core.stats import percentile
 from tests.support import make_access_review, make_review
 
 REVIEWS = 64
+
+
 def review_mix(objects: int) -> dict[str, list[dict[str, Any]]]:
     """64 AdmissionReviews and 64 SubjectAccessReviews from tenants of the generated layout,
     every other one denied."""
@@ -164,4 +166,3 @@ def load(running: Running, path: str, plan: Plan, seconds: float) -> dict[str, f
         return wrk(running.url + path, plan.scripts[path], seconds, plan.connections)
     bodies = [json.dumps(b).encode() for b in plan.mix[path]]
     return python_load(running.url + path, plan.ca, bodies, seconds, plan.connections)
-

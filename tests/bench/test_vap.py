@@ -25,17 +25,20 @@ def test_a_tiny_vap_run_measures_every_setup_against_no_admission(tmp_path: Path
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(out.read_text())
-    # (The parts of the compiled policy: judging nothing, and denying by labels only; then the
-    # policy of a file, here the shipped one.)
-    setups = ["none", "trivial", "compiled", "webhook", "params", "denied", "file"]
+    # (The baselines, the hand-written rule among them; the parts of the compiled policy: judging
+    # nothing, and denying by labels only; then the policy of a file, here the shipped one.)
+    setups = ["none", "trivial", "rule", "compiled", "webhook", "params", "denied", "file"]
     assert [row["setup"] for row in rows] == setups
     for row in rows:
         assert row["bindings"] == 3 and row["connections"] == 1
         assert row["p50_ms"] > 0 and row["rps"] > 0 and row["params_bytes"] > 0
         assert row["cpu_ms_per_create"] > 0 and row["load_average"] >= 0
-    # Ratios are against the no-admission run of the same round, and the trivial policy's.
-    none, trivial, _, webhook, *_ = rows
+    # Ratios are against the no-admission run of the same round, the trivial policy's, and the
+    # increment of the hand-written rule's.
+    none, trivial, rule, _, webhook, *_ = rows
     assert none["throughput_ratio"] == 1.0 and none["added_p50_ms"] == 0.0
+    assert none["added_cpu_ms"] == 0.0
     assert trivial["cpu_vs_trivial"] == 1.0
+    assert rule["cpu_vs_rule"] == 1.0 or rule["added_cpu_ms"] <= 0
     # Only the webhook setup sends reviews to the webhook process.
     assert webhook["webhook_cpu_ms_per_create"] > 0

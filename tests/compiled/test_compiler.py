@@ -10,7 +10,7 @@ import logging
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -29,12 +29,7 @@ from app.compiled.compiler import (
     backoff,
 )
 from app.compiled.registration import API as REGISTRATIONS
-from app.compiled.registration import (
-    COMPILED_ENTRY,
-    POLICY_CONDITION,
-    CoverageWriter,
-    left_expression,
-)
+from app.compiled.registration import COMPILED_ENTRY, CONDITION, CoverageWriter, expression
 from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
@@ -334,7 +329,9 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     seen: list[tuple[Snapshot, tuple[Resource, ...]]] = []
 
     class Recording(CoverageWriter):
-        def step(self, snapshot: Snapshot, served: Sequence[Resource], judged: Any = ()) -> bool:
+        def step(
+            self, snapshot: Snapshot, served: Sequence[Resource], listed: Iterable[str] = ()
+        ) -> bool:
             seen.append((snapshot, tuple(served)))
             return False
 
@@ -361,6 +358,47 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     params.step(state)
     params.settle(10)
     assert len(seen) == checks
+
+
+def test_the_coverage_is_told_what_the_written_parameters_still_list_unjudged() -> None:
+    """A key restricted a moment ago stays named to the coverage (and so in the annotation the
+    webhook's fence reads) until every namespace's parameters are written without it: before
+    that, the policy lets its writes through as needing no judging."""
+    client, listed = Client(), []
+
+    class Recording(CoverageWriter):
+        def step(
+            self, snapshot: Snapshot, served: Sequence[Resource], found: Iterable[str] = ()
+        ) -> bool:
+            listed.append(frozenset(found))
+            return False
+
+    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0)  # type: ignore[arg-type]
+    params = ParamsWriter(
+        client,  # type: ignore[arg-type]
+        lease,
+        Options(),
+        discover=lambda _: [Resource("", "configmaps"), Resource("", "secrets")],
+        coverage=Recording(client, FIELD_MANAGER),  # type: ignore[arg-type]
+    )
+    state = live(*OBJECTS)
+    params.step(state.snapshot)
+    params.settle(10)
+    params.step(state.snapshot)  # idle: checked again with what was written
+    params.settle(10)
+    assert listed[-1] == {"secrets"}
+    a = {"team": ["a"]}
+    restricting = compiled(
+        role("team-a", "t1", [rule("*", "configmaps")], {"configmaps": a, "secrets": a})
+    )
+    after = state.apply([("Role", state.snapshot.roles[restricting.ref], restricting)]).snapshot
+    listed.clear()
+    params.step(after)
+    params.settle(10)
+    assert listed[0] == {"secrets"}  # checked before the writes: still let through there
+    params.step(after)
+    params.settle(10)
+    assert listed[-1] == frozenset()
 
 
 def test_the_writer_keeps_each_snapshots_restrictions_known_for_the_next_one() -> None:
@@ -454,7 +492,9 @@ def test_a_slow_coverage_check_does_not_hold_up_the_parameters() -> None:
     gate, checked = threading.Event(), threading.Event()
 
     class Slow(CoverageWriter):
-        def step(self, snapshot: Snapshot, served: Sequence[Resource], judged: Any = ()) -> bool:
+        def step(
+            self, snapshot: Snapshot, served: Sequence[Resource], listed: Iterable[str] = ()
+        ) -> bool:
             gate.wait(10)
             checked.set()
             return False
@@ -721,7 +761,8 @@ def test_a_failed_group_keeps_what_it_listed_before_and_is_unknown_until_it_answ
     client = _discovery()
     discover = ServedResources()
     client.documents["/apis/metrics.example.io/v1"] = error
-    # Never listed: not known (the compiled policy leaves it to the webhook).
+    # Never listed: not known (neither indexed nor unjudged: the policy refuses it, in a
+    # compiled namespace, until the compiler knows it).
     assert Resource("metrics.example.io", "samples") not in discover(client)  # type: ignore[arg-type]
     client.documents["/apis/metrics.example.io/v1"] = _listing("samples")
     assert Resource("metrics.example.io", "samples") in discover(client)  # type: ignore[arg-type]
@@ -730,141 +771,152 @@ def test_a_failed_group_keeps_what_it_listed_before_and_is_unknown_until_it_answ
     assert Resource("metrics.example.io", "samples") in discover(client)  # type: ignore[arg-type]
 
 
-# -- What the registration may leave to the policy ----------------------------------------------
-
-
-class Publishing(CoverageWriter):
-    """Records what every step is handed as judged by the policy, and publishes it."""
-
-    def __init__(self, client: Client) -> None:
-        super().__init__(client, FIELD_MANAGER)  # type: ignore[arg-type]
-        self.handed: list[frozenset[str]] = []
-
-    def step(self, snapshot: Snapshot, served: Sequence[Resource], judged: Any = ()) -> bool:
-        self.handed.append(frozenset(judged))
-        self.published = frozenset(judged)
-        return False
+# -- What every namespace indexes --------------------------------------------------------------
 
 
 SERVED = [Resource("", "configmaps"), Resource("", "secrets")]
 SECRETS_A = role("secrets-a", "t3", [rule("*", "secrets")], {"secrets": {"team": ["a"]}})
+WIDELY_SERVED = [
+    *SERVED,
+    Resource("", "pods"),  # the webhook's own: the policy never judges it
+    Resource("", "configmaps", "status"),  # a subresource: never judged by the policy either
+    Resource("example.com", "widgets"),
+]
 
 
-def publishing_writer(
-    client: Client, clock: list[float], timed: bool = False
-) -> tuple[ParamsWriter, Publishing]:
-    coverage = Publishing(client)
-    found = writer(client, clock, discover=lambda _: SERVED, coverage=coverage, timed=timed)
-    return found, coverage
+def restricting(name: str, pattern: str) -> tuple[str, dict[str, Any]]:
+    return role(name, "t3", [rule("*", "*")], {pattern: {"team": ["a"]}})
 
 
-def test_a_resource_is_left_to_the_policy_only_once_every_namespace_indexes_it() -> None:
-    client, clock = Client(), [0.0]
-    params, coverage = publishing_writer(client, clock)
-    state = live(*OBJECTS)
-    assert params.step(state.snapshot) == 2
-    params.settle(10)
-    assert coverage.handed[-1] == {"configmaps"}
-    # A role restricting secrets appears (in a namespace of its own): every namespace indexes
-    # secrets from now on, but t2's write is held: secrets are not left to the policy yet.
-    client.hold["t2"] = threading.Event()
-    change = ("Role", None, compiled(SECRETS_A))
-    state = state.apply([change])
-    params.applied(state, [change], "2")
-    params.step(state.snapshot)
-    params.settle(0.5)
-    assert coverage.handed[-1] == {"configmaps"}
-    client.hold["t2"].set()
-    params.settle(10)
-    for _ in range(2):  # the step taking t2's write in, then the next check
-        params.step(state.snapshot)
-        params.settle(10)
-    assert coverage.handed[-1] == {"configmaps", "secrets"}
-
-
-def test_what_the_registration_leaves_to_the_policy_stays_indexed_until_it_no_longer_does() -> None:
-    client, clock = Client(), [0.0]
-    params, coverage = publishing_writer(client, clock, timed=True)
-    state = live(*OBJECTS, SECRETS_A)
-    params.step(state.snapshot)
-    params.settle(10)
-    params.step(state.snapshot)
-    params.settle(10)
-    assert coverage.handed[-1] == {"configmaps", "secrets"}
-    # The role goes: nothing restricts secrets, but the registration still leaves them to the
-    # policy, so the parameters keep indexing them until it is told otherwise.
-    (old,) = [r for r in state.snapshot.roles.values() if r.ref.name == "secrets-a"]
-    change = ("Role", old, None)
-    state = state.apply([change])
-    params.applied(state, [change], "3")
-    client.writes.clear()
-    params.step(state.snapshot)
-    assert client.params_written() == []  # the index did not move yet
-    params.settle(10)
-    assert coverage.handed[-1] == {"configmaps"} and coverage.published == {"configmaps"}
-    # Published less, but secrets were restricted a moment ago: still indexed, in case an
-    # annotation names them again (no namespace is written for an entry put on and off).
-    params.step(state.snapshot)
-    params.settle(10)
-    assert client.params_written() == []
-    clock[0] = KEEP_INDEXED + 1  # long enough: now every namespace drops secrets
-    params.step(state.snapshot)
-    params.settle(10)
-    assert sorted(client.params_written()) == ["t1", "t2"]
-    assert all(
-        b["spec"]["indexed"] == ["configmaps"]
-        for _, p, b, _ in client.writes
-        if "labelrbacparams" in p
-    )
+def lists(client: Client) -> dict[str, tuple[list[str], list[str]]]:
+    """Each namespace's last written (indexed, unjudged)."""
+    found = {}
+    for _, path, body, _ in client.writes:
+        if path.endswith(f"/labelrbacparams/{NAME}"):
+            spec = body["spec"]
+            found[body["metadata"]["namespace"]] = (spec["indexed"], spec["unjudged"])
+    return found
 
 
 @pytest.mark.parametrize(
-    ("registration", "indexed"),
+    ("extra", "indexed", "unjudged"),
     [
-        pytest.param(None, ["configmaps"], id="none"),
-        pytest.param("secrets", ["configmaps", "secrets"], id="left-to-the-policy-before"),
-        pytest.param("true", ["configmaps", "secrets"], id="unknown-so-everything"),
+        pytest.param((), ["configmaps"], ["secrets", "widgets.example.com"], id="one-restriction"),
+        pytest.param(
+            (SECRETS_A,),
+            ["configmaps", "secrets"],
+            ["widgets.example.com"],
+            id="restricted-in-another-namespace",
+        ),
+        pytest.param(
+            (restricting("widgets", "*.example.com"),),
+            ["configmaps", "widgets.example.com"],
+            ["secrets"],
+            id="a-group-pattern",
+        ),
+        pytest.param(
+            (restricting("all", "*"),),
+            ["configmaps", "secrets", "widgets.example.com"],
+            [],
+            id="everything-restricted",
+        ),
+        pytest.param(
+            (restricting("pods", "pods"),),
+            ["configmaps"],
+            ["secrets", "widgets.example.com"],
+            id="the-webhook-s-own-resource",
+        ),
+        pytest.param(
+            (restricting("gadgets", "gadgets"),),
+            ["configmaps"],
+            ["secrets", "widgets.example.com"],
+            id="not-served",
+        ),
     ],
 )
-def test_a_new_leader_keeps_indexed_what_the_live_registration_leaves_to_the_policy(
-    registration: str | None, indexed: list[str]
+def test_every_namespace_indexes_what_annotations_restrict_and_lists_the_rest_unjudged(
+    extra: tuple[tuple[str, dict[str, Any]], ...], indexed: list[str], unjudged: list[str]
+) -> None:
+    """``unjudged``: the served resources the policy judges (no subresource, none of the
+    webhook's own) that are not indexed. Bound or not, wherever the restricting role is."""
+    client, clock = Client(), [0.0]
+    params = writer(client, clock, discover=lambda _: WIDELY_SERVED)
+    assert params.step(live(*OBJECTS, *extra).snapshot) == 2
+    assert lists(client) == {"t1": (indexed, unjudged), "t2": (indexed, unjudged)}
+
+
+def test_a_resource_no_longer_restricted_stays_indexed_while_it_lingers() -> None:
+    """An annotation entry put on and taken off again does not make every namespace be
+    written each time: what was restricted less than ``KEEP_INDEXED`` seconds ago (counted
+    from the last time it was) stays indexed, then goes to ``unjudged``."""
+    client, clock = Client(), [0.0]
+    params = writer(client, clock, discover=lambda _: SERVED, timed=True)
+    state = live(*OBJECTS, SECRETS_A)
+    (old,) = [r for r in state.snapshot.roles.values() if r.ref.name == "secrets-a"]
+
+    def at(when: float, change: Any = None) -> list[str]:
+        """Step at ``when`` (after ``change``): the namespaces written."""
+        nonlocal state
+        clock[0] = when
+        if change is not None:
+            state = state.apply([change])
+            params.applied(state, [change], str(when))
+        client.writes.clear()
+        params.step(state.snapshot)
+        params.settle(10)
+        return sorted(client.params_written())
+
+    assert at(0.0) == ["t1", "t2"]
+    assert lists(client)["t1"] == (["configmaps", "secrets"], [])
+    # The role goes: nothing restricts secrets, but they stay indexed.
+    assert at(1.0, ("Role", old, None)) == []
+    # Put back and taken off again within the window: still nothing to write.
+    assert at(300.0, ("Role", None, old)) == []
+    assert at(301.0, ("Role", old, None)) == []
+    # Past the window counted from the first removal, not from the last: still indexed.
+    assert at(301.0 + KEEP_INDEXED - 1) == []
+    # Past it: every namespace drops secrets, now unjudged.
+    assert at(301.0 + KEEP_INDEXED + 1) == ["t1", "t2"]
+    assert lists(client) == {
+        "t1": (["configmaps"], ["secrets"]),
+        "t2": (["configmaps"], ["secrets"]),
+    }
+
+
+@pytest.mark.parametrize(
+    "conditions",
+    [
+        pytest.param(None, id="no-registration"),
+        pytest.param([], id="no-condition"),
+        pytest.param(
+            [
+                {
+                    "name": "left-by-the-policy",
+                    "expression": "!(request.resource.resource in ['secrets'])",
+                }
+            ],
+            id="an-earlier-version-s-condition",
+        ),
+        pytest.param([{"name": CONDITION, "expression": expression([])}], id="skips-nothing"),
+    ],
+)
+def test_a_new_leader_indexes_what_annotations_restrict_whatever_the_registration_says(
+    conditions: list[dict[str, str]] | None,
 ) -> None:
     client, clock = Client(), [0.0]
-    if registration is not None:
-        text = "true" if registration == "true" else left_expression([registration])
-        condition = {"name": POLICY_CONDITION, "expression": text}
+    if conditions is not None:
         client.registration = {
             "metadata": {"name": "label-rbac"},
-            "webhooks": [{"name": COMPILED_ENTRY, "matchConditions": [condition]}],
+            "webhooks": [{"name": COMPILED_ENTRY, "matchConditions": conditions}],
         }
     coverage = CoverageWriter(client, FIELD_MANAGER)  # type: ignore[arg-type]
     params = writer(client, clock, discover=lambda _: SERVED, coverage=coverage)
     params.step(live(*OBJECTS).snapshot)
-    bodies = [b for _, p, b, _ in client.writes if "labelrbacparams" in p]
-    assert {tuple(b["spec"]["indexed"]) for b in bodies} == {tuple(indexed)}
-
-
-def test_a_namespace_without_its_namespace_object_does_not_hold_the_publication() -> None:
-    """Known only from a RoleBinding (deleted meanwhile), its writes fail: it holds no
-    parameters, so what every other namespace indexes is left to the policy all the same."""
-    client, clock = Client(), [0.0]
-    client.missing.add(f"/apis/labelrbac.io/v1alpha1/namespaces/gone/labelrbacparams/{NAME}")
-    params, coverage = publishing_writer(client, clock, timed=True)
-    edit = role("edit", "", [rule("*", "configmaps")])
-    gone = binding("dan", "edit", "User:dan", namespace="gone", role_kind="ClusterRole")
-    state = live(*OBJECTS, edit, gone)
-    params.step(state.snapshot)
     params.settle(10)
-    # secrets become restricted: every namespace is rendered again, and "gone" fails each time.
-    change = ("Role", None, compiled(SECRETS_A))
-    state = state.apply([change])
-    params.applied(state, [change], "2")
-    for _ in range(3):
-        clock[0] += BACKOFF_MAX  # each failed write of "gone" is retried after its backoff
-        params.step(state.snapshot)
-        params.settle(10)
-    assert client.params_written().count("gone") >= 2
-    assert coverage.handed[-1] == {"configmaps", "secrets"}
+    assert lists(client) == {
+        "t1": (["configmaps"], ["secrets"]),
+        "t2": (["configmaps"], ["secrets"]),
+    }
 
 
 def test_a_crd_changing_starts_discovery_at_the_next_step() -> None:

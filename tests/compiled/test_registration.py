@@ -19,18 +19,17 @@ import yaml
 from app.compiled.registration import (
     API,
     APPLY,
+    COMPILED_ENTRY,
     CONDITION,
     LABEL_ENTRIES,
-    LEFT_SHAPE,
-    POLICY_CONDITION,
+    MAX_EXPRESSION,
     RECHECK_INTERVAL,
+    RETIRED,
     RETRY_INTERVAL,
     SHAPE,
     Coverage,
     CoverageWriter,
     expression,
-    judged_in,
-    left_expression,
 )
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.incremental import LiveSnapshot
@@ -82,6 +81,8 @@ class Client:
         for entry in body["webhooks"]:
             conditions = hooks[entry["name"]]["matchConditions"]
             owned = {c["name"] for c in entry["matchConditions"]}
+            # An earlier compiler owned the RETIRED ones: an apply leaving them out removes them.
+            owned.update(RETIRED)
             conditions[:] = [c for c in conditions if c["name"] not in owned]
             conditions.extend(entry["matchConditions"])
         return body
@@ -122,66 +123,32 @@ def test_the_apply_owns_one_condition_per_present_entry_and_the_annotation() -> 
     }
 
 
-def test_every_label_entry_present_is_kept_alike() -> None:
-    client = Client(configuration(*LABEL_ENTRIES))
-    writer(client, [0.0]).step(restricting("secrets"), SERVED)
-    ((body, _, _),) = client.applies
-    assert [w["name"] for w in body["webhooks"]] == list(LABEL_ENTRIES)
-    skip, *left = body["webhooks"][1]["matchConditions"]
-    assert body["webhooks"][0]["matchConditions"] == [skip]
-    # The compiled entry also says what the policy judges: nothing yet.
-    assert left == [{"name": POLICY_CONDITION, "expression": left_expression([])}]
-
-
-def test_the_compiled_entry_lists_what_every_namespace_indexes_and_says_what_it_published() -> None:
-    client, clock = Client(configuration(*LABEL_ENTRIES)), [0.0]
-    coverage = writer(client, clock)
-    state = restricting("secrets")
-    assert coverage.learn() == frozenset()  # the condition is not there yet: nothing left to it
-    assert coverage.step(state, SERVED, {"secrets"})
-    assert coverage.published == {"secrets"}
-    assert judged_in(client.stored) == {"secrets"}  # type: ignore[arg-type]
-    # Less is judged by the policy (a restriction went): written at once, published after.
-    assert coverage.step(state, SERVED, set())
-    assert coverage.published == frozenset() and judged_in(client.stored) == frozenset()  # type: ignore[arg-type]
-    assert len(client.applies) == 2
-
-
-def test_an_apply_in_doubt_publishes_the_old_and_the_new() -> None:
-    client, clock = Client(configuration(*LABEL_ENTRIES)), [0.0]
-    coverage = writer(client, clock)
-    state = restricting("secrets")
-    assert coverage.step(state, SERVED, {"secrets"})
-
-    def time_out(*args: Any) -> Any:
-        raise ApiError(504, "Timeout")
-
-    client.send = time_out  # type: ignore[method-assign]
-    with pytest.raises(ApiError):
-        coverage.step(restricting("configmaps"), SERVED, {"configmaps"})
-    assert coverage.published == {"secrets", "configmaps"}
-
-
 @pytest.mark.parametrize(
-    ("stored", "published"),
+    "entries",
     [
-        pytest.param(None, frozenset(), id="no-configuration"),
-        pytest.param(configuration("labels.labelrbac.io"), frozenset(), id="no-compiled-entry"),
-        pytest.param(configuration(*LABEL_ENTRIES), frozenset(), id="no-condition"),
-        pytest.param("configmaps", frozenset({"configmaps"}), id="generated"),
-        pytest.param("true", None, id="hand-written"),
+        pytest.param(LABEL_ENTRIES, id="both"),
+        pytest.param((COMPILED_ENTRY,), id="compiled-only"),
+        pytest.param((LABEL_ENTRIES[0],), id="shipped-only"),
     ],
 )
-def test_what_the_live_configuration_leaves_to_the_policy_is_read_back(
-    stored: Any, published: frozenset[str] | None
-) -> None:
-    if isinstance(stored, str):
-        text = left_expression([stored]) if stored != "true" else "true"
-        stored = configuration(*LABEL_ENTRIES)
-        stored["webhooks"][1]["matchConditions"].append(
-            {"name": POLICY_CONDITION, "expression": text}
-        )
-    assert writer(Client(stored), [0.0]).learn() == published
+def test_every_label_entry_present_gets_the_same_one_condition(entries: tuple[str, ...]) -> None:
+    """The compiled entry's rules already keep it to what the policy never judges: it owns the
+    same ``skip-unjudged`` condition as the shipped entry, and nothing more."""
+    client = Client(configuration(*entries))
+    assert writer(client, [0.0]).step(restricting("secrets"), SERVED)
+    ((body, _, _),) = client.applies
+    skip = {"name": CONDITION, "expression": expression(["configmaps", "widgets.example.com"])}
+    assert body["webhooks"] == [{"name": e, "matchConditions": [skip]} for e in entries]
+    # Applied: the live object says it (beside the manifest's own conditions) and is current.
+    stored: Any = client.stored
+    for hook in stored["webhooks"]:
+        assert hook["matchConditions"] == [{"name": "skip-events", "expression": "true"}, skip]
+    assert not writer(client, [0.0]).step(restricting("secrets"), SERVED)
+    assert len(client.applies) == 1
+    # Each entry is compared: one whose condition went is written again, with the others.
+    stored["webhooks"][-1]["matchConditions"].remove(skip)
+    assert writer(client, [0.0]).step(restricting("secrets"), SERVED)
+    assert client.applies[-1][0] == body
 
 
 def test_unchanged_coverage_is_not_written_again() -> None:
@@ -210,6 +177,20 @@ def test_unchanged_coverage_is_not_written_again() -> None:
     assert stored["webhooks"][0]["matchConditions"][-1]["name"] == CONDITION
 
 
+def test_a_condition_an_earlier_compiler_kept_is_removed() -> None:
+    """After an upgrade, the compiled entry still holds the condition an earlier compiler kept
+    there: the live configuration is not current until an apply has removed it."""
+    stored = configuration("labels.labelrbac.io", COMPILED_ENTRY)
+    (retired,) = RETIRED
+    stored["webhooks"][1]["matchConditions"].append({"name": retired, "expression": "true"})
+    client = Client(stored)
+    assert writer(client, [0.0]).step(restricting("secrets"), SERVED)
+    for hook in client.stored["webhooks"]:  # type: ignore[index]
+        assert [c["name"] for c in hook["matchConditions"]] == ["skip-events", CONDITION]
+    assert not writer(client, [0.0]).step(restricting("secrets"), SERVED)  # current now
+    assert len(client.applies) == 1
+
+
 def test_a_new_leader_compares_the_live_object_again() -> None:
     client, clock = Client(configuration("labels.labelrbac.io")), [0.0]
     coverage = writer(client, clock)
@@ -229,7 +210,42 @@ def test_an_expression_over_the_bound_skips_nothing(caplog: pytest.LogCaptureFix
     assert body["metadata"]["annotations"][UNJUDGED_ANNOTATION] == "[]"
     assert body["webhooks"][0]["matchConditions"][0]["expression"] == expression([])
     assert "over the limit" in caplog.text and "every resource stays sent" in caplog.text
-    assert Coverage.of(["a"], len(expression(["a"]))) == Coverage(("a",))
+    assert Coverage.of(["a"], len(expression(["a"]))) == Coverage(("a",), 0, ("a",))
+
+
+@pytest.mark.parametrize(
+    ("limit", "listed", "skipped", "named"),
+    [
+        pytest.param(MAX_EXPRESSION, (), ["a"], ["a"], id="nothing-listed"),
+        pytest.param(MAX_EXPRESSION, ["b"], ["a"], ["a", "b"], id="restricted-still-listed"),
+        pytest.param(MAX_EXPRESSION, ["a"], ["a"], ["a"], id="listed-and-unjudged"),
+        pytest.param(1, ["b"], [], ["b"], id="oversized-still-fenced"),
+    ],
+)
+def test_the_annotation_names_what_the_parameters_still_list_unjudged(
+    limit: int, listed: list[str], skipped: list[str], named: list[str]
+) -> None:
+    """A key an annotation restricts now but some namespace's parameters still list unjudged
+    (they let its writes through) stays in the annotation, so the webhook's fence hands that
+    restriction to no one new until they are written again; the condition skips it no longer."""
+    coverage = Coverage.of(["a"], limit, listed)
+    assert (list(coverage.keys), list(coverage.fenced)) == (skipped, named)
+    body = coverage.body("label-rbac", ["labels.labelrbac.io"])
+    assert json.loads(body["metadata"]["annotations"][UNJUDGED_ANNOTATION]) == named
+    assert body["webhooks"][0]["matchConditions"][0]["expression"] == expression(skipped)
+
+
+def test_the_writer_applies_again_when_what_is_listed_changes() -> None:
+    client = Client(configuration("labels.labelrbac.io"))
+    coverage = writer(client, [0.0])
+    assert coverage.step(restricting("secrets"), SERVED, ["secrets"])
+    assert "secrets" in json.loads(
+        client.applies[-1][0]["metadata"]["annotations"][UNJUDGED_ANNOTATION]
+    )
+    assert coverage.step(restricting("secrets"), SERVED, [])
+    assert "secrets" not in json.loads(
+        client.applies[-1][0]["metadata"]["annotations"][UNJUDGED_ANNOTATION]
+    )
 
 
 @pytest.mark.parametrize(
@@ -302,44 +318,6 @@ def test_the_condition_skips_exactly_the_listed_resources(
 def test_the_guard_recognises_only_the_generated_shape(text: str, generated: bool) -> None:
     """The guard checks the compiler's expression with RE2 (CEL ``matches``)."""
     assert (re2.search(SHAPE, text) is not None) is generated
-
-
-@pytest.mark.parametrize(
-    ("text", "generated"),
-    [
-        pytest.param(left_expression([]), True, id="empty"),
-        pytest.param(left_expression(["configmaps", "widgets.example.com"]), True, id="keys"),
-        pytest.param("true", False, id="always"),
-        pytest.param("false", False, id="never"),
-        pytest.param(expression(["configmaps"]), False, id="the-other-condition"),
-        pytest.param(left_expression(["a"]) + " && false", False, id="appended"),
-        pytest.param(left_expression(["a') || false || ('"]), False, id="injected-key"),
-    ],
-)
-def test_the_guard_recognises_only_the_generated_policy_condition(
-    text: str, generated: bool
-) -> None:
-    assert (re2.search(LEFT_SHAPE, text) is not None) is generated
-
-
-@pytest.mark.parametrize(
-    ("request_", "sent"),
-    [
-        pytest.param(review("alice", "configmaps"), False, id="judged-by-the-policy"),
-        pytest.param(review("alice", "secrets"), True, id="not-indexed-everywhere"),
-        pytest.param(review("alice", "newthings.example.com"), True, id="not-known"),
-        pytest.param(review("alice", "configmaps/status"), True, id="subresource"),
-        pytest.param(review("alice", "pods"), True, id="kept-by-the-webhook"),
-        pytest.param(
-            review("system:node:n1", "configmaps", ("system:nodes",)), True, id="node-user"
-        ),
-    ],
-)
-def test_the_compiled_entry_receives_every_plain_write_the_policy_does_not_index(
-    request_: dict[str, Any], sent: bool
-) -> None:
-    condition = {"expression": left_expression(["configmaps"])}
-    assert conditions_pass([condition], request_) is sent
 
 
 def test_a_batch_changing_bindings_only_costs_nothing() -> None:

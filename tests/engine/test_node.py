@@ -723,9 +723,7 @@ EXTENDED = 'node "node1" cannot update extended resource claim status'
 
 POD_STATUS_CLAIMS = [
     case(status(CLAIMED, with_status(CLAIMED, phase="Succeeded")), None, "claims-unchanged"),
-    case(
-        status(APP, with_status(APP, resourceClaimStatuses=[])), None, "empty-list-is-no-claims"
-    ),
+    case(status(APP, with_status(APP, resourceClaimStatuses=[])), None, "empty-list-is-no-claims"),
     case(
         status(APP, with_status(APP, resourceClaimStatuses=[{"name": "gpu"}])),
         CLAIM_STATUSES,
@@ -1059,9 +1057,7 @@ OWNED_OBJECTS = [
         CSINODE_NAME,
         "csinode-update-other",
     ),
-    case(
-        request("CREATE", "resourceslices", slice_("node1"), group=RESOURCE), None, "slice-own"
-    ),
+    case(request("CREATE", "resourceslices", slice_("node1"), group=RESOURCE), None, "slice-own"),
     case(
         request("CREATE", "resourceslices", slice_("node2"), group=RESOURCE),
         "can only create ResourceSlice with the same NodeName as the requesting node",

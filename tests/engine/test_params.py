@@ -152,22 +152,30 @@ def test_every_namespace_indexes_what_any_annotation_restricts_bound_there_or_no
 
 
 @pytest.mark.parametrize(
-    ("published", "indexed"),
+    ("lingering", "indexed", "unjudged"),
     [
-        pytest.param((), ["configmaps"], id="nothing-published"),
-        pytest.param(("secrets",), ["configmaps", "secrets"], id="published-kept-indexed"),
+        pytest.param((), ["configmaps"], ["secrets", "widgets.example.com"], id="restricted"),
         pytest.param(
-            ("pods", "roles.rbac.authorization.k8s.io"), ["configmaps"], id="not-in-scope"
+            ("secrets",), ["configmaps", "secrets"], ["widgets.example.com"], id="lingering-kept"
         ),
-        pytest.param(None, ["configmaps", "secrets", "widgets.example.com"], id="unknown-all"),
+        pytest.param(
+            ("pods", "roles.rbac.authorization.k8s.io"),
+            ["configmaps"],
+            ["secrets", "widgets.example.com"],
+            id="not-in-scope",
+        ),
     ],
 )
-def test_what_the_registration_says_the_policy_judges_stays_indexed(
-    published: tuple[str, ...] | None, indexed: list[str]
+def test_the_served_resources_are_indexed_or_listed_unjudged(
+    lingering: tuple[str, ...], indexed: list[str], unjudged: list[str]
 ) -> None:
+    """What annotations restrict (or did a moment ago) is indexed; every other resource served
+    is listed unjudged, so the policy knows which writes need no judging and refuses, in a
+    compiled namespace, a resource in neither list."""
     objects = snapshot(*OBJECTS)
-    target = replace(TARGET, indexed=TARGET.index(objects.restrictions(), published))
-    assert render(objects, "t1", target).spec["indexed"] == indexed
+    target = replace(TARGET, indexed=TARGET.index(objects.restrictions(), lingering))
+    spec = render(objects, "t1", target).spec
+    assert (spec["indexed"], spec["unjudged"]) == (indexed, unjudged)
 
 
 def test_cluster_role_bindings_are_copied_into_every_namespace_after_its_own() -> None:

@@ -245,6 +245,14 @@ def compiled(cluster: ControlPlane) -> Snapshot:
         ),
         "the policies to enforce the parameters",
     )
+    # The warn policy is bound apart, and may reach the API server's policy cache later.
+    wait_for(
+        lambda: any(
+            "(not enforced: warn mode)" in warning
+            for warning in warnings_of(call(cluster, "erin", "POST", collection(dry=True), probe))
+        ),
+        "the warn policy to warn",
+    )
     return snapshot
 
 

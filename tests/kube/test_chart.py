@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from app.compiled.registration import COMPILED_ENTRY
 from app.webhook.certs import CertPaths, generate
 from tests import helm
 from tests.kube.cluster import Compilers, LabelRbacCluster
@@ -433,11 +434,11 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
         assert written is not None and float(written.group(1)) >= 1, metrics
         lags = re.search(r"^label_rbac_compiler_lag_seconds_count (\S+)$", metrics, re.M)
         assert lags is not None and float(lags.group(1)) >= 1, metrics
-        # The compiler's left-by-the-policy (what the policy judges) survives a helm upgrade.
-        eventually(lambda: left_to_policy(cp, "acme-lr", "configmaps"), timeout=30)
+        # The compiler's skip-unjudged in the compiled entry survives a helm upgrade.
+        eventually(lambda: skips(cp, "acme-lr", "secrets", COMPILED_ENTRY), timeout=30)
         release.upgrade()
         release.mark_ready()
-        left_to_policy(cp, "acme-lr", "configmaps")
+        skips(cp, "acme-lr", "secrets", COMPILED_ENTRY)
         alice_judged(cp, "t2", by="acme-lr")
         # Only the renamed compiler writes parameters: not even an admin.
         status, answer = cp.request(
@@ -455,22 +456,13 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
     removed_cleanly(cp, "t2", "t2-after")
 
 
-def skips(cp: ControlPlane, name: str, resource: str) -> None:
-    """The registration's label-rule entry skips ``resource`` (the compiler's condition)."""
+def skips(cp: ControlPlane, name: str, resource: str, entry: str = "labels.labelrbac.io") -> None:
+    """The registration's label-rule ``entry`` skips ``resource`` (the compiler's condition)."""
     path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
     _, config = cp.request(ADMIN, "GET", path)
-    (labels,) = [w for w in config["webhooks"] if w["name"] == "labels.labelrbac.io"]
+    (labels,) = [w for w in config["webhooks"] if w["name"] == entry]
     conditions = {c["name"]: c["expression"] for c in labels.get("matchConditions", ())}
     assert f"'{resource}'" in conditions.get("skip-unjudged", ""), conditions
-
-
-def left_to_policy(cp: ControlPlane, name: str, resource: str) -> None:
-    """The compiled entry leaves ``resource`` to the policy (the compiler's condition)."""
-    path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
-    _, config = cp.request(ADMIN, "GET", path)
-    (entry,) = [w for w in config["webhooks"] if w["name"] == "labels-compiled.labelrbac.io"]
-    conditions = {c["name"]: c["expression"] for c in entry.get("matchConditions", ())}
-    assert f"'{resource}'" in conditions.get("left-by-the-policy", ""), conditions
 
 
 def probe(url: str) -> str:

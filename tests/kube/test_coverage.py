@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from app.compiled.admission_policy import COMPILER, REGISTRATION_GUARD
-from app.compiled.registration import API, CONDITION, expression
+from app.compiled.registration import API, CONDITION, RETIRED, expression
 from app.engine.context import UNJUDGED_ANNOTATION
 from tests.kube.cluster import LabelRbacCluster, kustomize, webhook_configuration
 from tests.kube.conftest import require_control_plane, wait_for
@@ -236,7 +236,7 @@ def test_the_compiler_cannot_turn_the_webhook_off(
     listed = {UNJUDGED_ANNOTATION: json.dumps(keys)}
 
     def apply_as_compiler(
-        webhook: dict[str, Any], annotations: dict[str, str] = listed
+        webhook: dict[str, Any], annotations: dict[str, str] = listed, user: str = COMPILER
     ) -> tuple[int, str]:
         body = {
             "apiVersion": "admissionregistration.k8s.io/v1",
@@ -245,7 +245,7 @@ def test_the_compiler_cannot_turn_the_webhook_off(
             "webhooks": [{"name": "labels.labelrbac.io", **webhook}],
         }
         status, answer = cp.request(
-            COMPILER,
+            user,
             "PATCH",
             f"{REGISTRATION}?fieldManager=label-rbac-compiler&force=true",
             body,
@@ -256,12 +256,23 @@ def test_the_compiler_cannot_turn_the_webhook_off(
     condition = {"name": CONDITION, "expression": expression(keys)}
     # What the compiler writes passes the guard.
     assert apply_as_compiler({"matchConditions": [condition]})[0] == 200
+    # A condition an earlier compiler kept (its entry then receives less) it may remove, as an
+    # upgraded compiler's apply does, but neither add nor change. (An admin sets it up as the
+    # earlier compiler left it: applied by the compiler's field manager.)
+    (name,) = RETIRED
+    kept = {"name": name, "expression": "request.resource.resource != 'widgets'"}
+    assert apply_as_compiler({"matchConditions": [condition, kept]}, user=ADMIN)[0] == 200
+    assert apply_as_compiler({"matchConditions": [condition, kept]})[0] == 200  # kept as it was
+    assert apply_as_compiler({"matchConditions": [condition]})[0] == 200
+    names = [c["name"] for c in registration(kube)["webhooks"][0]["matchConditions"]]
+    assert name not in names and CONDITION in names
     tampered = expression(["pods"]) + " && false"
     refused = [
         ({"matchConditions": [condition], "failurePolicy": "Ignore"}, listed),
         ({"matchConditions": [{"name": CONDITION, "expression": "false"}]}, listed),
         ({"matchConditions": [{"name": CONDITION, "expression": tampered}]}, listed),
         ({"matchConditions": [condition, {"name": "off", "expression": "false"}]}, listed),
+        ({"matchConditions": [condition, {"name": name, "expression": "false"}]}, listed),
         ({"matchConditions": [condition]}, {**listed, "other": "x"}),
         ({"matchConditions": [condition]}, {UNJUDGED_ANNOTATION: "not a list"}),
     ]

@@ -136,9 +136,7 @@ SCALARS = st.one_of(
 CHANGES = "&*!<=:-[]{}?#|>'\"\t\n "
 DATA = st.recursive(
     SCALARS,
-    lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(KEYS, inner, max_size=4)
-    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(KEYS, inner, max_size=4)),
     max_leaves=16,
 )
 

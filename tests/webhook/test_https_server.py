@@ -150,9 +150,7 @@ BAD_STARTS = [
     pytest.param("good", ["--max-staleness", "0"], "must be positive", id="staleness"),
     pytest.param("good", ["--request-deadline", "0"], "must be positive", id="deadline"),
     pytest.param("good", ["--max-connections", "0"], "must be at least 1", id="connections"),
-    pytest.param(
-        "good", ["--max-connections-per-peer", "0"], "must be at least 1", id="per-peer"
-    ),
+    pytest.param("good", ["--max-connections-per-peer", "0"], "must be at least 1", id="per-peer"),
     pytest.param(
         "good", ["--rbac-dir", "no/such/dir"], "--rbac-dir no/such/dir: not a directory", id="dir"
     ),

@@ -213,6 +213,9 @@ spec:
     expression: namespaceObject.metadata.?labels[?'labelrbac.io/compiled'].orValue('') == 'true'
   - name: indexed
     expression: variables.key in params.spec.?indexed.orValue([])
+  - name: unknown
+    expression: '!variables.delegated && !variables.indexed && !(variables.key in params.spec.?unjudged.orValue([]))
+      && !(''system:masters'' in request.userInfo.groups)'
   - name: granting
     expression: '[request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
       == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
@@ -295,10 +298,49 @@ spec:
       : authorizer.requestResource.check(''deletecollection'').allowed())'
   matchConditions:
   - name: may-refuse
-    expression: '!(has(request.userInfo.groups) && ''system:nodes'' in request.userInfo.groups) && (has(params.spec.delegated)
-      || [([request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
-      == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
-      (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+    expression: '(has(params.spec.delegated) || !([request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group)].exists(key, key in params.spec.?indexed.orValue([])
+      && [request.operation == ''DELETE'' && request.?name.orValue('''') == '''' ? ''DELETECOLLECTION''
+      : request.operation].exists(op, [request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})].exists(stored,
+      [request.operation == ''DELETE'' ? {} : object.metadata.?labels.orValue({})].exists(written, params.spec.?users[?request.userInfo.username].orValue([]).exists(r,
+      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
+      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?groups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
+      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled))))))) || params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(r,
+      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
+      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?clusterGroups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
+      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))))))))) && ((!(has(params.spec.delegated))
+      && !((request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' +
+      request.requestResource.group)) in params.spec.?indexed.orValue([])) && !((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?unjudged.orValue([]))
+      && !(''system:masters'' in request.userInfo.groups)) || [([request.?name.orValue('''')].map(requested,
+      [request.operation == ''DELETE'' && requested == '''' ? ''DELETECOLLECTION'' : request.operation].map(op,
+      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
       !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
       + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
       + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
@@ -328,16 +370,18 @@ spec:
       : params.spec.allowUnlabeled)))[0]))[0]) && ((granting.filter(g, has(g.invalid))).size() > 0 ||
       (granting.filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode) : (granting.filter(g,
       has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode == ''audit'' ? ''audit'' : ''warn'')
-      : ''audit'') == ''enforce'')[0])'
+      : ''audit'') == ''enforce'')[0]))'
   validations:
-  - expression: '!(variables.delegated && variables.marked) && !(variables.unlisted || variables.denied
-      && variables.mode == ''enforce'')'
+  - expression: '!(variables.delegated && variables.marked) && !(variables.unknown && variables.marked)
+      && !(variables.unlisted || variables.denied && variables.mode == ''enforce'')'
     messageExpression: 'variables.delegated && variables.marked ? variables.who + '': namespace "'' +
       request.namespace + ''" is labeled labelrbac.io/compiled=true, which leaves its writes to the compiled
       policy, but it is too large to compile; the compiler removes the label in a moment (or: kubectl
-      label namespace '' + request.namespace + '' labelrbac.io/compiled-)'' : variables.granting.size()
-      == 0 ? variables.who + '': the compiled label permissions of namespace "'' + request.namespace +
-      ''" do not list this user yet; retry in a moment'' : variables.message'
+      label namespace '' + request.namespace + '' labelrbac.io/compiled-)'' : variables.unknown && variables.marked
+      ? variables.who + '': the compiled label permissions of namespace "'' + request.namespace + ''"
+      do not know '' + variables.key + '' yet (served since the compiler last looked); retry in a moment''
+      : variables.granting.size() == 0 ? variables.who + '': the compiled label permissions of namespace
+      "'' + request.namespace + ''" do not list this user yet; retry in a moment'' : variables.message'
     reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
@@ -475,12 +519,12 @@ spec:
       && w.?namespaceSelector == o.?namespaceSelector && w.?objectSelector == o.?objectSelector && w.?sideEffects
       == o.?sideEffects && w.?timeoutSeconds == o.?timeoutSeconds && w.?admissionReviewVersions == o.?admissionReviewVersions
       && w.?matchConditions.orValue([]).filter(c, !(c.name == 'skip-unjudged' && w.name in ['labels.labelrbac.io',
-      'labels-compiled.labelrbac.io']) && !(c.name == 'left-by-the-policy' && w.name == 'labels-compiled.labelrbac.io'))
-      == o.?matchConditions.orValue([]).filter(c, !(c.name == 'skip-unjudged' && o.name in ['labels.labelrbac.io',
-      'labels-compiled.labelrbac.io']) && !(c.name == 'left-by-the-policy' && o.name == 'labels-compiled.labelrbac.io')))))
+      'labels-compiled.labelrbac.io']) && !(c.name in ['left-by-the-policy'])) == o.?matchConditions.orValue([]).filter(c,
+      !(c.name == 'skip-unjudged' && o.name in ['labels.labelrbac.io', 'labels-compiled.labelrbac.io'])
+      && !(c.name in ['left-by-the-policy'])))))
     messageExpression: '''the compiler (system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler) '' + ''may
       not change '' + request.name + '': it may change no webhook but the skip-unjudged condition of labels.labelrbac.io,
-      labels-compiled.labelrbac.io and the left-by-the-policy condition of labels-compiled.labelrbac.io'''
+      labels-compiled.labelrbac.io'''
     reason: Forbidden
   - expression: 'request.operation != ''UPDATE'' || (object.webhooks.all(w, w.?matchConditions.orValue([]).all(c,
       c.name != ''skip-unjudged'' || c.expression.matches(r"""^\(has\(request\.userInfo\.groups\) && ''system:nodes''
@@ -490,21 +534,12 @@ spec:
       not change '' + request.name + '': it may write the skip-unjudged condition only in its generated
       shape'''
     reason: Forbidden
-  - expression: 'request.operation != ''UPDATE'' || (object.webhooks.all(w, w.name != ''labels-compiled.labelrbac.io''
-      || w.?matchConditions.orValue([]).all(c, c.name != ''left-by-the-policy'' || c.expression.matches(r"""^!\(request\.operation
-      in \[''CREATE'', ''UPDATE'', ''DELETE''\]\) \|\| has\(request\.subResource\) && request\.subResource
-      != '''' \|\| \(has\(request\.userInfo\.groups\) && ''system:nodes'' in request\.userInfo\.groups\)
-      \|\| request\.resource\.group == ''labelrbac\.io'' \|\| \(request\.resource\.group \+ ''/'' \+ request\.resource\.resource\)
-      in \[''/bindings'', ''/events'', ''/pods'', ''/podtemplates'', ''/replicationcontrollers'', ''/serviceaccounts'',
-      ''apps/daemonsets'', ''apps/deployments'', ''apps/replicasets'', ''apps/statefulsets'', ''autoscaling/horizontalpodautoscalers'',
-      ''batch/cronjobs'', ''batch/jobs'', ''coordination\.k8s\.io/leases'', ''events\.k8s\.io/events'',
-      ''rbac\.authorization\.k8s\.io/clusterrolebindings'', ''rbac\.authorization\.k8s\.io/clusterroles'',
-      ''rbac\.authorization\.k8s\.io/rolebindings'', ''rbac\.authorization\.k8s\.io/roles''\] \|\| !\(request\.resource\.resource
-      \+ \(request\.resource\.group == '''' \? '''' : ''\.'' \+ request\.resource\.group\) in \[(''[a-z0-9][-a-z0-9.]*''(,
-      ''[a-z0-9][-a-z0-9.]*'')*)?\]\)\z"""))))'
+  - expression: request.operation != 'UPDATE' || (object.webhooks.all(w, w.?matchConditions.orValue([]).all(c,
+      !(c.name in ['left-by-the-policy']) || oldObject.webhooks.exists(o, o.name == w.name && o.?matchConditions.orValue([]).exists(d,
+      d == c)))))
     messageExpression: '''the compiler (system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler) '' + ''may
-      not change '' + request.name + '': it may write the left-by-the-policy condition only in its generated
-      shape'''
+      not change '' + request.name + '': it may remove the left-by-the-policy condition, never add or
+      change it'''
     reason: Forbidden
   - expression: request.operation != 'UPDATE' || (object.metadata.?annotations.orValue({}).all(k, k ==
       'labelrbac.io/unjudged' || (oldObject.metadata.?annotations.orValue({}).exists(j, j == k) && object.metadata.?annotations.orValue({})[k]
@@ -748,6 +783,9 @@ spec:
     expression: namespaceObject.metadata.?labels[?'labelrbac.io/compiled'].orValue('') == 'true'
   - name: indexed
     expression: variables.key in params.spec.?indexed.orValue([])
+  - name: unknown
+    expression: '!variables.delegated && !variables.indexed && !(variables.key in params.spec.?unjudged.orValue([]))
+      && !(''system:masters'' in request.userInfo.groups)'
   - name: granting
     expression: '[request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
       == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
@@ -830,10 +868,45 @@ spec:
       : authorizer.requestResource.check(''deletecollection'').allowed())'
   matchConditions:
   - name: may-refuse
-    expression: 'has(params.spec.softened) && !(has(request.userInfo.groups) && ''system:nodes'' in request.userInfo.groups)
-      && [([request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
-      == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
-      (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+    expression: 'has(params.spec.softened) && !([request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group)].exists(key, key in params.spec.?indexed.orValue([])
+      && [request.operation == ''DELETE'' && request.?name.orValue('''') == '''' ? ''DELETECOLLECTION''
+      : request.operation].exists(op, [request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})].exists(stored,
+      [request.operation == ''DELETE'' ? {} : object.metadata.?labels.orValue({})].exists(written, params.spec.?users[?request.userInfo.username].orValue([]).exists(r,
+      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
+      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?groups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
+      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled))))))) || params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(r,
+      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
+      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?clusterGroups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
+      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))))))))) && [([request.?name.orValue('''')].map(requested,
+      [request.operation == ''DELETE'' && requested == '''' ? ''DELETECOLLECTION'' : request.operation].map(op,
+      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
       !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
       + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
       + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
@@ -1070,6 +1143,9 @@ spec:
     expression: namespaceObject.metadata.?labels[?'labelrbac.io/compiled'].orValue('') == 'true'
   - name: indexed
     expression: variables.key in params.spec.?indexed.orValue([])
+  - name: unknown
+    expression: '!variables.delegated && !variables.indexed && !(variables.key in params.spec.?unjudged.orValue([]))
+      && !(''system:masters'' in request.userInfo.groups)'
   - name: granting
     expression: '[request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
       == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
@@ -1152,10 +1228,45 @@ spec:
       : authorizer.requestResource.check(''deletecollection'').allowed())'
   matchConditions:
   - name: may-refuse
-    expression: 'has(params.spec.softened) && !(has(request.userInfo.groups) && ''system:nodes'' in request.userInfo.groups)
-      && [([request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
-      == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
-      (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+    expression: 'has(params.spec.softened) && !([request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group)].exists(key, key in params.spec.?indexed.orValue([])
+      && [request.operation == ''DELETE'' && request.?name.orValue('''') == '''' ? ''DELETECOLLECTION''
+      : request.operation].exists(op, [request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})].exists(stored,
+      [request.operation == ''DELETE'' ? {} : object.metadata.?labels.orValue({})].exists(written, params.spec.?users[?request.userInfo.username].orValue([]).exists(r,
+      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
+      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?groups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
+      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled))))))) || params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(r,
+      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
+      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?clusterGroups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
+      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
+      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
+      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
+      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))))))))) && [([request.?name.orValue('''')].map(requested,
+      [request.operation == ''DELETE'' && requested == '''' ? ''DELETECOLLECTION'' : request.operation].map(op,
+      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
       !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
       + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
       + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
@@ -1208,6 +1319,338 @@ spec:
   paramRef:
     name: label-rbac
     parameterNotFoundAction: Deny
+{{- end }}
+{{- define "label-rbac.compiled.subresources" -}}
+{{- $name := include "label-rbac.name" . -}}
+{{- $namespace := include "label-rbac.namespace" . }}
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: '{{ $name }}-subresources'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector:
+      matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+        - '{{ $namespace }}'
+        - kube-system
+      - key: labelrbac.io/exempt
+        operator: NotIn
+        values:
+        - 'true'
+      - key: labelrbac.io/compiled
+        operator: In
+        values:
+        - 'true'
+    excludeResourceRules:
+    - apiGroups:
+      - '*'
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - '*'
+      - '*/proxy'
+      - '*/scale'
+      - '*/status'
+      scope: Namespaced
+    - apiGroups:
+      - ''
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - bindings
+      - bindings/*
+      - events
+      - events/*
+      - pods
+      - pods/*
+      - podtemplates
+      - podtemplates/*
+      - replicationcontrollers
+      - replicationcontrollers/*
+      - serviceaccounts
+      - serviceaccounts/*
+      scope: Namespaced
+    - apiGroups:
+      - apps
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - daemonsets
+      - daemonsets/*
+      - deployments
+      - deployments/*
+      - replicasets
+      - replicasets/*
+      - statefulsets
+      - statefulsets/*
+      scope: Namespaced
+    - apiGroups:
+      - autoscaling
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - horizontalpodautoscalers
+      - horizontalpodautoscalers/*
+      scope: Namespaced
+    - apiGroups:
+      - batch
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - cronjobs
+      - cronjobs/*
+      - jobs
+      - jobs/*
+      scope: Namespaced
+    - apiGroups:
+      - coordination.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - leases
+      - leases/*
+      scope: Namespaced
+    - apiGroups:
+      - events.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - events
+      - events/*
+      scope: Namespaced
+    - apiGroups:
+      - rbac.authorization.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - clusterrolebindings
+      - clusterrolebindings/*
+      - clusterroles
+      - clusterroles/*
+      - rolebindings
+      - rolebindings/*
+      - roles
+      - roles/*
+      scope: Namespaced
+    - apiGroups:
+      - labelrbac.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - '*/*'
+      scope: Namespaced
+    resourceRules:
+    - apiGroups:
+      - '*'
+      apiVersions:
+      - '*'
+      operations:
+      - CREATE
+      - UPDATE
+      - DELETE
+      resources:
+      - '*/*'
+      scope: Namespaced
+  validations:
+  - expression: 'false'
+    messageExpression: '''user "'' + request.userInfo.username + ''" may not '' + request.operation.lowerAscii()
+      + '' '' + request.resource.resource + ''/'' + request.subResource + (request.resource.group == ''''
+      ? '''' : ''.'' + request.resource.group) + '' in namespace "'' + request.namespace + ''": namespace
+      "'' + request.namespace + ''" is labeled labelrbac.io/compiled=true, and label-rbac judges there
+      no subresource but proxy, scale, status and those of the resources its webhook keeps (an administrator
+      may exempt the namespace: labelrbac.io/exempt=true)'''
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: '{{ $name }}-subresources'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  policyName: '{{ $name }}-subresources'
+  validationActions:
+  - Deny
+{{- end }}
+{{- define "label-rbac.compiled.rules" -}}
+{{- $name := include "label-rbac.name" . -}}
+{{- $namespace := include "label-rbac.namespace" . }}
+- apiGroups:
+  - ''
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - bindings
+  - bindings/*
+  - events
+  - events/*
+  - pods
+  - pods/*
+  - podtemplates
+  - podtemplates/*
+  - replicationcontrollers
+  - replicationcontrollers/*
+  - serviceaccounts
+  - serviceaccounts/*
+  scope: Namespaced
+- apiGroups:
+  - apps
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - daemonsets
+  - daemonsets/*
+  - deployments
+  - deployments/*
+  - replicasets
+  - replicasets/*
+  - statefulsets
+  - statefulsets/*
+  scope: Namespaced
+- apiGroups:
+  - autoscaling
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - horizontalpodautoscalers
+  - horizontalpodautoscalers/*
+  scope: Namespaced
+- apiGroups:
+  - batch
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - cronjobs
+  - cronjobs/*
+  - jobs
+  - jobs/*
+  scope: Namespaced
+- apiGroups:
+  - coordination.k8s.io
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - leases
+  - leases/*
+  scope: Namespaced
+- apiGroups:
+  - events.k8s.io
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - events
+  - events/*
+  scope: Namespaced
+- apiGroups:
+  - rbac.authorization.k8s.io
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - clusterrolebindings
+  - clusterrolebindings/*
+  - clusterroles
+  - clusterroles/*
+  - rolebindings
+  - rolebindings/*
+  - roles
+  - roles/*
+  scope: Namespaced
+- apiGroups:
+  - labelrbac.io
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - '*/*'
+  scope: Namespaced
+- apiGroups:
+  - ''
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - persistentvolumeclaims
+  scope: Namespaced
+- apiGroups:
+  - '*'
+  apiVersions:
+  - '*'
+  operations:
+  - CREATE
+  - UPDATE
+  - DELETE
+  resources:
+  - '*/proxy'
+  - '*/scale'
+  - '*/status'
+  scope: Namespaced
+- apiGroups:
+  - '*'
+  apiVersions:
+  - '*'
+  operations:
+  - CONNECT
+  resources:
+  - '*/*'
+  scope: Namespaced
 {{- end }}
 {{- define "label-rbac.compiled.shippedSkips" -}}
 {{- $name := include "label-rbac.name" . -}}
