@@ -45,7 +45,7 @@ from __future__ import annotations
 import copy
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -526,14 +526,22 @@ def _rules(groups: Mapping[str, list[str]], operations: list[str]) -> list[dict[
     ]
 
 
+def _by_group(resources: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """(group, resource) pairs as resource names by API group, sorted: one rule per group."""
+    groups: dict[str, list[str]] = {}
+    for group, resource in sorted(resources):
+        groups.setdefault(group, []).append(resource)
+    return groups
+
+
 def _kept() -> dict[str, list[str]]:
     """What the policy never judges, whole, by API group: ``WEBHOOK_RESOURCES`` and their
     subresources, and the compiler's own group."""
-    groups: dict[str, list[str]] = {}
-    for group, resource in sorted(WEBHOOK_RESOURCES):
-        groups.setdefault(group, []).extend((resource, f"{resource}/*"))
-    groups[GROUP] = ["*/*"]
-    return groups
+    groups = {
+        group: [name for resource in resources for name in (resource, f"{resource}/*")]
+        for group, resources in _by_group(WEBHOOK_RESOURCES).items()
+    }
+    return {**groups, GROUP: ["*/*"]}
 
 
 def compiled_rules() -> list[dict[str, Any]]:
@@ -543,12 +551,9 @@ def compiled_rules() -> list[dict[str, Any]]:
     rules or refuses: every connect, the resources it never judges whole, and the subresources
     ``SUBRESOURCES`` names (any other subresource is refused by ``subresource_policy``); and,
     judged by both, the writes the node rules decide (``NODE_RESOURCES``)."""
-    judged_by_node_rules: dict[str, list[str]] = {}
-    for group, resource in NODE_RESOURCES:
-        judged_by_node_rules.setdefault(group, []).append(resource)
     return [
         *_rules(_kept(), list(OPERATIONS)),
-        *_rules(judged_by_node_rules, list(OPERATIONS)),
+        *_rules(_by_group(NODE_RESOURCES), list(OPERATIONS)),
         *_rules({"*": [f"*/{name}" for name in SUBRESOURCES]}, list(OPERATIONS)),
         *_rules({"*": ["*/*"]}, ["CONNECT"]),
     ]
@@ -666,11 +671,11 @@ def policy(name: str) -> dict[str, Any]:
                     }
                 ],
                 # The compiler's own objects, so it can write parameters where there are none
-                # yet, and what the webhook keeps (app.engine.params.WEBHOOK_RESOURCES).
-                "excludeResourceRules": [
-                    _rule(GROUP, "*"),
-                    *(_rule(group, resource) for group, resource in sorted(WEBHOOK_RESOURCES)),
-                ],
+                # yet, and what the webhook keeps (app.engine.params.WEBHOOK_RESOURCES): a rule
+                # per group, as the API server tries each on every write.
+                "excludeResourceRules": _rules(
+                    {GROUP: ["*"], **_by_group(WEBHOOK_RESOURCES)}, ["*"]
+                ),
             },
             "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
             **_judgement(mode),

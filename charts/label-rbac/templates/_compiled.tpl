@@ -46,6 +46,7 @@ spec:
       - '*'
       resources:
       - '*'
+      scope: Namespaced
     - apiGroups:
       - ''
       apiVersions:
@@ -54,46 +55,12 @@ spec:
       - '*'
       resources:
       - bindings
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - events
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - pods
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - podtemplates
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - replicationcontrollers
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - serviceaccounts
+      scope: Namespaced
     - apiGroups:
       - apps
       apiVersions:
@@ -102,30 +69,10 @@ spec:
       - '*'
       resources:
       - daemonsets
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - deployments
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - replicasets
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - statefulsets
+      scope: Namespaced
     - apiGroups:
       - autoscaling
       apiVersions:
@@ -134,6 +81,7 @@ spec:
       - '*'
       resources:
       - horizontalpodautoscalers
+      scope: Namespaced
     - apiGroups:
       - batch
       apiVersions:
@@ -142,14 +90,8 @@ spec:
       - '*'
       resources:
       - cronjobs
-    - apiGroups:
-      - batch
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - jobs
+      scope: Namespaced
     - apiGroups:
       - coordination.k8s.io
       apiVersions:
@@ -158,6 +100,7 @@ spec:
       - '*'
       resources:
       - leases
+      scope: Namespaced
     - apiGroups:
       - events.k8s.io
       apiVersions:
@@ -166,6 +109,7 @@ spec:
       - '*'
       resources:
       - events
+      scope: Namespaced
     - apiGroups:
       - rbac.authorization.k8s.io
       apiVersions:
@@ -174,30 +118,10 @@ spec:
       - '*'
       resources:
       - clusterrolebindings
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - clusterroles
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - rolebindings
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - roles
+      scope: Namespaced
   variables:
   - name: requested
     expression: request.?name.orValue('')
@@ -616,6 +540,7 @@ spec:
       - '*'
       resources:
       - '*'
+      scope: Namespaced
     - apiGroups:
       - ''
       apiVersions:
@@ -624,46 +549,12 @@ spec:
       - '*'
       resources:
       - bindings
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - events
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - pods
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - podtemplates
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - replicationcontrollers
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - serviceaccounts
+      scope: Namespaced
     - apiGroups:
       - apps
       apiVersions:
@@ -672,30 +563,10 @@ spec:
       - '*'
       resources:
       - daemonsets
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - deployments
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - replicasets
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - statefulsets
+      scope: Namespaced
     - apiGroups:
       - autoscaling
       apiVersions:
@@ -704,6 +575,7 @@ spec:
       - '*'
       resources:
       - horizontalpodautoscalers
+      scope: Namespaced
     - apiGroups:
       - batch
       apiVersions:
@@ -712,14 +584,8 @@ spec:
       - '*'
       resources:
       - cronjobs
-    - apiGroups:
-      - batch
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - jobs
+      scope: Namespaced
     - apiGroups:
       - coordination.k8s.io
       apiVersions:
@@ -728,6 +594,7 @@ spec:
       - '*'
       resources:
       - leases
+      scope: Namespaced
     - apiGroups:
       - events.k8s.io
       apiVersions:
@@ -736,6 +603,7 @@ spec:
       - '*'
       resources:
       - events
+      scope: Namespaced
     - apiGroups:
       - rbac.authorization.k8s.io
       apiVersions:
@@ -744,30 +612,10 @@ spec:
       - '*'
       resources:
       - clusterrolebindings
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - clusterroles
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - rolebindings
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - roles
+      scope: Namespaced
   variables:
   - name: requested
     expression: request.?name.orValue('')
@@ -976,6 +824,7 @@ spec:
       - '*'
       resources:
       - '*'
+      scope: Namespaced
     - apiGroups:
       - ''
       apiVersions:
@@ -984,46 +833,12 @@ spec:
       - '*'
       resources:
       - bindings
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - events
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - pods
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - podtemplates
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - replicationcontrollers
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - serviceaccounts
+      scope: Namespaced
     - apiGroups:
       - apps
       apiVersions:
@@ -1032,30 +847,10 @@ spec:
       - '*'
       resources:
       - daemonsets
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - deployments
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - replicasets
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - statefulsets
+      scope: Namespaced
     - apiGroups:
       - autoscaling
       apiVersions:
@@ -1064,6 +859,7 @@ spec:
       - '*'
       resources:
       - horizontalpodautoscalers
+      scope: Namespaced
     - apiGroups:
       - batch
       apiVersions:
@@ -1072,14 +868,8 @@ spec:
       - '*'
       resources:
       - cronjobs
-    - apiGroups:
-      - batch
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - jobs
+      scope: Namespaced
     - apiGroups:
       - coordination.k8s.io
       apiVersions:
@@ -1088,6 +878,7 @@ spec:
       - '*'
       resources:
       - leases
+      scope: Namespaced
     - apiGroups:
       - events.k8s.io
       apiVersions:
@@ -1096,6 +887,7 @@ spec:
       - '*'
       resources:
       - events
+      scope: Namespaced
     - apiGroups:
       - rbac.authorization.k8s.io
       apiVersions:
@@ -1104,30 +896,10 @@ spec:
       - '*'
       resources:
       - clusterrolebindings
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - clusterroles
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - rolebindings
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
       - roles
+      scope: Namespaced
   variables:
   - name: requested
     expression: request.?name.orValue('')
