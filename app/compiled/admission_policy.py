@@ -398,20 +398,23 @@ def _may_refuse(mode: str) -> str:
 
 
 def _role_allows(role: str) -> str:
-    """CEL: whether one grant of ``role`` (an id) for ``op`` of the resource ``key`` permits the
-    write by itself: names no object (``names`` grants are left to ``granting``), and is
-    unrestricted or its requirements permit both the ``stored`` and the ``written`` labels."""
+    """CEL: whether the grant of ``role`` (an id) for the operation on the requested resource
+    permits the write by itself: names no object (``names`` grants are left to ``granting``),
+    and is unrestricted or its requirements permit both the stored and the written labels. The
+    request's parts are spelled out where they are read, once each on this path: binding them
+    (``_bind``) would cost a comprehension each."""
+    key = f"({_KEY})"
     entry = (
-        f"params.spec.roles[{role}][?key]"
-        f".orValue(params.spec.roles[{role}][?'{DEFAULT}'].orValue({{}}))"
+        f"params.spec.roles[{role}][?{key}].orValue({_indexed(key)} ? "
+        f"params.spec.roles[{role}][?'{DEFAULT}'].orValue({{}}) : {{}})"
     )
+    grant = f"params.spec.grants[?({entry})[?({_op(_REQUESTED)})].orValue('')].orValue({{}})"
     both = (
-        "(request.operation == 'CREATE' || g.labels.all(r, "
-        f"{_requirement('stored')})) && (request.operation == 'DELETE' || g.labels.all(r, "
-        f"{_requirement('written')}))"
+        f"(request.operation == 'CREATE' || g.labels.all(r, {_requirement(f'({OLD_LABELS})')}))"
+        " && (request.operation == 'DELETE' || "
+        f"g.labels.all(r, {_requirement(f'({NEW_LABELS})')}))"
     )
-    grant = f"!has(g.names) && (has(g.unrestricted) || has(g.labels) && {both})"
-    return f"[{entry}].exists(e, op in e && [params.spec.grants[e[op]]].exists(g, {grant}))"
+    return f"[{grant}].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels) && {both}))"
 
 
 def fast_allowed() -> str:
@@ -421,23 +424,19 @@ def fast_allowed() -> str:
     It implies ``!denied && !unlisted``: a grant of the user's for the request, unrestricted or
     whose requirements permit the labels before and after, is granting and permits both. The
     converse does not hold (grants naming objects, old and new labels permitted by different
-    roles): those writes fall through to ``granting``, which decides them exactly."""
+    roles): those writes fall through to ``granting``, which decides them exactly. A role's
+    entry for the resource is looked up first: the index is read only for its ``DEFAULT``."""
     user = "request.userInfo.username"
     groups = "request.userInfo.?groups.orValue([])"
-    role = _role_allows("r")
-    sources = " || ".join(
+    role = _role_allows("id")
+    return " || ".join(
         (
-            f"params.spec.?users[?{user}].orValue([]).exists(r, {role})",
-            f"{groups}.exists(s, params.spec.?groups[?s].orValue([]).exists(r, {role}))",
-            f"params.spec.?clusterUsers[?{user}].orValue([]).exists(r, {role})",
-            f"{groups}.exists(s, params.spec.?clusterGroups[?s].orValue([]).exists(r, {role}))",
+            f"params.spec.?users[?{user}].orValue([]).exists(id, {role})",
+            f"{groups}.exists(s, params.spec.?groups[?s].orValue([]).exists(id, {role}))",
+            f"params.spec.?clusterUsers[?{user}].orValue([]).exists(id, {role})",
+            f"{groups}.exists(s, params.spec.?clusterGroups[?s].orValue([]).exists(id, {role}))",
         )
     )
-    labels = (
-        f"[request.operation == 'CREATE' ? {{}} : {OLD_LABELS}].exists(stored, "
-        f"[request.operation == 'DELETE' ? {{}} : {NEW_LABELS}].exists(written, {sources}))"
-    )
-    return f"[{_KEY}].exists(key, {_indexed('key')} && [{_op(_REQUESTED)}].exists(op, {labels}))"
 
 
 # Parameters delegated in a namespace marked compiled, and a resource they do not know there (see

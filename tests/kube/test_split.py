@@ -297,6 +297,53 @@ def test_with_the_webhook_down_the_policy_still_judges_what_it_decides(
         assert message == ""
 
 
+def test_in_a_compiled_namespace_a_kubelet_meets_the_node_rules_and_the_label_rule(
+    kube_split: LabelRbacCluster,
+) -> None:
+    """The policy leaves no user out, and the compiled entry sends the webhook the writes of
+    claims, which a node rule decides too: a kubelet that RBAC lets write claims and configmaps
+    (its group bound to a role restricting configmaps to team=a) may not write a claim, nor a
+    configmap of another team, in a compiled namespace as anywhere."""
+    cp = kube_split.control_plane
+    kubelet = "system:node:node-1"
+    writes = role(
+        "node-writes",
+        "t1",
+        [rule("create", "persistentvolumeclaims configmaps")],
+        {"configmaps": {"team": ["a"]}},
+    )
+    bound = binding("node-writes", "node-writes", "Group:system:nodes", namespace="t1")
+    objects = [{"apiVersion": "rbac.authorization.k8s.io/v1", **obj} for _, obj in (writes, bound)]
+    cp.apply(ADMIN, objects)
+
+    def create(resource: str, body: dict[str, Any]) -> tuple[int, str]:
+        path = f"/api/v1/namespaces/t1/{resource}?dryRun=All"
+        status, answer = cp.request(kubelet, "POST", path, body)
+        return status, str(answer.get("message", "")) if isinstance(answer, dict) else str(answer)
+
+    def configmap(team: str) -> dict[str, Any]:
+        return {"metadata": {"name": "n", "labels": {"team": team}}}
+
+    try:
+        wait_for(lambda: create("configmaps", configmap("a"))[0] == 201, "the kubelet compiled")
+        assert marked("t1", kube_split)
+        status, message = create("configmaps", configmap("b"))
+        denial = 'label team="b" is not permitted (role t1/node-writes allows team in [a])'
+        assert status == 403 and denial in message, message
+        claim = {
+            "metadata": {"name": "claim", "labels": {"team": "a"}},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        status, message = create("persistentvolumeclaims", claim)
+        assert status == 403 and "may only update PVC status" in message, message
+    finally:
+        for kind, name in (("rolebinding", "node-writes"), ("role", "node-writes")):
+            cp.kubectl(ADMIN, "delete", kind, name, "-n", "t1", "--ignore-not-found")
+
+
 def test_a_delegated_namespace_labeled_compiled_by_someone_else_refuses_writes(
     webhook_down: LabelRbacCluster,
 ) -> None:

@@ -222,47 +222,67 @@ spec:
       : authorizer.requestResource.check(''deletecollection'').allowed())'
   matchConditions:
   - name: may-refuse
-    expression: '(has(params.spec.delegated) || !([request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group)].exists(key, key in params.spec.?indexed.orValue([])
-      && [request.operation == ''DELETE'' && request.?name.orValue('''') == '''' ? ''DELETECOLLECTION''
-      : request.operation].exists(op, [request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})].exists(stored,
-      [request.operation == ''DELETE'' ? {} : object.metadata.?labels.orValue({})].exists(written, params.spec.?users[?request.userInfo.username].orValue([]).exists(r,
-      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
-      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?groups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
-      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled))))))) || params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(r,
-      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
-      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?clusterGroups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
-      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))))))))) && ((!(has(params.spec.delegated))
-      && !((request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' +
-      request.requestResource.group)) in params.spec.?indexed.orValue([])) && !((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?unjudged.orValue([]))
-      && !(''system:masters'' in request.userInfo.groups)) || [([request.?name.orValue('''')].map(requested,
+    expression: '(has(params.spec.delegated) || !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
+      [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?groups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)))))) ||
+      params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?clusterGroups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))))) &&
+      ((!(has(params.spec.delegated)) && !((request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])) &&
+      !((request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))
+      in params.spec.?unjudged.orValue([])) && !(''system:masters'' in request.userInfo.groups)) || [([request.?name.orValue('''')].map(requested,
       [request.operation == ''DELETE'' && requested == '''' ? ''DELETECOLLECTION'' : request.operation].map(op,
       [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
       !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
@@ -716,47 +736,68 @@ spec:
       : authorizer.requestResource.check(''deletecollection'').allowed())'
   matchConditions:
   - name: may-refuse
-    expression: 'has(params.spec.softened) && !([request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group)].exists(key, key in params.spec.?indexed.orValue([])
-      && [request.operation == ''DELETE'' && request.?name.orValue('''') == '''' ? ''DELETECOLLECTION''
-      : request.operation].exists(op, [request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})].exists(stored,
-      [request.operation == ''DELETE'' ? {} : object.metadata.?labels.orValue({})].exists(written, params.spec.?users[?request.userInfo.username].orValue([]).exists(r,
-      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
-      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?groups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
-      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled))))))) || params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(r,
-      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
-      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?clusterGroups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
-      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))))))))) && [([request.?name.orValue('''')].map(requested,
-      [request.operation == ''DELETE'' && requested == '''' ? ''DELETECOLLECTION'' : request.operation].map(op,
-      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+    expression: 'has(params.spec.softened) && !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
+      [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?groups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)))))) ||
+      params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?clusterGroups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))))) &&
+      [([request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested ==
+      '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group)].map(key, !(key in params.spec.?indexed.orValue([]))
+      ? [] : [(params.spec.?users[?request.userInfo.username].orValue([]) + request.userInfo.groups.map(g,
+      params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
       + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
       [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
       !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
@@ -1000,47 +1041,68 @@ spec:
       : authorizer.requestResource.check(''deletecollection'').allowed())'
   matchConditions:
   - name: may-refuse
-    expression: 'has(params.spec.softened) && !([request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group)].exists(key, key in params.spec.?indexed.orValue([])
-      && [request.operation == ''DELETE'' && request.?name.orValue('''') == '''' ? ''DELETECOLLECTION''
-      : request.operation].exists(op, [request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})].exists(stored,
-      [request.operation == ''DELETE'' ? {} : object.metadata.?labels.orValue({})].exists(written, params.spec.?users[?request.userInfo.username].orValue([]).exists(r,
-      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
-      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?groups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
-      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled))))))) || params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(r,
-      [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e, op in e
-      && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?clusterGroups[?s].orValue([]).exists(r, [params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({}))].exists(e,
-      op in e && [params.spec.grants[e[op]]].exists(g, !has(g.names) && (has(g.unrestricted) || has(g.labels)
-      && (request.operation == ''CREATE'' || g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p,
-      written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p,
-      written[r.key].matches(p))) : params.spec.allowUnlabeled)))))))))))) && [([request.?name.orValue('''')].map(requested,
-      [request.operation == ''DELETE'' && requested == '''' ? ''DELETECOLLECTION'' : request.operation].map(op,
-      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+    expression: 'has(params.spec.softened) && !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
+      [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?groups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)))))) ||
+      params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
+      params.spec.?clusterGroups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
+      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
+      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
+      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
+      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
+      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
+      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
+      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
+      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
+      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))))) &&
+      [([request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested ==
+      '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource + (request.requestResource.group
+      == '''' ? '''' : ''.'' + request.requestResource.group)].map(key, !(key in params.spec.?indexed.orValue([]))
+      ? [] : [(params.spec.?users[?request.userInfo.username].orValue([]) + request.userInfo.groups.map(g,
+      params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
       + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
       [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
       !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
