@@ -435,10 +435,10 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
         lags = re.search(r"^label_rbac_compiler_lag_seconds_count (\S+)$", metrics, re.M)
         assert lags is not None and float(lags.group(1)) >= 1, metrics
         # The compiler's skip-unjudged in the compiled entry survives a helm upgrade.
-        eventually(lambda: skips(cp, "acme-lr", "secrets", COMPILED_ENTRY), timeout=30)
+        eventually(lambda: skips(cp, "acme-lr", "services", COMPILED_ENTRY), timeout=30)
         release.upgrade()
         release.mark_ready()
-        skips(cp, "acme-lr", "secrets", COMPILED_ENTRY)
+        skips(cp, "acme-lr", "services", COMPILED_ENTRY)
         alice_judged(cp, "t2", by="acme-lr")
         # Only the renamed compiler writes parameters: not even an admin.
         status, answer = cp.request(
