@@ -445,6 +445,15 @@ _UNJUDGED = "variables.delegated && variables.marked"
 _UNKNOWN = "variables.unknown && variables.marked"
 
 
+def _not_yet(what: str) -> str:
+    """CEL: the refusal of a write the namespace's parameters cannot judge yet; ``what`` says
+    what they lack, as the inside of a CEL string literal."""
+    return (
+        "variables.who + ': the compiled label permissions of namespace \"' + "
+        f"request.namespace + '\" {what}; retry in a moment'"
+    )
+
+
 def _message(mode: str) -> str:
     """CEL: the message of a refusal, saying which check failed. A message may not ask the
     authorizer (``unlisted`` does): once refused, no grant means the user is unlisted, a grant
@@ -459,14 +468,9 @@ def _message(mode: str) -> str:
         "to compile; the compiler removes the label in a moment (or: kubectl label namespace "
         f"' + request.namespace + ' {MARK}-)'"
     )
-    stale = (
-        "variables.who + ': the compiled label permissions of namespace \"' + "
-        "request.namespace + '\" do not list this user yet; retry in a moment'"
-    )
-    unknown = (
-        "variables.who + ': the compiled label permissions of namespace \"' + "
-        "request.namespace + '\" do not know ' + variables.key + ' yet (served since the "
-        "compiler last looked); retry in a moment'"
+    stale = _not_yet("do not list this user yet")
+    unknown = _not_yet(
+        "do not know ' + variables.key + ' yet (served since the compiler last looked)"
     )
     return (
         f"{_UNJUDGED} ? {unjudged} : {_UNKNOWN} ? {unknown} : "
@@ -512,14 +516,17 @@ NODE_RESOURCES = tuple(
 )
 
 
-def _rules(groups: Mapping[str, list[str]], operations: list[str]) -> list[dict[str, Any]]:
+def _rules(
+    groups: Mapping[str, list[str]], operations: list[str], scope: str = "Namespaced"
+) -> list[dict[str, Any]]:
+    """One rule per API group of ``groups`` (group → resources)."""
     return [
         {
             "apiGroups": [group],
             "apiVersions": ["*"],
             "operations": operations,
             "resources": resources,
-            "scope": "Namespaced",
+            "scope": scope,
         }
         for group, resources in groups.items()
     ]
@@ -640,15 +647,6 @@ def subresource_policy() -> list[dict[str, Any]]:
     )
 
 
-def _rule(group: str, resource: str) -> dict[str, Any]:
-    return {
-        "apiGroups": [group],
-        "apiVersions": ["*"],
-        "operations": ["*"],
-        "resources": [resource],
-    }
-
-
 def policy(name: str) -> dict[str, Any]:
     mode, _ = ACTIONS[name]
     return {
@@ -767,7 +765,7 @@ def guard() -> list[dict[str, Any]]:
     )
     marks = _guard(
         MARKS,
-        [_rule("", "namespaces") | {"operations": ["*"]}],
+        _rules({"": ["namespaces"]}, ["*"], scope="*"),
         matchConditions=[
             {"name": "the-compiler", "expression": f"request.userInfo.username == '{COMPILER}'"}
         ],

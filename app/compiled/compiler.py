@@ -498,7 +498,8 @@ class ParamsWriter:
         """Start the checks beside the writes unless they are running, with what some
         namespace's parameters still list as needing no judging."""
         if self._beside_due is None or self._beside_due.done():
-            listed = frozenset().union(*(w.unjudged for w in self._written_now()))
+            # ``gone`` (the watch's thread) may drop an entry: copied first, as one C call.
+            listed = frozenset().union(*(w.unjudged for w in list(self._written.values())))
             self._beside_due = self._beside.submit(self._check_beside, snapshot, listed)
 
     def _report(self, done: int) -> None:
@@ -510,14 +511,6 @@ class ParamsWriter:
         if self._unreported and now - self._reported_at > REPORT_EVERY:
             log.info("wrote the parameters of %d namespaces", self._unreported)
             self._unreported, self._reported_at = 0, now
-
-    def _written_now(self) -> tuple[Written, ...]:
-        """What was last written, read while ``gone`` (the watch's thread) may drop an entry."""
-        while True:
-            try:
-                return tuple(self._written.values())
-            except RuntimeError:  # changed size during the copy: copy again
-                continue
 
     def _check_beside(self, snapshot: Snapshot, listed: frozenset[str] = frozenset()) -> None:
         """Discovery when it is due, then the registration's coverage for ``snapshot`` and the

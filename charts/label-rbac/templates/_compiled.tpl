@@ -401,6 +401,7 @@ spec:
       - '*'
       resources:
       - namespaces
+      scope: '*'
   matchConditions:
   - name: the-compiler
     expression: request.userInfo.username == 'system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler'
