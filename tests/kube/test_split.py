@@ -11,6 +11,7 @@ passes — not even when someone labels the delegated namespace compiled.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from app.compiled.admission_policy import COMPILER
+from app.compiled.admission_policy import COMPILER, subresource_policy
 from app.engine.params import MARK
 from tests.kube.cluster import Compilers, LabelRbacCluster
 from tests.kube.conftest import require_control_plane, wait_for
@@ -388,3 +389,51 @@ def test_the_compiler_may_change_nothing_on_a_namespace_but_the_mark(
         assert status == 200, answer
     else:
         assert status == 403 and "label-rbac-marks" in answer["message"], answer
+
+
+def test_the_subresource_policys_refusal_as_the_api_server_renders_it(
+    kube_split: LabelRbacCluster,
+) -> None:
+    """``label-rbac-subresources`` refuses what kube-apiserver v1.36 never serves on the
+    resources it matches (an aggregated API's ``virtualmachines/start``, say), so its refusal is
+    rendered here by a copy of it matching ``deployments/scale`` instead: the API server
+    evaluates its message on a real subresource write in the compiled namespace, and in a
+    namespace not marked compiled the copy matches nothing."""
+    cp = kube_split.control_plane
+    probe = copy.deepcopy(subresource_policy())
+    for document in probe:
+        document["metadata"]["name"] = "probe-subresources"
+    probe[1]["spec"]["policyName"] = "probe-subresources"
+    constraints = probe[0]["spec"]["matchConstraints"]
+    constraints["resourceRules"] = [
+        {"apiGroups": ["apps"], "apiVersions": ["*"], "operations": ["UPDATE"],
+         "resources": ["deployments/scale"]}
+    ]  # fmt: skip
+    del constraints["excludeResourceRules"]
+    scale = {"apiVersion": "autoscaling/v1", "kind": "Scale", "spec": {"replicas": 2}}
+    for namespace in ("t1", "t2"):
+        path = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+        status, answer = cp.request(ADMIN, "POST", path, {**DEPLOYMENT, "metadata": {"name": "s"}})
+        assert status == 201, answer
+    cp.apply(ADMIN, probe)
+
+    def update(namespace: str) -> tuple[int, str]:
+        path = f"/apis/apps/v1/namespaces/{namespace}/deployments/s/scale?dryRun=All"
+        status, answer = cp.request(ADMIN, "PUT", path, {**scale, "metadata": {"name": "s"}})
+        return status, str(answer.get("message", "")) if isinstance(answer, dict) else ""
+
+    try:
+        wait_for(lambda: update("t1")[0] == 403, "the probe policy in force")
+        _, message = update("t1")
+        assert (
+            f'user "{ADMIN}" may not update deployments/scale.apps in namespace "t1": namespace '
+            f'"t1" is labeled {MARK}=true, and label-rbac judges there no subresource but '
+            "proxy, scale, status and those of the resources its webhook keeps (an "
+            "administrator may exempt the namespace: labelrbac.io/exempt=true)"
+        ) in message, message
+        assert update("t2")[0] == 200  # delegated, not marked: not the policy's
+    finally:
+        cp.kubectl(ADMIN, "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                   "probe-subresources", "--ignore-not-found")  # fmt: skip
+        for namespace in ("t1", "t2"):
+            cp.kubectl(ADMIN, "delete", "deployment", "s", "-n", namespace, "--ignore-not-found")
