@@ -43,7 +43,7 @@ from typing import Any
 from app.compiled.health import CompilerHealth
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
-from app.engine.incremental import Change, LiveSnapshot
+from app.engine.incremental import CATEGORIES, NAMESPACES, Change, LiveSnapshot
 from app.engine.kinds import KindSpec
 from app.engine.model import Resource
 from app.engine.params import (
@@ -447,6 +447,9 @@ class ParamsWriter:
         self._written: dict[str, Written] = {}
         # Namespaces whose last write failed: (failures in a row, when to try again).
         self._retry: dict[str, tuple[int, float]] = {}
+        # Namespaces whose Namespace object was created since the last step: their backoff
+        # (grown while the namespace was being deleted) is forgotten.
+        self._created: set[str] = set()
         self._failures_log, self._round_log = Throttled(), Throttled()
         self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="params-writer")
         # Writes in flight, carried from one step to the next (a step never waits for them all).
@@ -465,8 +468,14 @@ class ParamsWriter:
         # derived snapshot updates them by its own role changes (``Snapshot.restrictions``).
         live.snapshot.restrictions()
         found = touched(live, changes)
+        created = {
+            new[0]
+            for kind, old, new in changes
+            if CATEGORIES.get(kind) == NAMESPACES and old is None and new is not None
+        }
         with self._lock:
             self._pending.add(found)
+            self._created |= created
             self._version = version or self._version
         self._wake.set()
 
@@ -626,10 +635,13 @@ class ParamsWriter:
             return self._pending.take(Namespaces(snapshot), busy, most)
 
     def _waiting(self, known: Set[str]) -> set[str]:
-        """The namespaces whose retry is not due yet; a namespace gone is forgotten (created
-        again, it is written at once)."""
+        """The namespaces whose retry is not due yet; a namespace gone, or created again, is
+        forgotten, and written at once (its deletion and creation may reach one snapshot, which
+        then never lacks it)."""
         now = self._clock()
-        for namespace in [n for n in self._retry if n not in known]:
+        with self._lock:
+            created, self._created = self._created, set()
+        for namespace in [n for n in self._retry if n not in known or n in created]:
             del self._retry[namespace]
         return {namespace for namespace, (_, due) in self._retry.items() if due > now}
 

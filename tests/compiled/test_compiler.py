@@ -677,6 +677,29 @@ def test_parameters_deleted_are_written_again() -> None:
     assert client.params_written() == ["t1"]
 
 
+def test_a_namespace_created_again_is_written_at_once_whatever_its_backoff() -> None:
+    """Writes refused while the namespace was being deleted grew its backoff; deleted and
+    created again within one batch, it never leaves the snapshot, yet its new Namespace object
+    is written at once, not when the old backoff is due."""
+    client, clock = Client(), [0.0]
+    client.failing["t2"] = ApiError(403, "Forbidden", "namespace t2 is being terminated")
+    params = writer(client, clock, timed=True)
+    state = live(*OBJECTS)
+    params.step(state.snapshot)
+    for _ in range(6):  # refused again each time its backoff is due: the delay grows
+        clock[0] = params._retry["t2"][1]
+        params.step(state.snapshot)
+    failures, due = params._retry["t2"]
+    assert failures == 7 and due - clock[0] > 8
+    del client.failing["t2"]
+    namespace = ("t2", {})
+    changes = [("Namespace", namespace, None), ("Namespace", None, namespace)]
+    params.applied(state, changes, "")
+    clock[0] += 0.1
+    assert params.step(state.snapshot) == 1
+    assert client.params_written()[-1] == "t2" and "t2" not in params._retry
+
+
 # -- Discovery --------------------------------------------------------------------------------
 
 
