@@ -383,7 +383,8 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         help="VERB RESOURCE[/NAME] or VERB RESOURCE NAME, as kubectl auth can-i takes them "
         "(instead of --verb, --resource and --name)",
     )
-    request.positions = (tuple(_VERBS), _RESOURCES)  # type: ignore[attr-defined]
+    # VERB, RESOURCE, then a free NAME.
+    request.positions = (tuple(_VERBS), _RESOURCES, ())  # type: ignore[attr-defined]
     check.add_argument(
         "--review",
         type=Path,
@@ -595,8 +596,15 @@ def _leader_flags(parser: argparse.ArgumentParser, lease_name: str) -> None:
     parser.add_argument(
         "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
     )
-    parser.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
-    parser.add_argument("--lease-name", default=lease_name, metavar="NAME")
+    parser.add_argument(
+        "--lease-namespace",
+        default="label-rbac",
+        metavar="NAMESPACE",
+        help="the namespace of the Lease replicas elect a leader with (default label-rbac)",
+    )
+    parser.add_argument(
+        "--lease-name", default=lease_name, metavar="NAME", help=f"its name (default {lease_name})"
+    )
     parser.add_argument(
         "--lease-seconds",
         type=_seconds_arg,

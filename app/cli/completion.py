@@ -248,6 +248,8 @@ def complete(parser: argparse.ArgumentParser, words: Sequence[str]) -> tuple[lis
     by_name = {c.name: c for c in found}
     at = next((i for i, w in enumerate(before) if w in by_name), None)
     if at is None:
+        if any(not w.startswith("-") for w in before):  # a word that is no command
+            return [], DIRECTIVE_NO_FILE_COMP
         if current.startswith("-"):
             return _matching(top, current), DIRECTIVE_NO_FILE_COMP
         named = [f"{c.name}\t{c.help}" for c in found if c.name.startswith(current)]
