@@ -65,3 +65,20 @@ def test_an_unknown_flag_is_still_refused(capsys: pytest.CaptureFixture[str]) ->
     assert "unrecognized arguments: --frobnicate" in capsys.readouterr().err
     assert main(["audit", "extra"]) == 2
     assert "unrecognized arguments: extra" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [pytest.param(name, id=name) for name in subcommands()])
+@pytest.mark.parametrize("columns", ["40", "200"])
+def test_every_help_renders(
+    command: str, columns: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse wraps usage by the terminal's width; metavars such as KEY=VALUE[,KEY=VALUE]
+    must survive the wrapping."""
+    monkeypatch.setenv("COLUMNS", columns)
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: python -m app {command}")
+    for action in subcommands()[command]._actions:
+        assert any(s in out for s in action.option_strings or [action.metavar or action.dest])
