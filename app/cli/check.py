@@ -449,10 +449,10 @@ def _from_words(args: argparse.Namespace, catalog: Catalog) -> None:
         name = words[2]
     if (slash and not name) or "/" in name:
         raise CliError(f"invalid name {name!r}: an object's name has no '/'")
-    served = _resolve(catalog, typed)
+    kind = _resolve(catalog, typed)
     args.verb, args.name = verb, name
-    args.resource = Resource(served.group, served.resource, args.subresource or "")
-    if served.namespaced and not args.namespace and not args.all_namespaces:
+    args.resource = Resource(kind.group, kind.resource, args.subresource or "")
+    if kind.namespaced and not args.namespace and not args.all_namespaces:
         args.namespace = _default_namespace(args)[0]
 
 
