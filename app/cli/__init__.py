@@ -14,23 +14,25 @@ This module holds the parser and the dispatch; each command runs in a module of 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import app
 from app.cli.audit import cmd_audit, cmd_who_can
 from app.cli.check import OPERATION_FOR_VERB, cmd_check
 from app.cli.compile import cmd_compile
-from app.cli.completion import SHELLS, script
-from app.cli.inputs import CliError, one_line
+from app.cli.completion import SHELLS, cobra, script
+from app.cli.inputs import CliError, one_line, verb_arg
 from app.cli.lint import cmd_lint
 from app.cli.report import cmd_report
 from app.cli.serve import cmd_gen_certs, cmd_serve
 from app.cli.suite import cmd_test
+from app.engine.catalog import BUILTIN
 from app.engine.model import AUTHORIZED_VERBS, ENFORCE, MODES, Resource
 from app.engine.params import MAX_BYTES, MAX_WORK
 from app.engine.policy import (
@@ -51,10 +53,22 @@ class UsageError(CliError):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors as one line (``prog: message``) like every other error."""
+    """argparse, with usage errors as one line (``prog: message``) like every other error, and
+    a misspelled command or choice answered with the close ones (``did you mean check?``)."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see --help)")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is None or value in choices:
+            return
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        shown = ", ".join(map(repr, choices))
+        raise argparse.ArgumentError(
+            action, f"invalid choice: {value!r}{hint} (choose from {shown})"
+        )
 
 
 def _read_pattern(text: str) -> str:
@@ -155,8 +169,19 @@ def _policy_flags() -> _Parser:
     return parent
 
 
-# The verbs ``check`` and ``who-can`` answer: every verb whose grant a label permission narrows.
-_VERBS = sorted({*OPERATION_FOR_VERB, *AUTHORIZED_VERBS})
+# The verbs completion offers for ``check`` and ``who-can``: every verb a label permission
+# narrows, and RBAC's own (any other verb is taken too: RBAC alone answers it).
+_VERBS = sorted({*OPERATION_FOR_VERB, *AUTHORIZED_VERBS, "bind", "escalate", "use"})
+
+
+# The built-in resources, as completion offers them.
+_RESOURCES = tuple(sorted(str(kind.as_resource) for kind in BUILTIN))
+
+
+def _verb(parser: argparse.ArgumentParser, *names: str, **more: Any) -> None:
+    """A verb argument: any RBAC verb, completed from ``_VERBS``."""
+    action = parser.add_argument(*names, type=verb_arg, metavar="VERB", **more)
+    action.completions = tuple(_VERBS)  # type: ignore[attr-defined]
 
 
 def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
@@ -166,11 +191,19 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     policy = _policy_flags()
 
     serve = sub.add_parser("serve", parents=[policy], help="run the webhook (gunicorn, TLS)")
-    serve.add_argument("--bind", default="0.0.0.0:8443", metavar="HOST:PORT")
-    serve.add_argument("--workers", type=_count_arg, default=2)
-    serve.add_argument("--threads", type=_count_arg, default=4)
-    serve.add_argument("--tls-cert", type=Path)
-    serve.add_argument("--tls-key", type=Path)
+    serve.add_argument(
+        "--bind", default="0.0.0.0:8443", metavar="HOST:PORT", help="address to serve HTTPS on"
+    )
+    serve.add_argument(
+        "--workers", type=_count_arg, default=2, metavar="N", help="gunicorn worker processes"
+    )
+    serve.add_argument(
+        "--threads", type=_count_arg, default=4, metavar="N", help="request threads per worker"
+    )
+    serve.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help="the serving certificate (PEM)"
+    )
+    serve.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key (PEM)")
     serve.add_argument(
         "--dev-tls",
         nargs="?",
@@ -212,8 +245,14 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         help="the ValidatingWebhookConfiguration whose unjudged resources to read (cluster mode; "
         "default label-rbac)",
     )
-    serve.add_argument("--max-body-bytes", type=_count_arg, default=Settings.max_body_bytes)
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--max-body-bytes",
+        type=_count_arg,
+        default=Settings.max_body_bytes,
+        metavar="BYTES",
+        help="refuse a review body larger than this",
+    )
+    _log_level(serve)
     serve.add_argument(
         "--drain-seconds",
         type=_seconds_arg,
@@ -290,7 +329,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve /healthz, /readyz and /metrics over HTTP here (default: off)",
     )
-    compile_.add_argument("--log-level", default="info")
+    _log_level(compile_)
 
     report = sub.add_parser(
         "report",
@@ -329,7 +368,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         "--metrics-port", type=_count_arg, default=0, metavar="PORT",
         help="serve Prometheus metrics on this port (default: off)",
     )  # fmt: skip
-    report.add_argument("--log-level", default="info")
+    _log_level(report)
 
     rbac_source = _source_flags()
     check = sub.add_parser(
@@ -337,29 +376,74 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         parents=[policy, rbac_source],
         help="explain one decision, like kubectl auth can-i with labels",
     )
+    request = check.add_argument(
+        "request",
+        nargs="*",
+        metavar="ARG",
+        help="VERB RESOURCE[/NAME] or VERB RESOURCE NAME, as kubectl auth can-i takes them "
+        "(instead of --verb, --resource and --name)",
+    )
+    # VERB, RESOURCE, then a free NAME.
+    request.positions = (tuple(_VERBS), _RESOURCES, ())  # type: ignore[attr-defined]
     check.add_argument(
-        "--review", type=Path, help="an AdmissionReview or SubjectAccessReview JSON file to decide"
+        "--review",
+        type=Path,
+        metavar="FILE",
+        help="an AdmissionReview or SubjectAccessReview JSON file to decide",
     )
     check.add_argument(
         "-f", "--filename", metavar="FILE", help="the object to judge, a manifest file or - (stdin)"
     )
-    check.add_argument("--as", "--user", dest="user", metavar="USER")
     check.add_argument(
-        "--as-group", "--group", dest="group", action="append", default=[], metavar="GROUP"
+        "--as", "--user", dest="user", metavar="USER", help="the user to ask for (required)"
     )
-    check.add_argument("--verb", choices=_VERBS)
+    check.add_argument(
+        "--as-group",
+        "--group",
+        dest="group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a group of the user (repeatable)",
+    )
+    _verb(check, "--verb", help="any RBAC verb (get, create, bind, a custom verb...)")
     check.add_argument(
         "--selector",
         type=_selector_arg,
         metavar="SELECTOR",
         help="a read's label selector, as kubectl -l takes it (list, watch, deletecollection)",
     )
-    check.add_argument("--resource", type=_resource_arg, help="res[.group][/subresource]")
-    check.add_argument("-n", "--namespace", default="")
-    check.add_argument("--name", default="")
-    check.add_argument("-l", "--label", action="append", default=[], type=_label_arg,
-                       metavar="KEY=VALUE")  # fmt: skip
-    check.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    check.add_argument(
+        "--resource",
+        type=_resource_arg,
+        help="res[.group][/subresource], spelled as RBAC names it",
+    )
+    check.add_argument(
+        "--subresource",
+        metavar="SUB",
+        type=_subresource_arg,
+        help="the subresource of the positional RESOURCE, e.g. exec or status",
+    )
+    check.add_argument("-n", "--namespace", default="", help="the namespace to ask in")
+    check.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="ask in all namespaces (with the positional form, which defaults to the "
+        "context's namespace as kubectl does)",
+    )
+    check.add_argument("--name", default="", help="the object's name")
+    _labels_flag(check)
+    check.add_argument(
+        "--list",
+        action="store_true",
+        help="list what the user may do in the namespace and within which labels, as kubectl "
+        "auth can-i --list",
+    )
+    check.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing: the exit status is the answer"
+    )
+    _output(check, ("text", "json", "yaml"), "text")
     check.add_argument(
         "--node-authorizer",
         action="store_true",
@@ -371,13 +455,15 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         parents=[policy, rbac_source],
         help="who may do VERB on RESOURCE objects with these labels, and through which roles",
     )
-    who.add_argument("verb", metavar="VERB", choices=_VERBS, help=f"one of {', '.join(_VERBS)}")
-    who.add_argument("resource", metavar="RESOURCE", type=_resource_arg)
-    who.add_argument("-n", "--namespace", default="")
+    _verb(who, "verb", help="any RBAC verb (get, create, bind, a custom verb...)")
+    resource = who.add_argument(
+        "resource", metavar="RESOURCE", type=_resource_arg, help="res[.group][/subresource]"
+    )
+    resource.completions = _RESOURCES  # type: ignore[attr-defined]
+    who.add_argument("-n", "--namespace", default="", help="the namespace to ask in")
     who.add_argument("--name", default="", help="an object name (for resourceNames rules)")
-    who.add_argument("-l", "--label", action="append", default=[], type=_label_arg,
-                     metavar="KEY=VALUE")  # fmt: skip
-    who.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    _labels_flag(who)
+    _output(who, ("table", "json", "yaml"), "table")
 
     audit = sub.add_parser(
         "audit",
@@ -385,12 +471,18 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         help="existing objects left to admins, labels in no bucket, buckets and their holders",
     )
     audit.add_argument("-n", "--namespace", default="", help="only this namespace")
-    audit.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    _output(audit, ("table", "json", "yaml"), "table")
 
     certs = sub.add_parser("gen-certs", help="write a CA and serving certificate")
-    certs.add_argument("--out", type=Path, required=True)
-    certs.add_argument("--dns", action="append", required=True, metavar="NAME")
-    certs.add_argument("--days", type=_days_arg, default=365)
+    certs.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="write ca.crt, tls.crt, tls.key here"
+    )
+    certs.add_argument(
+        "--dns", action="append", required=True, metavar="NAME", help="a DNS name of the server"
+    )
+    certs.add_argument(
+        "--days", type=_days_arg, default=365, metavar="N", help="validity in days (at least 1)"
+    )
 
     test = sub.add_parser(
         "test",
@@ -405,7 +497,7 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         metavar="PATH",
         help="a suite file, or a directory searched for label-rbac-test.yaml files",
     )
-    test.add_argument("-o", "--output", choices=("table", "json", "junit"), default="table")
+    _output(test, ("table", "json", "junit"), "table")
 
     completion = sub.add_parser(
         "completion", help="print a shell completion script (source it in your shell's profile)"
@@ -413,9 +505,44 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
     completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
 
     lint = sub.add_parser("lint", parents=[policy], help="validate permission annotations")
-    lint.add_argument("files", nargs="+", type=Path)
-    lint.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    lint.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="Role and ClusterRole manifests"
+    )
+    _output(lint, ("text", "json"), "text")
     return parser
+
+
+def _output(parser: argparse.ArgumentParser, formats: tuple[str, ...], default: str) -> None:
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=formats,
+        default=default,
+        help=f"output format (default {default})",
+    )
+
+
+def _labels_flag(parser: argparse.ArgumentParser) -> None:
+    """``-l``: the labels of the objects asked about, in ``check`` and ``who-can`` alike."""
+    parser.add_argument(
+        "-l",
+        "--label",
+        action="extend",
+        default=[],
+        type=_labels_arg,
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="the labels of the objects asked about, as kubectl -l spells equality (repeatable); "
+        "for list, watch and deletecollection, the label selector",
+    )
+
+
+def _log_level(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        metavar="LEVEL",
+        help="the least severe log record written: debug, info, warning or error (default info)",
+    )
 
 
 _RESOURCE = re.compile(
@@ -435,14 +562,27 @@ def _resource_arg(text: str) -> Resource:
     return Resource.parse(text)
 
 
-def _label_arg(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not is_label_key(key) or not is_label_value(value):
-        raise argparse.ArgumentTypeError(
-            f"invalid label {text!r}: expected KEY=VALUE, a label key and value as Kubernetes "
-            "accepts them"
-        )
-    return key, value
+def _labels_arg(text: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE[,KEY=VALUE...]``: the equality terms of ``kubectl -l``."""
+    found = []
+    for term in text.split(","):
+        key, sep, value = term.partition("=")
+        if not sep or not is_label_key(key) or not is_label_value(value):
+            raise argparse.ArgumentTypeError(
+                f"invalid label {text!r}: expected KEY=VALUE (comma-separated for several), a "
+                "label key and value as Kubernetes accepts them"
+            )
+        found.append((key, value))
+    return found
+
+
+_SUBRESOURCE = re.compile(r"[a-z0-9]+")
+
+
+def _subresource_arg(text: str) -> str:
+    if not _SUBRESOURCE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"invalid subresource {text!r}: e.g. exec or status")
+    return text
 
 
 def _days_arg(text: str) -> int:
@@ -456,8 +596,15 @@ def _leader_flags(parser: argparse.ArgumentParser, lease_name: str) -> None:
     parser.add_argument(
         "--kubeconfig", type=Path, help="the cluster (default: $KUBECONFIG, or in-cluster)"
     )
-    parser.add_argument("--lease-namespace", default="label-rbac", metavar="NAMESPACE")
-    parser.add_argument("--lease-name", default=lease_name, metavar="NAME")
+    parser.add_argument(
+        "--lease-namespace",
+        default="label-rbac",
+        metavar="NAMESPACE",
+        help="the namespace of the Lease replicas elect a leader with (default label-rbac)",
+    )
+    parser.add_argument(
+        "--lease-name", default=lease_name, metavar="NAME", help=f"its name (default {lease_name})"
+    )
     parser.add_argument(
         "--lease-seconds",
         type=_seconds_arg,
@@ -508,9 +655,21 @@ def _cmd_completion(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments, with ``check``'s positional words taken wherever they stand among its
+    flags, as kubectl takes them (``check create -n t1 configmaps``): argparse reads only the
+    first run of positionals, and leaves the others over."""
+    args, extras = parser.parse_known_args(argv)
+    if args.command == "check" and extras and not any(e.startswith("-") for e in extras):
+        args.request = [*args.request, *extras]
+    elif extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "python -m app") -> int:
     try:
-        args = _parser(prog).parse_args(argv)
+        args = _parse(_parser(prog), argv)
     except UsageError as exc:
         print(one_line(str(exc)), file=sys.stderr)
         return 2
@@ -547,3 +706,12 @@ def entry() -> int:
 def plugin_main() -> int:
     """The ``kubectl-label_rbac`` console script: kubectl runs it for ``kubectl label-rbac``."""
     return main(prog="kubectl label-rbac")
+
+
+def plugin_complete(argv: Sequence[str] | None = None) -> int:
+    """The ``kubectl_complete-label_rbac`` console script: kubectl runs it with the words after
+    ``kubectl label-rbac`` (the last one being completed) when the shell asks it to complete
+    them, and reads cobra's ``__complete`` answer (see ``completion.cobra``)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    print(cobra(_parser("kubectl label-rbac"), words), end="")
+    return 0

@@ -1,10 +1,16 @@
 """``check``: one decision explained, as the webhooks would answer it. A write (flags, ``-f``
 manifests or an AdmissionReview) goes through the admission pipeline; a read or an identity loan
-(flags or a SubjectAccessReview) through the authorization pipeline."""
+(flags or a SubjectAccessReview) through the authorization pipeline, and so does any verb no
+label permission narrows (``bind``, ``use``, a custom verb), which then RBAC alone answers.
+
+The question is asked with flags or, as ``kubectl auth can-i`` asks it, positionally
+(``check create configmaps NAME``: ``_from_words``); ``--list`` lists what the user may do
+(``app.engine.rules``)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,6 +25,7 @@ from app.cli.inputs import (
     load_rbac,
     policy_settings,
     served,
+    verb_arg,
 )
 from app.engine.authorize import READ_CHECKS, authorize
 from app.engine.catalog import ApiKind, Catalog
@@ -28,6 +35,7 @@ from app.engine.kinds import GRAPH_KINDS
 from app.engine.labels import check_labels, find_grants, request_grants
 from app.engine.model import (
     AUTHORIZED_VERBS,
+    COLLECTION_VERBS,
     ENFORCE,
     SERVICE_ACCOUNT_PREFIX,
     Access,
@@ -39,6 +47,8 @@ from app.engine.model import (
 from app.engine.nodeauthz import check_node_read
 from app.engine.nodegraph import NodeGraph
 from app.engine.rbac import Snapshot
+from app.engine.rules import SUPERUSERS, allowances
+from app.engine.selectors import parse_selector
 from app.settings import Settings
 from app.source.static import parse_manifests, read_manifests
 from app.webhook.wire import ReviewError, parse_review
@@ -52,8 +62,6 @@ OPERATION_FOR_VERB = {
     "deletecollection": "DELETE",
     "connect": "CONNECT",
 }
-# Members of this group pass every authorizer of the API server, RBAC or not.
-SUPERUSERS = "system:masters"
 
 
 def _manifest(path: str) -> list[tuple[str, Mapping[str, Any]]]:
@@ -131,7 +139,11 @@ def _is_read(args: argparse.Namespace) -> bool:
         return isinstance(document, Mapping) and document.get("kind") == "SubjectAccessReview"
     if args.verb == "deletecollection":
         return args.selector is not None
-    return args.verb in AUTHORIZED_VERBS
+    # A verb admission never sees (``bind``, ``escalate``, ``use``, a custom verb) is the
+    # authorizers' alone: the webhook's (which has no opinion on it), then RBAC's.
+    return args.verb in AUTHORIZED_VERBS or (
+        args.verb is not None and args.verb not in OPERATION_FOR_VERB
+    )
 
 
 def _access(args: argparse.Namespace) -> AccessReview:
@@ -378,6 +390,7 @@ def answers(
     args: argparse.Namespace, settings: Settings, loaded: Loaded, catalog: Catalog
 ) -> list[dict[str, Any]]:
     """The cluster's answer to what ``args`` ask, one per object (see ``_answer``)."""
+    args = _asked(args, catalog)
     if args.resource is not None:
         known(catalog, args.resource, "--resource")
     if _is_read(args):
@@ -391,12 +404,95 @@ def answers(
     return [_write_answer(request, ctx, post, verb) for request in requests]
 
 
+def _asked(args: argparse.Namespace, catalog: Catalog) -> argparse.Namespace:
+    """The flags ``args`` stand for: the positional words as ``--verb``, ``--resource`` and
+    ``--name``, ``-A`` as no namespace, and ``-l`` of a collection verb as its selector."""
+    args = argparse.Namespace(**vars(args))
+    if args.request:
+        _from_words(args, catalog)
+    elif args.subresource:
+        raise CliError("--subresource goes with the positional form: check VERB RESOURCE")
+    if args.all_namespaces:
+        if args.namespace:
+            raise CliError("-n and -A (--all-namespaces) ask different questions: give one")
+        args.namespace = ""
+    if args.label and args.verb in COLLECTION_VERBS:
+        # What kubectl -l gives a list; an object's labels are its selector's equalities.
+        if args.selector is not None:
+            raise CliError("-l and --selector both give the selector of a list: give one")
+        args.selector = parse_selector(",".join(f"{k}={v}" for k, v in args.label))
+    return args
+
+
+def _from_words(args: argparse.Namespace, catalog: Catalog) -> None:
+    """``VERB RESOURCE[/NAME]`` or ``VERB RESOURCE NAME``, as ``kubectl auth can-i`` reads
+    them: the resource typed as kubectl resolves it (``cm``, ``configmap``, ``deploy``,
+    ``deployments.v1.apps``), a namespaced one asked in ``-n`` or the context's namespace."""
+    words = args.request
+    if args.verb or args.resource or args.name or args.review or args.filename:
+        raise CliError(
+            "give VERB RESOURCE[/NAME] or --verb/--resource/--name/-f/--review, not both"
+        )
+    if len(words) not in (2, 3):
+        raise CliError(
+            f"expected VERB RESOURCE[/NAME] or VERB RESOURCE NAME, as kubectl auth can-i takes "
+            f"them; got {len(words)} word{'s' if len(words) != 1 else ''}: {' '.join(words)}"
+        )
+    try:
+        verb = verb_arg(words[0])
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(str(exc)) from None
+    typed, slash, name = words[1].partition("/")
+    if len(words) == 3:
+        if slash:
+            raise CliError(f"give the name once: {words[1]} or {typed} {words[2]}")
+        name = words[2]
+    if (slash and not name) or "/" in name:
+        raise CliError(f"invalid name {name!r}: an object's name has no '/'")
+    kind = _resolve(catalog, typed)
+    args.verb, args.name = verb, name
+    args.resource = Resource(kind.group, kind.resource, args.subresource or "")
+    if kind.namespaced and not args.namespace and not args.all_namespaces:
+        args.namespace = _default_namespace(args)[0]
+
+
+def _resolve(catalog: Catalog, typed: str) -> ApiKind:
+    """The served resource ``typed`` names as ``kubectl auth can-i`` resolves it: lower-cased,
+    ``res.version.group`` first when it has the dots for it, then ``res.group``."""
+    text = typed.lower()
+    if not _TYPED.fullmatch(text):
+        raise CliError(
+            f"invalid resource {typed!r}: expected RESOURCE[.GROUP], e.g. configmaps, cm or "
+            "deployments.apps"
+        )
+    base, _, group = text.partition(".")
+    tries = [Resource(group, base)]
+    version, dot, rest = group.partition(".")
+    if dot and version.startswith("v") and version[1:2].isdigit():
+        tries.insert(0, Resource(rest, base))
+    for asked in tries:
+        found = catalog.resolve(asked)
+        if len(found) > 1:
+            named = " or ".join(str(k.as_resource) for k in found)
+            raise CliError(f"resource {typed!r} is ambiguous: say which, {named}")
+        if found:
+            return found[0]
+    return known(catalog, tries[-1], "RESOURCE")
+
+
+_TYPED = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-.a-z0-9]*[a-z0-9])?)?")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from app.cli.audit import dump
 
     settings = policy_settings(args)
     loaded = load_rbac(args, settings)
+    if args.list:
+        return _list(args, settings, loaded)
     found = answers(args, settings, loaded, served(loaded))
+    if args.quiet:  # the exit status is the answer
+        return 0 if all(a["allowed"] for a in found) else 1
     if args.output == "text":
         for answer in found:
             if len(found) > 1:  # several objects from -f: say which one each answer is for
@@ -405,6 +501,54 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(dump(found[0] if len(found) == 1 else found, args.output), end="")
     return 0 if all(a["allowed"] for a in found) else 1
+
+
+def _list(args: argparse.Namespace, settings: Settings, loaded: Loaded) -> int:
+    """``--list``: every rule the user holds in the namespace, with its label limits."""
+    from app.cli.audit import dump, table
+    from app.engine.reverse import binding_dict, labels_dict, role_dict
+
+    asked = (args.request, args.verb, args.resource, args.name, args.filename, args.review)
+    if any(asked) or args.label or args.selector is not None:
+        raise CliError("--list takes no question: only --as, --as-group and -n (or -A)")
+    if args.quiet:
+        raise CliError("--list and -q (--quiet) do not go together: --list prints a list")
+    if not args.user:
+        raise CliError("--list needs --as USER")
+    if args.all_namespaces and args.namespace:
+        raise CliError("-n and -A (--all-namespaces) ask different questions: give one")
+    namespace = "" if args.all_namespaces else _default_namespace(args)[0]
+    user = impersonated(args.user, args.group)
+    rows = allowances(loaded.snapshot, user, namespace, settings.engine_options.reads_unrestricted)
+    if args.output == "text":
+        cells = [
+            [a.resource, f"[{' '.join(a.names)}]", f"[{' '.join(a.verbs)}]", a.limits,
+             str(a.role) if a.role else SUPERUSERS]
+            for a in rows
+        ]  # fmt: skip
+        print(table(["RESOURCES", "RESOURCE NAMES", "VERBS", "LABELS", "THROUGH"], cells), end="")
+        return 0
+    data = {
+        "user": user.username,
+        "groups": list(user.groups),
+        "namespace": namespace,
+        "rules": [
+            {
+                "resource": a.resource,
+                "resourceNames": list(a.names),
+                "verbs": list(a.verbs),
+                "labelScoped": a.scoped,
+                "labels": labels_dict(a.entries) if a.scoped and a.error is None else None,
+                "limits": a.limits,
+                "mode": a.mode,
+                "role": role_dict(a.role) if a.role else None,
+                "binding": binding_dict(a.binding) if a.binding else None,
+            }
+            for a in rows
+        ],
+    }
+    print(dump(data, args.output), end="")
+    return 0
 
 
 def _describe(answer: Mapping[str, Any]) -> str:

@@ -3,7 +3,9 @@ every subcommand, flag and fixed choice (``--verb``, ``-o``, ``--mode``...) comp
 parser accepts it, and flags taking a file or directory complete paths.
 
 Print the script and source it (docs/cli.md#shell-completion); it completes ``label-rbac`` and
-``kubectl-label_rbac``.
+``kubectl-label_rbac``. ``cobra`` answers kubectl's plugin completion (``kubectl label-rbac
+<TAB>``): kubectl runs ``kubectl_complete-label_rbac`` with the words typed after the plugin's
+name and reads the candidates as cobra's hidden ``__complete`` command prints them.
 """
 
 from __future__ import annotations
@@ -36,11 +38,26 @@ class Command:
     options: tuple[Option, ...]
     positional_choices: tuple[str, ...]  # e.g. who-can's VERB
     positional_paths: bool  # e.g. lint FILE...
+    # What each positional word may be, in order (the last repeats): who-can's VERB, RESOURCE.
+    positions: tuple[tuple[str, ...], ...] = ()
+
+
+def _choices(action: argparse.Action) -> tuple[str, ...]:
+    """The words an argument takes: its choices, or the ones it suggests (``completions``: any
+    RBAC verb is taken, the usual ones suggested)."""
+    return tuple(str(c) for c in getattr(action, "completions", None) or action.choices or ())
+
+
+def _positions(positionals: Sequence[argparse.Action]) -> tuple[tuple[str, ...], ...]:
+    found: list[tuple[str, ...]] = []
+    for action in positionals:
+        found += getattr(action, "positions", None) or [_choices(action)]
+    return tuple(found)
 
 
 def _option(action: argparse.Action) -> Option:
     takes_value = action.nargs != 0
-    choices = tuple(str(c) for c in action.choices or ()) if takes_value else ()
+    choices = _choices(action) if takes_value else ()
     path = takes_value and (action.type is Path or action.dest in ("filename",))
     return Option(tuple(action.option_strings), takes_value, choices, path, _help(action.help))
 
@@ -66,8 +83,9 @@ def commands(parser: argparse.ArgumentParser) -> tuple[tuple[Option, ...], list[
                     name,
                     _help(helps.get(name)),
                     tuple(_option(a) for a in sub._actions if a.option_strings),
-                    tuple(str(c) for a in positionals for c in a.choices or ()),
+                    tuple(c for a in positionals[:1] for c in _choices(a)),
                     any(a.type is Path for a in positionals),
+                    _positions(positionals),
                 )
             )
     return top, found
@@ -209,6 +227,83 @@ GENERATORS: dict[str, Callable[[Sequence[Option], Sequence[Command]], str]] = {
     "zsh": zsh,
     "fish": fish,
 }
+
+
+# cobra's ShellCompDirective bits (spf13/cobra, completions.go): 0 lets the shell complete file
+# names when no candidate fits; 4 forbids it.
+DIRECTIVE_DEFAULT, DIRECTIVE_NO_FILE_COMP = 0, 4
+
+
+def cobra(parser: argparse.ArgumentParser, words: Sequence[str]) -> str:
+    """cobra's ``__complete`` answer for ``words`` (the last one is being completed): the
+    candidates, one a line as ``word<TAB>description``, then ``:DIRECTIVE``."""
+    candidates, directive = complete(parser, words)
+    return "".join(f"{c}\n" for c in candidates) + f":{directive}\n"
+
+
+def complete(parser: argparse.ArgumentParser, words: Sequence[str]) -> tuple[list[str], int]:
+    """The candidates for the last of ``words`` and cobra's directive."""
+    *before, current = list(words) or [""]
+    top, found = commands(parser)
+    by_name = {c.name: c for c in found}
+    at = next((i for i, w in enumerate(before) if w in by_name), None)
+    if at is None:
+        if any(not w.startswith("-") for w in before):  # a word that is no command
+            return [], DIRECTIVE_NO_FILE_COMP
+        if current.startswith("-"):
+            return _matching(top, current), DIRECTIVE_NO_FILE_COMP
+        named = [f"{c.name}\t{c.help}" for c in found if c.name.startswith(current)]
+        return named, DIRECTIVE_NO_FILE_COMP
+    command = by_name[before[at]]
+    spelled = {s: o for o in command.options for s in o.strings}
+    typed = before[at + 1 :]
+    value_of = spelled.get(typed[-1]) if typed else None
+    if current.startswith("--") and "=" in current:  # --output=j
+        name, _, value = current.partition("=")
+        option = spelled.get(name)
+        if option is None or not option.takes_value:
+            return [], DIRECTIVE_NO_FILE_COMP
+        return _values(option, value, f"{name}=")
+    if value_of is not None and value_of.takes_value:
+        return _values(value_of, current, "")
+    if current.startswith("-"):
+        return _matching(command.options, current), DIRECTIVE_NO_FILE_COMP
+    index = _positional_index(typed, spelled)
+    here = command.positions[min(index, len(command.positions) - 1)] if command.positions else ()
+    if here:
+        return [w for w in here if w.startswith(current)], DIRECTIVE_NO_FILE_COMP
+    return [], DIRECTIVE_DEFAULT if command.positional_paths else DIRECTIVE_NO_FILE_COMP
+
+
+def _values(option: Option, current: str, prefix: str) -> tuple[list[str], int]:
+    if option.choices:
+        found = [prefix + c for c in option.choices if c.startswith(current)]
+        return found, DIRECTIVE_NO_FILE_COMP
+    return [], DIRECTIVE_DEFAULT if option.path else DIRECTIVE_NO_FILE_COMP
+
+
+def _matching(options: Sequence[Option], current: str) -> list[str]:
+    return [
+        f"{s}\t{o.help}" if o.help else s
+        for o in options
+        for s in o.strings
+        if s.startswith(current)
+    ]
+
+
+def _positional_index(typed: Sequence[str], spelled: dict[str, Option]) -> int:
+    """How many positional words precede the one being completed (flags and their values
+    skipped)."""
+    count, skip = 0, False
+    for word in typed:
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            option = spelled.get(word)
+            skip = option is not None and option.takes_value and "=" not in word
+        else:
+            count += 1
+    return count
 
 
 def script(shell: str, parser: argparse.ArgumentParser) -> str:

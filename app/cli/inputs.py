@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,6 +113,20 @@ def load_rbac(args: argparse.Namespace, settings: Settings) -> Loaded:
     # The watch cache's lookups, without its watches: parents and metadata read on demand.
     reader = ClusterSource(client, settings.compiler)
     return Loaded(snapshot, client.host, [], client, reader.fetch_parent, reader.fetch_metadata)
+
+
+# RBAC takes any verb (``bind``, ``escalate``, ``use``, a custom one) and so do ``check`` and
+# ``who-can``: a verb the label rule does not restrict is answered by RBAC alone. Only its
+# spelling is checked, so no blank, slash or control character reaches an answer or a table.
+_VERB = re.compile(r"\*|[A-Za-z0-9][-A-Za-z0-9:._]{0,62}")
+
+
+def verb_arg(text: str) -> str:
+    if not _VERB.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid verb {text!r}: expected an RBAC verb, e.g. get, create, bind or *"
+        )
+    return text
 
 
 def one_line(text: str) -> str:

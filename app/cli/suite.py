@@ -3,13 +3,17 @@ and cases (a request, or objects, and the expected verdict, optionally with mess
 each case is answered offline exactly as ``check`` answers it, and compared.
 
 Output is a table, JSON or JUnit XML (``-o``); exit 1 when any case does not match, 2 when a
-suite cannot be read. docs/cli.md#policy-tests describes the format.
+suite cannot be read. A suite that cannot be read is in the output too, as an errored case (a
+JUnit ``error``), so a CI publisher shows it rather than "no results", and the others still run.
+docs/cli.md#policy-tests describes the format.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +23,7 @@ from xml.etree import ElementTree
 import yaml
 
 from app.cli.check import answers
-from app.cli.inputs import CliError, Loaded, policy_settings, served
+from app.cli.inputs import CliError, Loaded, one_line, policy_settings, served
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
 from app.engine.selectors import SelectorError, parse_selector
@@ -51,10 +55,12 @@ class Outcome:
     reason: str
     message: str
     problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""  # the suite could not be read: why (then it is the suite's only outcome)
 
     @property
     def passed(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.error
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,7 +72,14 @@ class Outcome:
             "message": self.message,
             "passed": self.passed,
             "problems": self.problems,
+            "error": self.error,
+            "seconds": round(self.seconds, 6),
         }
+
+
+def unreadable(path: Path, exc: Exception) -> Outcome:
+    """A suite (or a path named) that could not be read, as one errored outcome."""
+    return Outcome(str(path), "(suite could not be read)", "", "error", "", "", error=str(exc))
 
 
 def find_suites(paths: Sequence[Path]) -> list[Path]:
@@ -154,6 +167,11 @@ def _case_args(case: Mapping[str, Any], base: Path, where: str) -> argparse.Name
         namespace=str(case.get("namespace") or ""),
         name=str(case.get("objectName") or ""),
         label=[(str(k), str(v)) for k, v in labels.items()],
+        request=[],
+        subresource=None,
+        all_namespaces=False,
+        list=False,
+        quiet=False,
         node_authorizer=False,
         kubeconfig=None,
         context=None,
@@ -198,52 +216,97 @@ def run_suite(path: Path, args: argparse.Namespace) -> list[Outcome]:
     suite_args = _settings_args(args, document.get("policy"), str(path))
     loaded = _loaded(path, document, policy_settings(suite_args))
     suite = str(document.get("name") or path.parent.name)
-    return [
-        _judge(suite, i, case, path.parent, loaded, suite_args)
-        for i, case in enumerate(document["cases"])
-    ]
+    outcomes = []
+    for i, case in enumerate(document["cases"]):
+        start = time.perf_counter()
+        outcome = _judge(suite, i, case, path.parent, loaded, suite_args)
+        outcome.seconds = time.perf_counter() - start
+        outcomes.append(outcome)
+    return outcomes
+
+
+def run_paths(paths: Sequence[Path], args: argparse.Namespace) -> list[Outcome]:
+    """Every suite of ``paths`` run; one that cannot be read is an errored outcome."""
+    outcomes: list[Outcome] = []
+    for named in paths:
+        try:
+            suites = find_suites([named])
+        except CliError as exc:
+            outcomes.append(unreadable(named, exc))
+            continue
+        for path in suites:
+            try:
+                outcomes += run_suite(path, args)
+            except (CliError, ManifestError) as exc:
+                outcomes.append(unreadable(path, exc))
+    return outcomes
 
 
 def _table(outcomes: Sequence[Outcome]) -> str:
     from app.cli.audit import table
 
-    rows = [[o.suite, o.name, o.expected, o.got, "pass" if o.passed else "FAIL"] for o in outcomes]
+    rows = [[o.suite, o.name, o.expected or "-", o.got, _result(o)] for o in outcomes]
     text = table(["SUITE", "CASE", "EXPECTED", "GOT", "RESULT"], rows)
     for o in outcomes:
-        if not o.passed:
+        if o.error:
+            text += f"\nERROR {o.suite}: {one_line(o.error)}\n"
+        elif not o.passed:
             text += f"\nFAIL {o.suite}: {o.name}: {'; '.join(o.problems)}\n  answer: {o.message}\n"
-    failed = sum(not o.passed for o in outcomes)
-    return text + f"\n{len(outcomes) - failed} passed, {failed} failed\n"
+    failed, errors = _counts(outcomes)
+    summary = f"\n{len(outcomes) - failed - errors} passed, {failed} failed"
+    return text + summary + (f", {errors} could not be read\n" if errors else "\n")
+
+
+def _result(outcome: Outcome) -> str:
+    return "ERROR" if outcome.error else "pass" if outcome.passed else "FAIL"
+
+
+def _counts(outcomes: Sequence[Outcome]) -> tuple[int, int]:
+    """(failed, errored) outcomes."""
+    errors = sum(bool(o.error) for o in outcomes)
+    return sum(not o.passed for o in outcomes) - errors, errors
 
 
 def junit(outcomes: Sequence[Outcome]) -> str:
-    """JUnit XML as CI systems read it: one testsuite per suite, one testcase per case."""
+    """JUnit XML as CI systems read it: one testsuite per suite, one testcase per case (an
+    ``error`` for a suite that could not be read, a ``failure`` per mismatch), with counts and
+    times (seconds) on every suite and on the whole."""
     root = ElementTree.Element("testsuites", name="label-rbac")
     suites: dict[str, ElementTree.Element] = {}
     for o in outcomes:
         suite = suites.get(o.suite)
         if suite is None:
             suite = suites[o.suite] = ElementTree.SubElement(root, "testsuite", name=o.suite)
-        case = ElementTree.SubElement(suite, "testcase", classname=o.suite, name=o.name)
-        if not o.passed:
+        case = ElementTree.SubElement(
+            suite, "testcase", classname=o.suite, name=o.name, time=f"{o.seconds:.3f}"
+        )
+        if o.error:
+            error = ElementTree.SubElement(
+                case, "error", message=one_line(o.error), type="SuiteNotReadable"
+            )
+            error.text = o.error
+        elif not o.passed:
             failure = ElementTree.SubElement(case, "failure", message="; ".join(o.problems))
             failure.text = f"expected {o.expected}, got {o.got} ({o.reason}): {o.message}"
     for element in (root, *suites.values()):
-        cases = element.iter("testcase")
-        counted = list(cases)
+        counted = list(element.iter("testcase"))
         element.set("tests", str(len(counted)))
         element.set("failures", str(sum(c.find("failure") is not None for c in counted)))
+        element.set("errors", str(sum(c.find("error") is not None for c in counted)))
+        element.set("skipped", "0")
+        element.set("time", f"{sum(float(c.get('time') or 0) for c in counted):.3f}")
     ElementTree.indent(root)
     return ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    outcomes = [o for path in find_suites(args.paths) for o in run_suite(path, args)]
+    outcomes = run_paths(args.paths, args)
+    failed, errors = _counts(outcomes)
     if args.output == "json":
-        failed = sum(not o.passed for o in outcomes)
         data = {
-            "passed": len(outcomes) - failed,
+            "passed": len(outcomes) - failed - errors,
             "failed": failed,
+            "errors": errors,
             "cases": [o.as_dict() for o in outcomes],
         }
         print(json.dumps(data, indent=2))
@@ -251,4 +314,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         print(junit(outcomes), end="")
     else:
         print(_table(outcomes), end="")
-    return 0 if all(o.passed for o in outcomes) else 1
+    for o in outcomes:
+        if o.error:
+            print(f"test: {one_line(o.error)}", file=sys.stderr)
+    return 2 if errors else 1 if failed else 0

@@ -24,6 +24,7 @@ from app.engine.model import (
     COLLECTION_VERBS,
     IDENTITY_VERBS,
     READ_VERBS,
+    RESTRICTED_VERBS,
     Access,
     AccessDecision,
     labels_of,
@@ -51,6 +52,10 @@ def describe(access: Access) -> str:
 def check_label_read(access: Access, ctx: Context) -> AccessDecision | None:
     """Deny reads and identity loans outside the user's label buckets; no opinion otherwise."""
     if access.verb not in AUTHORIZED_VERBS:
+        if access.verb not in RESTRICTED_VERBS:  # bind, escalate, use, a custom verb...
+            return AccessDecision.no_opinion(
+                "VerbNotRestricted", f"no label permission narrows {access.verb}: RBAC decides"
+            )
         return AccessDecision.no_opinion("NotARead", "writes are judged by admission")
     if access.verb in READ_VERBS and ctx.options.reads_unrestricted(access.resource):
         return AccessDecision.no_opinion(

@@ -159,6 +159,24 @@ class Catalog:
     def of_kind(self, group: str, kind: str) -> ApiKind | None:
         return self._by_kind.get((group, kind))
 
+    def resolve(self, resource: Resource) -> list[ApiKind]:
+        """What ``kubectl auth can-i`` makes of a typed resource (lower-cased): the resource
+        itself, else the resources it is the kind, singular or short name of; in the group it
+        names, or in any group when it names none. The core group's match goes first, as in
+        kubectl's priority; several others are left for the caller to refuse as ambiguous."""
+        name, group = resource.resource.lower(), resource.group.lower()
+        exact = self._by_resource.get((group, name))
+        if exact is not None:
+            return [exact]
+        found = [
+            k
+            for k in self.kinds
+            if (not group or k.group == group)
+            and name in (k.resource, k.kind.lower(), k.resource.removesuffix("s"), *k.short_names)
+        ]
+        core = [k for k in found if not k.group]
+        return core[:1] or list(dict.fromkeys(found))
+
     def close_matches(self, resource: Resource) -> list[str]:
         """What the user probably meant, best first: the plural of a kind or singular, the
         resource of a short name, the same name in another group, then near spellings."""

@@ -17,7 +17,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from app.engine.labels import Grants, find_grants
-from app.engine.model import ENFORCE, SERVICE_ACCOUNT_PREFIX, Resource, UserInfo
+from app.engine.model import (
+    ENFORCE,
+    RESTRICTED_VERBS,
+    SERVICE_ACCOUNT_PREFIX,
+    Resource,
+    UserInfo,
+)
 from app.engine.policy import Entry
 from app.engine.rbac import GROUP, USER, Binding, CompiledRole, RoleRef, Snapshot
 
@@ -137,6 +143,12 @@ def labels_dict(entries: Iterable[Entry]) -> list[dict[str, object]]:
     ]
 
 
+def granting(grants: Grants) -> tuple[CompiledRole, ...]:
+    """Every role ``grants`` found granting the request in RBAC, whatever its labels permit."""
+    first = (grants.unrestricted,) if grants.unrestricted is not None else ()
+    return (*first, *(role for role, _ in grants.restricted), *grants.invalid)
+
+
 def judge(
     grants: Grants, labels: Mapping[str, str], allow_unlabeled: bool
 ) -> tuple[bool, tuple[CompiledRole, ...], str, tuple[tuple[Entry, ...], ...]]:
@@ -169,7 +181,10 @@ def who_can(
         grants = find_grants(snapshot, subject.user, namespace, (verb,), resource, name)
         if not grants.any:
             continue
-        allowed, roles, limits, permits = judge(grants, labels, allow_unlabeled)
+        if verb in RESTRICTED_VERBS:
+            allowed, roles, limits, permits = judge(grants, labels, allow_unlabeled)
+        else:  # no label permission narrows it (bind, escalate, use...): RBAC's grant stands
+            allowed, roles, limits, permits = True, granting(grants), "", ()
         through = _through(snapshot, subject, namespace, roles)
         holders.append(
             Holder(

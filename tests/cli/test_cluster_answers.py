@@ -73,7 +73,17 @@ def no_kubeconfig(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         ),
         pytest.param(
             [*ALICE, "--verb", "frobnicate", "--resource", "configmaps"],
-            2, "", "invalid choice: 'frobnicate'", id="unknown-verb",
+            1, "RBAC refuses it: no role bound to \"alice\" grants frobnicate on configmaps", "",
+            id="custom-verb-rbac-refuses",
+        ),
+        pytest.param(
+            [*ALICE, "--verb", "frobnicate", "--resource", "configmaps", "-n", "t1", "-l",
+             "team=b"],
+            0, "allowed (VerbNotRestricted)", "", id="custom-verb-rbac-grants-whatever-labels",
+        ),
+        pytest.param(
+            [*ALICE, "--verb", "get pods", "--resource", "configmaps"],
+            2, "", "invalid verb 'get pods'", id="malformed-verb",
         ),
         pytest.param(
             ["--as", "tina", "--verb", "impersonate", "--resource", "users", "--name", "admin"],
@@ -93,7 +103,7 @@ def test_check_answers_as_the_cluster(
 @pytest.mark.parametrize(
     ("args", "err"),
     [
-        pytest.param(["frobnicate", "configmaps"], "invalid choice: 'frobnicate'", id="verb"),
+        pytest.param(["get pods", "configmaps"], "invalid verb 'get pods'", id="verb"),
         pytest.param(["create", "configmap"], "did you mean configmaps?", id="singular"),
         pytest.param(["create", "deployments"], "did you mean deployments.apps?", id="group"),
     ],

@@ -72,6 +72,7 @@ def test_wheel_ships_only_the_app_package(wheel: Path) -> None:
     assert top_level == {"app", f"label_rbac-{app.__version__}.dist-info"}
     assert "app/engine/labels.py" in names
     assert b"kubectl-label_rbac = app.cli:plugin_main" in entry_points
+    assert b"kubectl_complete-label_rbac = app.cli:plugin_complete" in entry_points
 
 
 def test_console_script_runs_from_the_installed_package(venv: Path, tmp_path: Path) -> None:
@@ -98,3 +99,16 @@ def test_kubectl_finds_the_plugin(venv: Path, tmp_path: Path) -> None:
     assert result.stdout.strip() == f"label-rbac {app.__version__}"
     usage = run("kubectl", "label-rbac", "--help", env=env, cwd=tmp_path)
     assert usage.stdout.startswith("usage: kubectl label-rbac")
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_completes_the_installed_plugin(venv: Path, tmp_path: Path) -> None:
+    """``kubectl label-rbac <TAB>``: the shell asks ``kubectl __complete``, which runs the
+    installed ``kubectl_complete-label_rbac`` with the words after the plugin's name."""
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env["KUBECONFIG"] = str(tmp_path / "none")
+    result = run("kubectl", "__complete", "label-rbac", "who-can", "", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    *candidates, directive = result.stdout.splitlines()
+    assert {"get", "create", "bind", "impersonate"} <= {c.split("\t")[0] for c in candidates}
+    assert directive == ":4"

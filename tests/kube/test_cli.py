@@ -11,7 +11,7 @@ import pytest
 
 from tests.kube.cluster import LabelRbacCluster
 from tests.kube.controlplane import ADMIN
-from tests.kube.support import install_tenants, obj
+from tests.kube.support import eventually, install_tenants, obj
 from tests.support import ROOT
 
 
@@ -66,3 +66,50 @@ def test_audit_finds_objects_in_no_bucket(kube: LabelRbacCluster, tenants: str) 
         for b in report["buckets"][tenants]
     }  # fmt: skip
     assert holders[("team-a", "configmaps")] == [("t1-admins", "team-a"), ("alice", "team-a")]
+
+
+# Questions kubectl auth can-i asks the cluster itself (its authorizers: label-rbac's
+# /authorize, then RBAC): reads judged by labels, and verbs RBAC alone answers; alice's answer
+# (0 yes, 1 no) holds a "mine" ConfigMap labeled team=a and a "theirs" labeled team=b.
+CAN_I = [
+    pytest.param(["list", "configmaps"], 1, id="list-without-selector"),
+    pytest.param(["get", "configmaps/mine"], 0, id="get-own-labels"),
+    pytest.param(["get", "cm/theirs"], 1, id="get-foreign-labels-short-name"),
+    pytest.param(["get", "configmap/theirs"], 1, id="get-singular"),
+    pytest.param(["watch", "deploy"], 1, id="watch-short-name"),
+    pytest.param(["frobnicate", "configmaps"], 0, id="custom-verb-granted"),
+    pytest.param(["bind", "roles"], 1, id="bind-not-granted"),
+    pytest.param(["escalate", "roles.rbac.authorization.k8s.io"], 1, id="escalate-not-granted"),
+    pytest.param(["use", "pods"], 0, id="use-granted"),
+    pytest.param(["impersonate", "serviceaccounts/ci-deployer"], 1, id="impersonate-not-granted"),
+]
+
+
+@pytest.mark.parametrize(("question", "expected"), CAN_I)
+def test_check_answers_as_kubectl_auth_can_i(
+    kube: LabelRbacCluster, tenants: str, question: list[str], expected: int
+) -> None:
+    kube.apply(
+        ADMIN,
+        [obj("ConfigMap", "mine", tenants, {"team": "a"}),
+         obj("ConfigMap", "theirs", tenants, {"team": "b"})],
+    )  # fmt: skip
+    ours = cli(kube, "check", *question, "-n", tenants, "--as", "alice", "--as-group", "tenants",
+               "-q")  # fmt: skip
+    assert (ours.returncode, ours.stdout) == (expected, ""), ours.stderr
+
+    def kubectl_agrees() -> None:  # once the webhook's watch has the new objects' labels
+        asked = kube.kubectl("alice", "auth", "can-i", *question, "-n", tenants)
+        assert asked.stdout.split(maxsplit=1)[0] in ("yes", "no"), asked.stderr  # an answer
+        assert asked.returncode == ours.returncode, (asked.stdout, asked.stderr)
+
+    eventually(kubectl_agrees)
+
+
+def test_check_list_reads_the_clusters_rbac(kube: LabelRbacCluster, tenants: str) -> None:
+    done = cli(kube, "check", "--list", "--as", "alice", "-n", tenants, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    rules = {(r["resource"], r["limits"]) for r in json.loads(done.stdout)["rules"]}
+    assert ("configmaps", "team in [a]") in rules
+    assert ("deployments.apps/scale", "team in [a]") in rules
+    assert all(resource != "roles.rbac.authorization.k8s.io" for resource, _ in rules)
