@@ -26,7 +26,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from app.compiled.compiler import LeaderLease
 from app.engine.incremental import CATEGORIES, ROLES, Change, LiveSnapshot
 from app.engine.kinds import KindSpec
 from app.engine.model import Resource
@@ -47,6 +46,7 @@ from app.settings import Settings
 from app.source.api import ApiError, KubeClient, KubeError, object_path
 from app.source.cluster import ClusterSource
 from app.source.informer import Tuning
+from app.source.lease import LeaderLease
 from app.source.listing import ApiResource, discover
 from app.source.metadata import MetadataInformer, _labels
 
