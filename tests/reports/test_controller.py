@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.engine.model import Resource
-from app.reports.controller import Labeled, Options, Reporter
+from app.reports.controller import SYSTEM_NAMESPACES, Labeled, Options, Reporter, Stored
 from app.settings import Settings
 from app.source.api import KubeClient
 from tests.support import binding, role, rule, snapshot
@@ -88,3 +88,39 @@ class _Live:
 
 
 SNAPSHOT_LIVE: Any = _Live()
+
+
+def test_system_namespaces_are_left_out(reporter: tuple[Reporter, StubInformer]) -> None:
+    """Not judged, not reported: no report in kube-system for its unlabeled objects."""
+    found, informer = reporter
+    informer.items["kube-system/coredns"] = Labeled("kube-system", {})
+    informer.items["label-rbac/own"] = Labeled("label-rbac", {})
+    for excluded, reported in [
+        (SYSTEM_NAMESPACES | {"label-rbac"}, {"t1", "t2"}),  # the command's default
+        (frozenset(), {"t1", "t2", "kube-system", "label-rbac"}),  # --include-system-namespaces
+    ]:
+        options = Options(excluded=frozenset(excluded))
+        judged = Reporter(found._client, Settings(), None, options)  # type: ignore[arg-type]
+        judged.source.snapshot = lambda: SNAPSHOT  # type: ignore[method-assign]
+        judged._informers = found._informers
+        due = judged.render()
+        assert due is not None and {k[1] for k in due} == reported
+
+
+def test_a_stored_report_changed_by_another_is_written_again(
+    reporter: tuple[Reporter, StubInformer],
+) -> None:
+    """Only the version our own write returned is ours: any other, or a deletion, makes the
+    report due again."""
+    found, _ = reporter
+    key = ("wgpolicyk8s.io/v1alpha2/policyreports", "t1", "label-rbac")
+    found._written[key], found._versions[key] = b"digest", "10"
+    found._dirty.clear()
+    found._stored_changed(None, Stored(key, "10"))  # our own write, seen by the watch
+    assert found._written[key] == b"digest" and not found._dirty.is_set()
+    found._stored_changed(Stored(key, "10"), Stored(key, "11"))  # someone else's
+    assert key not in found._written and found._dirty.is_set()
+    found._written[key], found._versions[key] = b"digest", "12"
+    found._dirty.clear()
+    found._stored_changed(Stored(key, "12"), None)  # deleted, or its label taken off
+    assert key not in found._written and found._dirty.is_set()
