@@ -274,9 +274,9 @@ class Reporter:
                     if name not in self._missing:
                         self._missing.add(name)
                         log.error(
-                            "%s (%s) is not served: no %s is written until its CRD is "
-                            "installed (the upstream CRD %s, as Kyverno ships it)",
-                            name, kind.api_version, resource, f"{name}.yaml",
+                            "%s is not served: no %s is written until the "
+                            "CustomResourceDefinition %s is installed (%s)",
+                            f"{kind.api_version}/{resource}", resource, name, kind.crds,
                         )  # fmt: skip
                     continue
                 if name in self._missing:
@@ -290,9 +290,12 @@ class Reporter:
                     informer.start()
 
     def _writable(self, key: Key) -> bool:
-        """Whether the report's kind is served and its stored copies are known."""
+        """Whether the report's kind is served and its stored copies are known (when served but
+        not listed yet, the pass is made again)."""
         api, _, resource = key[0].rpartition("/")
         informer = self._stored.get((api, resource))
+        if informer is not None and not informer.synced:
+            self._dirty.set()
         return informer is not None and informer.synced
 
     def _watch_restricted(self) -> None:
@@ -416,15 +419,14 @@ class Reporter:
         leading = self._lease.keep(self._lease.duration / 3)
         if leading and not self.leading:
             log.info("leading: writing every report")
+            self._discover(force=True)
             self._written, self._versions = {}, {}
             self._carried = self._first_sightings()
             self._mark(ALL)
         self.leading = leading
         if not leading:
             return
-        if time.monotonic() - self._discovered_at >= DISCOVERY_INTERVAL:
-            self._served = discover(self._client)
-            self._discovered_at = time.monotonic()
+        self._discover()
         self._watch_reports()
         known = len(self._informers)
         self._watch_restricted()
@@ -441,6 +443,12 @@ class Reporter:
         self._write(due)
         PASSES.inc()
         PASS_SECONDS.set(time.monotonic() - started)
+
+    def _discover(self, force: bool = False) -> None:
+        """What the API server serves, again once ``DISCOVERY_INTERVAL`` has passed."""
+        if force or time.monotonic() - self._discovered_at >= DISCOVERY_INTERVAL:
+            self._served = discover(self._client)
+            self._discovered_at = time.monotonic()
 
     def _path(self, key: tuple[str, str, str]) -> str:
         api_resource, namespace, name = key
@@ -502,8 +510,9 @@ class Reporter:
         never hide it)."""
         found: dict[str, int] = {}
         now = int(time.time())
+        served = {(f"{a.group}/{a.version}", a.resource) for a in self._served}
         own = {(kind.api_version, r) for kind in self._options.kinds
-               for r in (kind.resource, kind.cluster_resource)}  # fmt: skip
+               for r in (kind.resource, kind.cluster_resource)} & served  # fmt: skip
         for api_version, resource in sorted(own):
             group, _, version = api_version.partition("/")
             path = object_path(group, version, resource)

@@ -57,6 +57,7 @@ class ReportKind:
     cluster_kind: str
     resource: str
     cluster_resource: str
+    crds: str  # where its CRDs come from: said when they are not installed
 
     @property
     def group_version(self) -> str:
@@ -69,9 +70,15 @@ WGPOLICY = ReportKind(
     "ClusterPolicyReport",
     "policyreports",
     "clusterpolicyreports",
+    "Kyverno ships it; upstream: kyverno/kyverno config/crds/policyreport/",
 )
 OPENREPORTS = ReportKind(
-    "openreports.io/v1alpha1", "Report", "ClusterReport", "reports", "clusterreports"
+    "openreports.io/v1alpha1",
+    "Report",
+    "ClusterReport",
+    "reports",
+    "clusterreports",
+    "Kyverno 1.15+ ships it; upstream: openreports/reports-api config/crd/",
 )
 
 
