@@ -213,6 +213,7 @@ class Reporter:
         )
         self._informers: dict[Resource, AuditedInformer] = {}
         self._served: list[ApiResource] = []
+        self._reports_served: set[tuple[str, str]] = set()  # (api version, resource)
         self._discovered_at = -DISCOVERY_INTERVAL
         self._scopes: dict[str, Scope] = {}  # the findings of each namespace, as last judged
         self._rendered: dict[str, Due] = {}  # the reports of each namespace, as last rendered
@@ -254,6 +255,8 @@ class Reporter:
         """A stored report changed: unless it is our own last write, write it again (or delete
         it, when not due) at the next pass."""
         either = new or old
+        # Our own write's event may come before its answer is read: then it is written once
+        # more, unchanged (a server-side apply of the same content is no new version).
         if either is None or (new is not None and self._versions.get(new.key) == new.version):
             return
         key = either.key
@@ -262,15 +265,32 @@ class Reporter:
             self._versions.pop(key, None)
         self._dirty.set()
 
+    def _serving(self) -> set[tuple[str, str]]:
+        """(api version, resource) of the report kinds the API server serves, at the very
+        version written (a group's preferred version may be another)."""
+        found = set()
+        for api_version in {kind.api_version for kind in self._options.kinds}:
+            try:
+                listed = self._client.get(f"/apis/{api_version}").get("resources") or ()
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            found |= {(api_version, str(r.get("name"))) for r in listed if isinstance(r, Mapping)}
+        return found
+
     def _watch_reports(self) -> None:
         """Watch the stored reports of every kind written, once its CRD is served; say once,
         with the CRD to install, when it is not."""
-        served = {(f"{a.group}/{a.version}", a.resource) for a in self._served}
+        served = self._reports_served
         for kind in self._options.kinds:
             for resource in (kind.resource, kind.cluster_resource):
                 where = (kind.api_version, resource)
                 name = f"{resource}.{kind.api_version.partition('/')[0]}"
                 if where not in served:
+                    gone = self._stored.pop(where, None)
+                    if gone is not None:  # its CRD deleted: nothing to watch any more
+                        gone.stop()
                     if name not in self._missing:
                         self._missing.add(name)
                         log.error(
@@ -448,6 +468,7 @@ class Reporter:
         """What the API server serves, again once ``DISCOVERY_INTERVAL`` has passed."""
         if force or time.monotonic() - self._discovered_at >= DISCOVERY_INTERVAL:
             self._served = discover(self._client)
+            self._reports_served = self._serving()
             self._discovered_at = time.monotonic()
 
     def _path(self, key: tuple[str, str, str]) -> str:
@@ -510,9 +531,8 @@ class Reporter:
         never hide it)."""
         found: dict[str, int] = {}
         now = int(time.time())
-        served = {(f"{a.group}/{a.version}", a.resource) for a in self._served}
         own = {(kind.api_version, r) for kind in self._options.kinds
-               for r in (kind.resource, kind.cluster_resource)} & served  # fmt: skip
+               for r in (kind.resource, kind.cluster_resource)} & self._reports_served  # fmt: skip
         for api_version, resource in sorted(own):
             group, _, version = api_version.partition("/")
             path = object_path(group, version, resource)
