@@ -538,13 +538,17 @@ class Reporter:
             path = object_path(group, version, resource)
 
             def read(item: Mapping[str, Any]) -> None:
-                for result in item.get("results") or ():
-                    if len(found) >= MAX_SEEN or not isinstance(result, Mapping):
+                results = item.get("results")
+                for result in results if isinstance(results, list) else ():
+                    if len(found) >= MAX_SEEN:
                         return
-                    refs = result.get("resources") or result.get("subjects") or [{}]
+                    if not isinstance(result, Mapping):
+                        continue  # the schema makes it one; anything else is skipped
+                    refs = result.get("resources")
                     stamp = result.get("timestamp")
                     seconds = stamp.get("seconds") if isinstance(stamp, Mapping) else None
-                    if isinstance(seconds, int) and isinstance(refs[0], Mapping):
+                    if (isinstance(seconds, int) and isinstance(refs, list) and refs
+                            and isinstance(refs[0], Mapping)):  # fmt: skip
                         key = seen_key(str(result.get("result")), str(result.get("rule")),
                                        refs[0])  # fmt: skip
                         found[key] = max(0, min(seconds, now))

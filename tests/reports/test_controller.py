@@ -124,3 +124,92 @@ def test_a_stored_report_changed_by_another_is_written_again(
     found._dirty.clear()
     found._stored_changed(Stored(key, "12"), None)  # deleted, or its label taken off
     assert key not in found._written and found._dirty.is_set()
+
+
+class RecordingClient:
+    """The API client's writes and lists as the reporter makes them: PATCH answered by
+    ``patch`` (an exception is raised), every request recorded."""
+
+    def __init__(self, patch: Exception | None = None, stored: list[Any] | None = None) -> None:
+        self.patch, self.stored = patch, stored or []
+        self.sent: list[tuple[str, str]] = []
+
+    def send(self, method: str, path: str, body: Any, *_: Any) -> dict[str, Any]:
+        self.sent.append((method, path))
+        if method == "PATCH" and self.patch is not None:
+            raise self.patch
+        return {"metadata": {"resourceVersion": str(len(self.sent))}}
+
+    def list_each(self, path: str, page: int, timeout: Any, each: Any, **_: Any) -> Any:
+        return [each(item) for item in self.stored if path.endswith("/policyreports")], "1"
+
+
+class Synced:
+    synced = True
+
+    def __init__(self, stored: list[Stored]) -> None:
+        self.stored = stored
+
+    def values(self) -> list[Stored]:
+        return self.stored
+
+
+class Lease:
+    def current(self) -> bool:
+        return True
+
+
+def writer(client: RecordingClient, stored: list[Stored]) -> Reporter:
+    found = Reporter(client, Settings(), Lease(), Options(writes_per_second=1e6))  # type: ignore[arg-type]
+    found._stored = {("wgpolicyk8s.io/v1alpha2", "policyreports"): Synced(stored)}  # type: ignore[dict-item]
+    return found
+
+
+T1 = ("wgpolicyk8s.io/v1alpha2/policyreports", "t1", "label-rbac")
+PATH = "/apis/wgpolicyk8s.io/v1alpha2/namespaces/t1/policyreports"
+
+
+@pytest.mark.parametrize(("status", "deleted"), [
+    pytest.param(413, True, id="too-large"),
+    pytest.param(422, True, id="invalid"),
+    pytest.param(409, False, id="conflict-tried-again"),
+    pytest.param(500, False, id="server-error-tried-again"),
+])  # fmt: skip
+def test_a_report_refused_for_good_is_deleted_not_left_stale(status: int, deleted: bool) -> None:
+    from app.source.api import ApiError
+
+    client = RecordingClient(patch=ApiError(status, "Refused"))
+    found = writer(client, [Stored(T1, "7")])  # a stored one, maybe forged
+    found._write({T1: ({"metadata": {}}, b"digest")})
+    assert (("DELETE", f"{PATH}/label-rbac") in client.sent) is deleted
+    assert T1 not in found._written and found._dirty.is_set()  # tried again next pass
+
+
+def test_strays_carrying_the_label_are_deleted() -> None:
+    client = RecordingClient()
+    stray = (T1[0], "t1", "label-rbac-7")
+    found = writer(client, [Stored(T1, "7"), Stored(stray, "8")])
+    found._write({T1: ({"metadata": {}}, b"digest")})
+    assert client.sent == [("PATCH", f"{PATH}/label-rbac"), ("DELETE", f"{PATH}/label-rbac-7")]
+    assert found._versions[T1] == "1"  # what our write returned: the watch's echo is ours
+
+
+def test_first_sightings_are_read_from_the_stored_reports_never_later_than_now() -> None:
+    import time
+
+    ref = {"kind": "ConfigMap", "namespace": "t1", "name": "x", "uid": "u"}
+    stored = [{"results": [
+        {"result": "fail", "rule": "labels-in-a-bucket", "resources": [ref],
+         "timestamp": {"seconds": 1700000000}},
+        {"result": "pass", "rule": "labels-in-a-bucket", "resources": [ref],
+         "timestamp": {"seconds": 4000000000}},  # forged: in the future
+        {"result": "fail", "rule": "x", "resources": "not a list", "timestamp": 5},
+        {"result": "fail", "rule": "x", "resources": {"0": ref}, "timestamp": {"seconds": 1}},
+        "not a result",
+    ]}, {"results": 7}]  # fmt: skip
+    found = writer(RecordingClient(stored=stored), [])
+    found._reports_served = {("wgpolicyk8s.io/v1alpha2", "policyreports")}
+    carried = found._first_sightings()
+    assert carried["fail/labels-in-a-bucket/ConfigMap/t1/x/u"] == 1700000000
+    assert carried["pass/labels-in-a-bucket/ConfigMap/t1/x/u"] <= time.time()
+    assert len(carried) == 2
