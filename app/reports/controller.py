@@ -73,8 +73,8 @@ FIELD_MANAGER = "label-rbac-reporter"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 DISCOVERY_INTERVAL = 60.0
-# The most findings whose first sighting is remembered (a result's timestamp).
-MAX_SEEN = 200_000
+# The most first sightings a new leader reads from the stored reports.
+MAX_CARRIED = 500_000
 MANAGED = f"{MANAGED_BY}={SOURCE}"
 # Namespaces left out unless asked for: the cluster's own, whose objects no tenant labels.
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
@@ -221,7 +221,8 @@ class Reporter:
         self._versions: dict[Key, str] = {}  # the resourceVersion each write of ours returned
         self._stored: dict[tuple[str, str], StoredReports] = {}  # (api version, resource) →
         self._missing: set[str] = set()  # report resources said to be unserved
-        self._seen: dict[str, int] = {}  # finding → when first seen (its result's timestamp)
+        # When each result being rendered again was first seen: its timestamp as last rendered.
+        self._previous: dict[str, int] = {}
         self._cache = AuditCache()  # answers kept while RBAC does not change
         self._limit = RateLimit(options.writes_per_second)
         self._carried: dict[str, int] = {}  # first sightings read from the stored reports
@@ -372,11 +373,19 @@ class Reporter:
         }
 
     def _first_seen(self, key: str) -> int:
-        if len(self._seen) > MAX_SEEN:  # bounded: past it, findings are dated anew
-            self._seen.clear()
-        if key not in self._seen:
-            self._seen[key] = self._carried.pop(key, 0) or int(time.time())
-        return self._seen[key]
+        """A result's timestamp: as last rendered, else as the stored reports said when this
+        replica took over, else now. Nothing else is kept: what is remembered is bounded by the
+        results held."""
+        return self._previous.get(key) or self._carried.get(key) or int(time.time())
+
+    def _rendered_sightings(self, namespaces: Iterable[str]) -> dict[str, int]:
+        """The timestamps of the results last rendered for ``namespaces``."""
+        return {
+            seen_key(r["result"], r["rule"], r["resources"][0]): r["timestamp"]["seconds"]
+            for namespace in namespaces
+            for body, _ in self._rendered.get(namespace, {}).values()
+            for r in body["results"]
+        }
 
     def render(self) -> Due | None:
         """Judge the namespaces marked since the last pass; every report due."""
@@ -388,6 +397,8 @@ class Reporter:
             pending, self._pending = self._pending, set()
         everything = bool(pending & ALL)
         namespaces = None if everything else frozenset(pending)
+        again = list(self._rendered) if everything else [*pending, ""]
+        self._previous = self._rendered_sightings(again)
         objects = self._objects(namespaces)
         report = audit(
             snapshot, objects, self._settings.allow_unlabeled, with_buckets=False, cache=self._cache
@@ -414,6 +425,9 @@ class Reporter:
         for namespace, scope in self._scopes.items():
             if namespace not in self._rendered:
                 self._rendered[namespace] = self._render(namespace, scope)
+        self._previous = {}
+        if everything:
+            self._carried = {}  # every scope is dated now: the stored dates served their turn
         due: Due = {key: item for found in self._rendered.values() for key, item in found.items()}
         counts = {"pass": 0, "fail": 0, "error": 0}
         for body, _ in due.values():
@@ -526,7 +540,7 @@ class Reporter:
 
     def _first_sightings(self) -> dict[str, int]:
         """When each finding of the stored reports was first seen, as their results say: a new
-        leader keeps the dates. Read from the reporter's own reports only, at most ``MAX_SEEN``
+        leader keeps the dates. Read from the reporter's own reports only, at most ``MAX_CARRIED``
         findings, and never later than now (a date a tenant forged can make a finding look old,
         never hide it)."""
         found: dict[str, int] = {}
@@ -540,7 +554,7 @@ class Reporter:
             def read(item: Mapping[str, Any]) -> None:
                 results = item.get("results")
                 for result in results if isinstance(results, list) else ():
-                    if len(found) >= MAX_SEEN:
+                    if len(found) >= MAX_CARRIED:
                         return
                     if not isinstance(result, Mapping):
                         continue  # the schema makes it one; anything else is skipped

@@ -213,3 +213,40 @@ def test_first_sightings_are_read_from_the_stored_reports_never_later_than_now()
     assert carried["fail/labels-in-a-bucket/ConfigMap/t1/x/u"] == 1700000000
     assert carried["pass/labels-in-a-bucket/ConfigMap/t1/x/u"] <= time.time()
     assert len(carried) == 2
+
+
+def stamps(due: dict[Any, Any], namespace: str) -> dict[tuple[str, str], int]:
+    (body, _), *_ = [v for k, v in due.items() if k[1] == namespace and "policyreports" in k[0]]
+    return {(r["resources"][0]["name"], r["result"]): r["timestamp"]["seconds"]
+            for r in body["results"]}  # fmt: skip
+
+
+def test_a_result_keeps_its_first_sighting_from_pass_to_pass(
+    reporter: tuple[Reporter, StubInformer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found, informer = reporter
+    clock = [1000.0]
+    monkeypatch.setattr("app.reports.controller.time.time", lambda: clock[0])
+    first = found.render()
+    assert first is not None and stamps(first, "t1") == {("ok", "pass"): 1000,
+                                                         ("team-a", "pass"): 1000}  # fmt: skip
+    clock[0] = 2000.0
+    informer.items["t1/bad"] = Labeled("t1", {"team": "b"}, uid="u-bad")
+    found._object_changed(None, informer.items["t1/bad"])
+    second = found.render()
+    assert second is not None and stamps(second, "t1") == {
+        ("ok", "pass"): 1000, ("team-a", "pass"): 1000, ("bad", "fail"): 2000}  # fmt: skip
+    clock[0] = 3000.0  # the same name, another object: a new sighting
+    informer.items["t1/bad"] = Labeled("t1", {"team": "b"}, uid="u-bad-2")
+    found._object_changed(None, informer.items["t1/bad"])
+    third = found.render()
+    assert third is not None and stamps(third, "t1")[("bad", "fail")] == 3000
+    found._carried = {"fail/labels-in-a-bucket/ConfigMap/t2/stray/": 5}  # as a new leader reads
+    found._mark({"*"})
+    fourth = found.render()
+    assert fourth is not None and stamps(fourth, "t2")[("stray", "fail")] == 1000  # as rendered
+    found._rendered, found._carried = {}, {"fail/labels-in-a-bucket/ConfigMap/t2/stray/": 5}
+    found._mark({"*"})
+    fifth = found.render()
+    assert fifth is not None and stamps(fifth, "t2")[("stray", "fail")] == 5  # as stored
+    assert found._carried == {}  # served its turn
