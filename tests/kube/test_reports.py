@@ -333,6 +333,29 @@ def test_long_annotations_cannot_make_a_report_too_large(cluster: ControlPlane) 
     assert size < 1_500_000 and biggest < 2_500
 
 
+def test_a_namespace_past_a_megabyte_of_results_is_split_by_bytes(cluster: ControlPlane) -> None:
+    """560 findings at the longest names and cut texts: under the 600-result count, over 1 MB
+    of results, so two reports, each accepted and under etcd's 1.5 MiB."""
+    cp = cluster
+    cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": "wide"}})
+    labels = {f"example.com/k{i}": "v" * 63 for i in range(20)} | {"team": "z"}
+    for i in range(560):  # one request each: kubectl's apply reads every object first
+        body = configmap(f"{i:03d}" + "n" * 250, labels, "wide")
+        assert cp.request(ADMIN, "POST", "/api/v1/namespaces/wide/configmaps", body)[0] == 201
+    path = f"{WG}/namespaces/wide/policyreports"
+
+    def fails() -> int:
+        return sum((summary_of(cp, f"{path}/{name}") or {}).get("fail", 0)
+                   for name in ("label-rbac", "label-rbac-2", "label-rbac-3"))  # fmt: skip
+
+    lag = wait_for(lambda: fails() == 560, "the wide reports", timeout=60)
+    stored = [r for r in (report(cp, f"{path}/{n}") for n in ("label-rbac", "label-rbac-2",
+                                                              "label-rbac-3")) if r]  # fmt: skip
+    sizes = [len(json.dumps(r, separators=(",", ":"))) for r in stored]
+    print(f"560 findings at the longest names: reports of {sizes} bytes, {lag:.1f} s")
+    assert len(stored) == 2 and all(size < 1_100_000 for size in sizes)
+
+
 def test_a_new_leader_keeps_first_sightings(reporters: Reporters) -> None:
     """A second replica takes over (the first stopped): its results keep the first leader's
     timestamps. The openreports.io CRDs are deleted first: the new leader says so once, with
@@ -361,4 +384,4 @@ def test_a_new_leader_keeps_first_sightings(reporters: Reporters) -> None:
     log = reporters.log("two")
     assert log.count("is not served") == 2  # reports and clusterreports, once each
     assert "CustomResourceDefinition reports.openreports.io is installed" in log
-    assert "could not write" not in log and "404" not in log
+    assert "could not write" not in log and "HTTP 404" not in log
