@@ -141,6 +141,11 @@ class Stored:
 class StoredReports(MetadataInformer):
     """A metadata-only watch of one report resource, of the reports carrying the label."""
 
+    def version(self, namespace: str, name: str) -> str | None:
+        """The stored version of a report, None when it is not stored (or not labeled)."""
+        cached = self._items.get(f"{namespace}/{name}")  # one dict read: no lock needed
+        return None if cached is None else cached.value.version
+
     def __init__(self, kind: ReportKind, resource: str, client: KubeClient, tuning: Tuning,
                  on_update: Callable[[Any, Any], None]) -> None:  # fmt: skip
         group, _, version = kind.api_version.partition("/")
@@ -253,18 +258,10 @@ class Reporter:
             informer.stop()
 
     def _stored_changed(self, old: Stored | None, new: Stored | None) -> None:
-        """A stored report changed: unless it is our own last write, write it again (or delete
-        it, when not due) at the next pass."""
-        either = new or old
-        # Our own write's event may come before its answer is read: then it is written once
-        # more, unchanged (a server-side apply of the same content is no new version).
-        if either is None or (new is not None and self._versions.get(new.key) == new.version):
-            return
-        key = either.key
-        with self._lock:
-            self._written.pop(key, None)
-            self._versions.pop(key, None)
-        self._dirty.set()
+        """A stored report changed: unless it is our own last write, a pass compares it again
+        (``_write``: written again, or deleted when not due)."""
+        if new is None or self._versions.get(new.key) != new.version:
+            self._dirty.set()
 
     def _serving(self) -> set[tuple[str, str]]:
         """(api version, resource) of the report kinds the API server serves, at the very
@@ -309,6 +306,12 @@ class Reporter:
                                              self._stored_changed)  # fmt: skip
                     self._stored[where] = informer
                     informer.start()
+
+    def _stored_version(self, key: Key) -> str | None:
+        """The version of the report as the watch last saw it stored; None when absent."""
+        api, _, resource = key[0].rpartition("/")
+        informer = self._stored.get((api, resource))
+        return None if informer is None else informer.version(key[1], key[2])
 
     def _writable(self, key: Key) -> bool:
         """Whether the report's kind is served and its stored copies are known (when served but
@@ -495,10 +498,15 @@ class Reporter:
         for key, (body, digest) in due.items():
             if not self._writable(key):
                 continue  # unserved (said once) or its stored reports not listed yet
-            if self._written.get(key) == digest:
+            # Unchanged only if stored as our last write left it: a report someone else wrote,
+            # deleted or unlabeled since is written again. (Our own write's echo may not have
+            # come yet: then it is written once more, unchanged, which makes no new version.)
+            version = self._versions.get(key)
+            if self._written.get(key) == digest and self._stored_version(key) == version:
                 WRITES.labels("unchanged").inc()
                 continue
             if not self._lease.current():
+                self._dirty.set()  # the lease renewed, the pass goes on where it stopped
                 return
             self._limit.wait()
             try:
@@ -518,6 +526,7 @@ class Reporter:
         stored_keys = {s.key for i in self._stored.values() for s in i.values()}
         for key in sorted((stored_keys | self._written.keys()) - due.keys()):
             if not self._lease.current():
+                self._dirty.set()
                 return
             if self._delete(key):
                 self._written.pop(key, None)

@@ -159,15 +159,16 @@ def findings(
     flagged: set[tuple[str, str, str]] = set()
     for obj in report.unbucketed:
         flagged.add((str(obj.resource), obj.namespace, obj.name))
+        labels = cut(_labels(obj.labels), MAX_TEXT)
         scopes[obj.namespace].results.append(
             _result(
                 "labels-in-a-bucket",
                 f"{obj}: no role's permission annotation permits its labels "
-                f"({_labels(obj.labels)}); only admins may write it",
+                f"({labels}); only admins may write it",
                 _reference(obj),
                 "high",
                 first_seen,
-                {"resource": str(obj.resource), "labels": _labels(obj.labels)},
+                {"resource": str(obj.resource), "labels": labels},
             )
         )
     for orphan in report.orphans:
@@ -221,18 +222,16 @@ def findings(
 
 def unaudited(resource: Resource, why: str, first_seen: Callable[[str], int]) -> dict[str, Any]:
     """An ``error`` result: the objects of ``resource`` cannot be listed, so are not audited."""
-    result = _result(
+    return _result(
         "audited",
         f"the objects of {resource} are not audited: they cannot be listed "
-        f"({cut(why, MAX_TEXT)}); grant the "
-        "reporter list and watch on them",
+        f"({cut(why, MAX_TEXT)}); grant the reporter list and watch on them",
         {"name": str(resource)},
         "medium",
         first_seen,
         {"resource": str(resource)},
+        outcome="error",
     )
-    result["result"] = "error"
-    return result
 
 
 def count_passes(
@@ -251,8 +250,8 @@ def count_passes(
         scope = scopes.setdefault(obj.namespace, Scope(max_passes=max_passes))
         scope.add_pass(lambda obj=obj: _result(  # type: ignore[misc]
             "labels-in-a-bucket",
-            f"{obj}: a role's permission annotation permits its labels and a bound role may "
-            "write it", _reference(obj), "high", first_seen, outcome="pass"))  # fmt: skip
+            f"{obj}: a bound role may write it within its label limits, or no role restricts "
+            "it", _reference(obj), "high", first_seen, outcome="pass"))  # fmt: skip
 
 
 def cut(text: str, limit: int) -> str:

@@ -334,25 +334,27 @@ def test_long_annotations_cannot_make_a_report_too_large(cluster: ControlPlane) 
 
 
 def test_a_namespace_past_a_megabyte_of_results_is_split_by_bytes(cluster: ControlPlane) -> None:
-    """560 findings at the longest names and cut texts: under the 600-result count, over 1 MB
-    of results, so two reports, each accepted and under etcd's 1.5 MiB."""
+    """560 orphans at the longest names, labels and annotations, every text cut: under the
+    600-result count, over 1 MB of results, so two reports, each accepted, under etcd's
+    1.5 MiB."""
     cp = cluster
-    cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": "wide"}})
-    labels = {f"example.com/k{i}": "v" * 63 for i in range(20)} | {"team": "z"}
+    wide = "w" * 63
+    cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": wide}})
+    cp.apply(ADMIN, narrow_roles(wide, 1))
+    labels = {f"example.com/k{i}": "v" * 63 for i in range(20)} | {"team": "b"}
     for i in range(560):  # one request each: kubectl's apply reads every object first
-        body = configmap(f"{i:03d}" + "n" * 250, labels, "wide")
-        assert cp.request(ADMIN, "POST", "/api/v1/namespaces/wide/configmaps", body)[0] == 201
-    path = f"{WG}/namespaces/wide/policyreports"
+        body = configmap(f"{i:03d}" + "n" * 250, labels, wide)
+        assert cp.request(ADMIN, "POST", f"/api/v1/namespaces/{wide}/configmaps", body)[0] == 201
+    path = f"{WG}/namespaces/{wide}/policyreports"
+    names = ("label-rbac", "label-rbac-2", "label-rbac-3")
 
     def fails() -> int:
-        return sum((summary_of(cp, f"{path}/{name}") or {}).get("fail", 0)
-                   for name in ("label-rbac", "label-rbac-2", "label-rbac-3"))  # fmt: skip
+        return sum((summary_of(cp, f"{path}/{name}") or {}).get("fail", 0) for name in names)
 
-    lag = wait_for(lambda: fails() == 560, "the wide reports", timeout=60)
-    stored = [r for r in (report(cp, f"{path}/{n}") for n in ("label-rbac", "label-rbac-2",
-                                                              "label-rbac-3")) if r]  # fmt: skip
+    lag = wait_for(lambda: fails() == 560, "the wide reports", timeout=180)
+    stored = [r for r in (report(cp, f"{path}/{name}") for name in names) if r]
     sizes = [len(json.dumps(r, separators=(",", ":"))) for r in stored]
-    print(f"560 findings at the longest names: reports of {sizes} bytes, {lag:.1f} s")
+    print(f"560 orphans at the longest names: reports of {sizes} bytes, {lag:.1f} s")
     assert len(stored) == 2 and all(size < 1_100_000 for size in sizes)
 
 

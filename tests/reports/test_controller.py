@@ -107,25 +107,6 @@ def test_system_namespaces_are_left_out(reporter: tuple[Reporter, StubInformer])
         assert due is not None and {k[1] for k in due} == reported
 
 
-def test_a_stored_report_changed_by_another_is_written_again(
-    reporter: tuple[Reporter, StubInformer],
-) -> None:
-    """Only the version our own write returned is ours: any other, or a deletion, makes the
-    report due again."""
-    found, _ = reporter
-    key = ("wgpolicyk8s.io/v1alpha2/policyreports", "t1", "label-rbac")
-    found._written[key], found._versions[key] = b"digest", "10"
-    found._dirty.clear()
-    found._stored_changed(None, Stored(key, "10"))  # our own write, seen by the watch
-    assert found._written[key] == b"digest" and not found._dirty.is_set()
-    found._stored_changed(Stored(key, "10"), Stored(key, "11"))  # someone else's
-    assert key not in found._written and found._dirty.is_set()
-    found._written[key], found._versions[key] = b"digest", "12"
-    found._dirty.clear()
-    found._stored_changed(Stored(key, "12"), None)  # deleted, or its label taken off
-    assert key not in found._written and found._dirty.is_set()
-
-
 class RecordingClient:
     """The API client's writes and lists as the reporter makes them: PATCH answered by
     ``patch`` (an exception is raised), every request recorded."""
@@ -145,6 +126,8 @@ class RecordingClient:
 
 
 class Synced:
+    """The watch of stored reports, as listed."""
+
     synced = True
 
     def __init__(self, stored: list[Stored]) -> None:
@@ -152,6 +135,10 @@ class Synced:
 
     def values(self) -> list[Stored]:
         return self.stored
+
+    def version(self, namespace: str, name: str) -> str | None:
+        found = [s.version for s in self.stored if s.key[1:] == (namespace, name)]
+        return found[0] if found else None
 
 
 class Lease:
@@ -250,3 +237,45 @@ def test_a_result_keeps_its_first_sighting_from_pass_to_pass(
     fifth = found.render()
     assert fifth is not None and stamps(fifth, "t2")[("stray", "fail")] == 5  # as stored
     assert found._carried == {}  # served its turn
+
+
+@pytest.mark.parametrize(("stored", "written"), [
+    pytest.param([Stored(T1, "10")], False, id="as-our-last-write-left-it"),
+    pytest.param([Stored(T1, "11")], True, id="written-by-someone-else"),
+    pytest.param([], True, id="deleted-or-unlabeled"),
+])  # fmt: skip
+def test_a_report_is_compared_with_what_is_stored(stored: list[Stored], written: bool) -> None:
+    """Only the version our own write returned is ours: any other, or none, is written again."""
+    client = RecordingClient()
+    found = writer(client, stored)
+    found._written[T1], found._versions[T1] = b"digest", "10"
+    found._write({T1: ({"metadata": {}}, b"digest")})
+    assert (("PATCH", f"{PATH}/label-rbac") in client.sent) is written
+
+
+def test_a_change_of_a_stored_report_not_ours_starts_a_pass() -> None:
+    found = writer(RecordingClient(), [])
+    found._versions[T1] = "10"
+    found._dirty.clear()
+    found._stored_changed(None, Stored(T1, "10"))  # our own write, seen by the watch
+    assert not found._dirty.is_set()
+    for old, new in [(Stored(T1, "10"), Stored(T1, "11")), (Stored(T1, "10"), None)]:
+        found._dirty.clear()
+        found._stored_changed(old, new)  # someone else's write; a deletion or an unlabeling
+        assert found._dirty.is_set()
+
+
+def test_a_pass_cut_short_by_the_lease_is_taken_up_again() -> None:
+    """A pass that outlasts the lease stops writing, and the next one (after the renewal)
+    writes what it left: never forgotten until another change."""
+
+    class Lapsed(Lease):
+        def current(self) -> bool:
+            return False
+
+    client = RecordingClient()
+    found = writer(client, [])
+    found._lease = Lapsed()  # type: ignore[assignment]
+    found._dirty.clear()
+    found._write({T1: ({"metadata": {}}, b"digest")})
+    assert client.sent == [] and found._dirty.is_set()
