@@ -93,9 +93,10 @@ class Scope:
     max_passes: int = MAX_PASSES
 
     def add_pass(self, make: Callable[[], dict[str, Any]]) -> None:
-        """Count a pass; list its result while under ``max_passes`` (made only then)."""
+        """Count a pass; list its result while under ``max_passes`` (made only then), one at
+        least: a report with passes has a result, so it names its source."""
         self.passed += 1
-        if len(self.passes) < self.max_passes:
+        if len(self.passes) < max(1, self.max_passes):
             self.passes.append(make())
 
 
@@ -306,7 +307,7 @@ def reports(
     findings = sorted(scope.results, key=lambda r: (r["rule"], str(r["resources"])))
     passes = sorted(scope.passes, key=lambda r: (r["rule"], str(r["resources"])))
     listed = findings + passes
-    if not listed and not scope.passed:
+    if not listed:  # nothing found, nothing passed (a scope with passes lists one at least)
         return []
     found = []
     for index, chunk in enumerate(chunks(listed, max_results, max_bytes)):
