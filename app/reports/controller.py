@@ -231,6 +231,7 @@ class Reporter:
         self._cache = AuditCache()  # answers kept while RBAC does not change
         self._limit = RateLimit(options.writes_per_second)
         self._carried: dict[str, int] = {}  # first sightings read from the stored reports
+        self._uids: tuple[object, dict[RoleRef, str]] = (None, {})  # (snapshot, role → uid)
         self.leading = False
 
     def _mark(self, namespaces: Iterable[str]) -> None:
@@ -365,15 +366,19 @@ class Reporter:
             if kept.namespace not in excluded
         ]
 
-    def _role_uids(self) -> dict[RoleRef, str]:
-        """Each role's uid, from the RBAC informers (keyed by uid)."""
-        return {
-            value.ref: uid
-            for informer in self.source.informers
-            if informer.kind in ("Role", "ClusterRole")
-            for uid, value in informer.items()
-            if isinstance(getattr(value, "ref", None), RoleRef)
-        }
+    def _role_uids(self, snapshot: object) -> dict[RoleRef, str]:
+        """Each role's uid, from the RBAC informers (keyed by uid); read again when the
+        snapshot is a new one (RBAC changed)."""
+        if self._uids[0] is not snapshot:
+            uids = {
+                value.ref: uid
+                for informer in self.source.informers
+                if informer.kind in ("Role", "ClusterRole")
+                for uid, value in informer.items()
+                if isinstance(getattr(value, "ref", None), RoleRef)
+            }
+            self._uids = (snapshot, uids)
+        return self._uids[1]
 
     def _first_seen(self, key: str) -> int:
         """A result's timestamp: as last rendered, else as the stored reports said when this
@@ -407,7 +412,7 @@ class Reporter:
             snapshot, objects, self._settings.allow_unlabeled, with_buckets=False, cache=self._cache
         )
         most = self._options.max_passes
-        uids = self._role_uids()
+        uids = self._role_uids(snapshot)
         fresh = findings(snapshot, report, self._first_seen, most, lambda ref: uids.get(ref, ""))
         count_passes(objects, report, fresh, self._first_seen, most)
         for namespace in self._options.excluded:
