@@ -375,7 +375,7 @@ def reports_bench(snapshot: Snapshot, existing: list[Any], decide: float) -> Non
     cpu = time.process_time()
     report = audit(snapshot, existing, with_buckets=False, cache=cache)
     scopes = findings(snapshot, report, lambda key: 0)
-    count_passes(existing, report, scopes)
+    count_passes(existing, report, scopes, lambda key: 0)
     scopes.setdefault("", Scope())
     rendered = [r for ns, scope in scopes.items() for r in reports(ns, scope)]
     sizes = [len(json.dumps(r)) for r in rendered]
@@ -392,7 +392,7 @@ def reports_bench(snapshot: Snapshot, existing: list[Any], decide: float) -> Non
     cpu = time.process_time()
     report = audit(snapshot, one, with_buckets=False, cache=cache)
     scopes = findings(snapshot, report, lambda key: 0)
-    count_passes(one, report, scopes)
+    count_passes(one, report, scopes, lambda key: 0)
     touched = [json.dumps(r) for r in reports(namespace, scopes[namespace])]
     cpu = time.process_time() - cpu
     print(
@@ -404,7 +404,7 @@ def reports_bench(snapshot: Snapshot, existing: list[Any], decide: float) -> Non
     cpu = time.process_time()
     report = audit(snapshot, one, with_buckets=False, cache=AuditCache())
     scopes = findings(snapshot, report, lambda key: 0)
-    count_passes(one, report, scopes)
+    count_passes(one, report, scopes, lambda key: 0)
     touched = [json.dumps(r) for r in reports(namespace, scopes[namespace])]
     cpu = time.process_time() - cpu
     print(

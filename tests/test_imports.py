@@ -23,8 +23,8 @@ from tests.support import ROOT
 
 PACKAGES = ("app", "bench", "tests", "scripts")
 # The application's packages from the bottom up, by rank: a module imports its own package and
-# those of a lower rank, never one above it or beside it (the webhook and the compiled path are
-# two processes over the same engine and source, and know nothing of each other).
+# those of a lower rank, never one above it or beside it (the webhook, the compiled path and the
+# reporter are three processes over the same engine and source, and know nothing of each other).
 Layer = tuple[int, str, tuple[str, ...]]  # rank, name, the modules and packages it holds
 LAYERS: tuple[Layer, ...] = (
     (0, "engine", ("app.engine",)),
@@ -32,10 +32,10 @@ LAYERS: tuple[Layer, ...] = (
     (2, "source", ("app.source",)),
     (3, "webhook", ("app.webhook",)),
     (3, "compiled", ("app.compiled",)),
-    # The background audit's reports: a controller of their own, leader-elected with the
-    # compiler's lease (so above the compiled path), read by nothing but the command line.
-    (4, "reports", ("app.reports",)),
-    (5, "cli", ("app.cli", "app.__main__")),
+    # The background audit's reports: a controller of their own (its leader lease is the
+    # source's, as the compiler's is), beside the other two processes, read by the command line.
+    (3, "reports", ("app.reports",)),
+    (4, "cli", ("app.cli", "app.__main__")),
 )
 
 Graph = Mapping[str, Iterable[str]]

@@ -43,7 +43,7 @@ from app.engine.policy import (
     resource_pattern,
 )
 from app.engine.selectors import Selector, SelectorError, parse_selector
-from app.reports.render import MAX_RESULTS
+from app.reports.render import MAX_PASSES, MAX_RESULTS
 from app.settings import Settings
 from app.source.static import ManifestError
 
@@ -356,8 +356,29 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         type=_count_arg,
         default=MAX_RESULTS,
         metavar="N",
-        help="results per report; a namespace with more gets several reports "
-        f"(default {MAX_RESULTS}, under 1 MB a report)",
+        help="results per report; a namespace with more, or with more than 1 MB of results, "
+        f"gets several reports (default {MAX_RESULTS})",
+    )
+    report.add_argument(
+        "--max-pass-results",
+        type=_count_arg,
+        default=MAX_PASSES,
+        metavar="N",
+        help="pass results a namespace's reports list at most, one per compliant object or "
+        f"role; more are counted in the summary only (default {MAX_PASSES})",
+    )
+    report.add_argument(
+        "--include-system-namespaces",
+        action="store_true",
+        help="also audit and report kube-system, kube-public, kube-node-lease and the "
+        "reporter's own namespace (--lease-namespace), left out by default",
+    )
+    report.add_argument(
+        "--exclude-namespace",
+        action="append",
+        default=[],
+        metavar="NAMESPACE",
+        help="a namespace neither audited nor reported (repeatable)",
     )
     report.add_argument(
         "--openreports",

@@ -23,8 +23,8 @@ from app.settings import Settings
 from app.source.static import read_manifests
 
 if TYPE_CHECKING:  # the official client is imported only to talk to a cluster (it is slow)
-    from app.compiled.compiler import LeaderLease
     from app.source.api import KubeClient
+    from app.source.lease import LeaderLease
 
 
 class CliError(Exception):
@@ -193,7 +193,7 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 
 def leader_lease(args: argparse.Namespace, client: KubeClient) -> LeaderLease:
     """The Lease of a leader-elected controller, from its ``--lease-*`` and ``--identity``."""
-    from app.compiled.compiler import LeaderLease, identity
+    from app.source.lease import LeaderLease, identity
 
     return LeaderLease(
         client,

@@ -212,6 +212,8 @@ class Existing:
     namespace: str
     name: str
     labels: Mapping[str, str]
+    # Which object of that name it is (reports name it: a re-created object is another one).
+    uid: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""

@@ -1,16 +1,28 @@
 """``label-rbac report``: the background audit, kept current as policy reports.
 
 RBAC comes from the webhook's own cluster source (informers and the incremental snapshot); the
-labels of every object of a restricted resource from metadata-only informers (names and labels
-only, never a Secret's data). A change marks the namespaces it touches: an object's own, the
-namespaces an RBAC change reaches (``app.engine.params.touched``, every one for a cluster-wide
-binding) and a changed role's own. A pass (at most one per ``interval`` seconds) judges the
-objects of those namespaces held in the caches (no relist) with ``app.engine.reverse.audit``,
-keeps the other namespaces' findings, renders one report per namespace and one cluster report
-(``app.reports.render``), and writes only the reports whose content changed, with server-side
-apply, at most ``writes_per_second``. Reports of namespaces left without findings or passes are
-deleted. Exactly one replica writes: the holder of a ``coordination.k8s.io`` Lease (the
-compiler's ``LeaderLease``). Every write counts in ``label_rbac_report_writes_total`` by outcome.
+labels of every object of a restricted resource from metadata-only informers (names, uids and
+labels only, never a Secret's data). A change marks the namespaces it touches: an object's own,
+the namespaces an RBAC change reaches (``app.engine.params.touched``, every one for a
+cluster-wide binding) and a changed role's own. A pass (at most one per ``interval`` seconds)
+judges the objects of those namespaces held in the caches (no relist) with
+``app.engine.reverse.audit``, keeps the other namespaces' findings, renders one report per
+namespace and one cluster report (``app.reports.render``), and writes the reports whose content
+changed with server-side apply, at most ``writes_per_second``. System namespaces and the
+reporter's own are left out unless asked for (``Options.excluded``).
+
+What is written is reconciled with what is **stored**, not with what was last sent: a
+metadata-only watch of the reports carrying the reporter's label tells every change. A report
+changed by anyone else (its resourceVersion is not the one the reporter's write returned),
+deleted, or stripped of the label is written again at the next pass; a report carrying the label
+that is not due (a stray) is deleted. A report the API server refuses as too large or invalid is
+deleted rather than left stale. A report kind whose CRD is not served is said once, with the CRD
+to install, and not written until discovery finds it.
+
+Exactly one replica writes: the holder of a ``coordination.k8s.io`` Lease
+(``app.source.lease``). A replica that takes over reads the stored reports once for when each
+finding was first seen (a result's ``timestamp`` survives leader changes). Every write counts in
+``label_rbac_report_writes_total`` by outcome.
 """
 
 from __future__ import annotations
@@ -26,27 +38,32 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from app.compiled.compiler import LeaderLease
 from app.engine.incremental import CATEGORIES, ROLES, Change, LiveSnapshot
 from app.engine.kinds import KindSpec
 from app.engine.model import Resource
 from app.engine.params import ALL, touched
+from app.engine.rbac import RoleRef
 from app.engine.reverse import AuditCache, Existing, audit, is_restricted
 from app.reports.render import (
+    MANAGED_BY,
+    MAX_BYTES,
+    MAX_PASSES,
     MAX_RESULTS,
-    NAME,
+    SOURCE,
     WGPOLICY,
     ReportKind,
     Scope,
     count_passes,
     findings,
     reports,
+    seen_key,
     unaudited,
 )
 from app.settings import Settings
 from app.source.api import ApiError, KubeClient, KubeError, object_path
 from app.source.cluster import ClusterSource
 from app.source.informer import Tuning
+from app.source.lease import LeaderLease
 from app.source.listing import ApiResource, discover
 from app.source.metadata import MetadataInformer, _labels
 
@@ -56,9 +73,15 @@ FIELD_MANAGER = "label-rbac-reporter"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 DISCOVERY_INTERVAL = 60.0
-# The most findings whose first sighting is remembered (a result's timestamp).
-MAX_SEEN = 200_000
-MANAGED = "app.kubernetes.io/managed-by=label-rbac"
+# The most first sightings a new leader reads from the stored reports.
+MAX_CARRIED = 500_000
+MANAGED = f"{MANAGED_BY}={SOURCE}"
+# Namespaces left out unless asked for: the cluster's own, whose objects no tenant labels.
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+# Stored reports read per page when a replica takes over (a report may be up to 1 MB).
+STORED_PAGE = 10
+# Refusals that writing the same report again cannot cure: the stored one is deleted instead.
+UNWRITABLE = frozenset({400, 413, 422})
 
 REGISTRY = CollectorRegistry()
 WRITES = Counter(
@@ -82,20 +105,64 @@ class Options:
     writes_per_second: float = 20.0
     max_results: int = MAX_RESULTS
     kinds: tuple[ReportKind, ...] = (WGPOLICY,)
+    max_bytes: int = MAX_BYTES
+    max_passes: int = MAX_PASSES
+    # Namespaces neither audited nor reported (any report of the reporter's there is deleted).
+    excluded: frozenset[str] = SYSTEM_NAMESPACES
 
 
 @dataclass(frozen=True)
 class Labeled:
-    """What the audit keeps of an object: its namespace and labels."""
+    """What the audit keeps of an object: its namespace, labels and uid."""
 
     namespace: str
     labels: Mapping[str, str]
+    uid: str = ""
+
+
+def _text(meta: Any, key: str) -> str:
+    value = meta.get(key) if isinstance(meta, Mapping) else None
+    return value if isinstance(value, str) else ""
 
 
 def _labeled(obj: Mapping[str, Any]) -> Labeled:
     meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-    return Labeled(namespace if isinstance(namespace, str) else "", _labels(obj))
+    return Labeled(_text(meta, "namespace"), _labels(obj), _text(meta, "uid"))
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A report as stored: where it is and the version the API server gave it."""
+
+    key: tuple[str, str, str]
+    version: str
+
+
+class StoredReports(MetadataInformer):
+    """A metadata-only watch of one report resource, of the reports carrying the label."""
+
+    def version(self, namespace: str, name: str) -> str | None:
+        """The stored version of a report, None when it is not stored (or not labeled)."""
+        cached = self._items.get(f"{namespace}/{name}")  # one dict read: no lock needed
+        return None if cached is None else cached.value.version
+
+    def __init__(self, kind: ReportKind, resource: str, client: KubeClient, tuning: Tuning,
+                 on_update: Callable[[Any, Any], None]) -> None:  # fmt: skip
+        group, _, version = kind.api_version.partition("/")
+        api = f"{kind.api_version}/{resource}"
+
+        def stored(obj: Mapping[str, Any]) -> Stored:
+            meta = obj.get("metadata") or {}
+            key = (api, _text(meta, "namespace"), _text(meta, "name"))
+            return Stored(key, _text(meta, "resourceVersion"))
+
+        spec = KindSpec(api, group, resource, lambda _c, o: stored(o), version)
+        super().__init__(spec, client, stored, _nothing, tuning, on_update=on_update,
+                         label_selector=MANAGED)  # fmt: skip
+
+
+def _nothing() -> None:
+    """Each change of a stored report is told one by one (``on_update``)."""
 
 
 class AuditedInformer(MetadataInformer):
@@ -151,13 +218,20 @@ class Reporter:
         )
         self._informers: dict[Resource, AuditedInformer] = {}
         self._served: list[ApiResource] = []
+        self._reports_served: set[tuple[str, str]] = set()  # (api version, resource)
         self._discovered_at = -DISCOVERY_INTERVAL
         self._scopes: dict[str, Scope] = {}  # the findings of each namespace, as last judged
         self._rendered: dict[str, Due] = {}  # the reports of each namespace, as last rendered
         self._written: dict[Key, bytes] = {}  # what each report was last written with
-        self._seen: dict[str, int] = {}  # finding → when first seen (its result's timestamp)
+        self._versions: dict[Key, str] = {}  # the resourceVersion each write of ours returned
+        self._stored: dict[tuple[str, str], StoredReports] = {}  # (api version, resource) →
+        self._missing: set[str] = set()  # report resources said to be unserved
+        # When each result being rendered again was first seen: its timestamp as last rendered.
+        self._previous: dict[str, int] = {}
         self._cache = AuditCache()  # answers kept while RBAC does not change
         self._limit = RateLimit(options.writes_per_second)
+        self._carried: dict[str, int] = {}  # first sightings read from the stored reports
+        self._uids: tuple[object, dict[RoleRef, str]] = (None, {})  # (snapshot, role → uid)
         self.leading = False
 
     def _mark(self, namespaces: Iterable[str]) -> None:
@@ -181,17 +255,79 @@ class Reporter:
 
     def stop(self) -> None:
         self.source.stop()
-        for informer in self._informers.values():
+        for informer in [*self._informers.values(), *self._stored.values()]:
             informer.stop()
+
+    def _stored_changed(self, old: Stored | None, new: Stored | None) -> None:
+        """A stored report changed: unless it is our own last write, a pass compares it again
+        (``_write``: written again, or deleted when not due)."""
+        if new is None or self._versions.get(new.key) != new.version:
+            self._dirty.set()
+
+    def _serving(self) -> set[tuple[str, str]]:
+        """(api version, resource) of the report kinds the API server serves, at the very
+        version written (a group's preferred version may be another)."""
+        found = set()
+        for api_version in {kind.api_version for kind in self._options.kinds}:
+            try:
+                listed = self._client.get(f"/apis/{api_version}").get("resources") or ()
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            found |= {(api_version, str(r.get("name"))) for r in listed if isinstance(r, Mapping)}
+        return found
+
+    def _watch_reports(self) -> None:
+        """Watch the stored reports of every kind written, once its CRD is served; say once,
+        with the CRD to install, when it is not."""
+        served = self._reports_served
+        for kind in self._options.kinds:
+            for resource in (kind.resource, kind.cluster_resource):
+                where = (kind.api_version, resource)
+                name = f"{resource}.{kind.api_version.partition('/')[0]}"
+                if where not in served:
+                    gone = self._stored.pop(where, None)
+                    if gone is not None:  # its CRD deleted: nothing to watch any more
+                        gone.stop()
+                    if name not in self._missing:
+                        self._missing.add(name)
+                        log.error(
+                            "%s is not served: no %s is written until the "
+                            "CustomResourceDefinition %s is installed (%s)",
+                            f"{kind.api_version}/{resource}", resource, name, kind.crds,
+                        )  # fmt: skip
+                    continue
+                if name in self._missing:
+                    self._missing.discard(name)
+                    log.info("%s is served now: writing its reports", name)
+                    self._mark(ALL)
+                if where not in self._stored:
+                    informer = StoredReports(kind, resource, self._client, self._tuning,
+                                             self._stored_changed)  # fmt: skip
+                    self._stored[where] = informer
+                    informer.start()
+
+    def _stored_version(self, key: Key) -> str | None:
+        """The version of the report as the watch last saw it stored; None when absent."""
+        api, _, resource = key[0].rpartition("/")
+        informer = self._stored.get((api, resource))
+        return None if informer is None else informer.version(key[1], key[2])
+
+    def _writable(self, key: Key) -> bool:
+        """Whether the report's kind is served and its stored copies are known (when served but
+        not listed yet, the pass is made again)."""
+        api, _, resource = key[0].rpartition("/")
+        informer = self._stored.get((api, resource))
+        if informer is not None and not informer.synced:
+            self._dirty.set()
+        return informer is not None and informer.synced
 
     def _watch_restricted(self) -> None:
         """Start a metadata informer for every served resource some role restricts now."""
         snapshot = self.source.snapshot()
         if snapshot is None:
             return
-        if time.monotonic() - self._discovered_at >= DISCOVERY_INTERVAL:
-            self._served = discover(self._client)
-            self._discovered_at = time.monotonic()
         for api in self._served:
             resource = api.as_resource
             if resource in self._informers or not is_restricted(snapshot, resource):
@@ -219,18 +355,45 @@ class Reporter:
         return found
 
     def _objects(self, namespaces: frozenset[str] | None) -> list[Existing]:
-        """The watched objects (in ``namespaces`` when given), from the caches."""
+        """The watched objects (in ``namespaces`` when given), from the caches, but those of
+        excluded namespaces."""
+        excluded = self._options.excluded
         return [
-            Existing(resource, kept.namespace, name, kept.labels)
+            Existing(resource, kept.namespace, name, kept.labels, kept.uid)
             for resource, informer in self._informers.items()
             if informer.synced
             for name, kept in informer.objects(namespaces)
+            if kept.namespace not in excluded
         ]
 
+    def _role_uids(self, snapshot: object) -> dict[RoleRef, str]:
+        """Each role's uid, from the RBAC informers (keyed by uid); read again when the
+        snapshot is a new one (RBAC changed)."""
+        if self._uids[0] is not snapshot:
+            uids = {
+                value.ref: uid
+                for informer in self.source.informers
+                if informer.kind in ("Role", "ClusterRole")
+                for uid, value in informer.items()
+                if isinstance(getattr(value, "ref", None), RoleRef)
+            }
+            self._uids = (snapshot, uids)
+        return self._uids[1]
+
     def _first_seen(self, key: str) -> int:
-        if len(self._seen) > MAX_SEEN:  # bounded: past it, findings are dated anew
-            self._seen.clear()
-        return self._seen.setdefault(key, int(time.time()))
+        """A result's timestamp: as last rendered, else as the stored reports said when this
+        replica took over, else now. Nothing else is kept: what is remembered is bounded by the
+        results held."""
+        return self._previous.get(key) or self._carried.get(key) or int(time.time())
+
+    def _rendered_sightings(self, namespaces: Iterable[str]) -> dict[str, int]:
+        """The timestamps of the results last rendered for ``namespaces``."""
+        return {
+            seen_key(r["result"], r["rule"], r["resources"][0]): r["timestamp"]["seconds"]
+            for namespace in namespaces
+            for body, _ in self._rendered.get(namespace, {}).values()
+            for r in body["results"]
+        }
 
     def render(self) -> Due | None:
         """Judge the namespaces marked since the last pass; every report due."""
@@ -242,12 +405,18 @@ class Reporter:
             pending, self._pending = self._pending, set()
         everything = bool(pending & ALL)
         namespaces = None if everything else frozenset(pending)
+        again = list(self._rendered) if everything else [*pending, ""]
+        self._previous = self._rendered_sightings(again)
         objects = self._objects(namespaces)
         report = audit(
             snapshot, objects, self._settings.allow_unlabeled, with_buckets=False, cache=self._cache
         )
-        fresh = findings(snapshot, report, self._first_seen)
-        count_passes(objects, report, fresh)
+        most = self._options.max_passes
+        uids = self._role_uids(snapshot)
+        fresh = findings(snapshot, report, self._first_seen, most, lambda ref: uids.get(ref, ""))
+        count_passes(objects, report, fresh, self._first_seen, most)
+        for namespace in self._options.excluded:
+            fresh.pop(namespace, None)
         if everything:
             self._scopes, self._rendered = fresh, {}
         for namespace in fresh if namespaces is None else namespaces:
@@ -257,13 +426,16 @@ class Reporter:
                 self._scopes.pop(namespace, None)
             self._rendered.pop(namespace, None)
         # The cluster scope says which resources cannot be listed: rendered on every pass.
-        cluster = Scope(list(self._scopes.get("", Scope()).results),
-                        self._scopes.get("", Scope()).passed)  # fmt: skip
+        kept = self._scopes.get("", Scope())
+        cluster = Scope(list(kept.results), kept.passed, kept.passes, kept.max_passes)
         cluster.results += [unaudited(r, why, self._first_seen) for r, why in unreadable.items()]
         self._rendered[""] = self._render("", cluster)
         for namespace, scope in self._scopes.items():
             if namespace not in self._rendered:
                 self._rendered[namespace] = self._render(namespace, scope)
+        self._previous = {}
+        if everything:
+            self._carried = {}  # every scope is dated now: the stored dates served their turn
         due: Due = {key: item for found in self._rendered.values() for key, item in found.items()}
         counts = {"pass": 0, "fail": 0, "error": 0}
         for body, _ in due.values():
@@ -277,7 +449,9 @@ class Reporter:
         found: Due = {}
         for kind in self._options.kinds:
             resource = kind.resource if namespace else kind.cluster_resource
-            for body in reports(namespace, scope, kind, self._options.max_results):
+            found_reports = reports(namespace, scope, kind, self._options.max_results,
+                                    self._options.max_bytes)  # fmt: skip
+            for body in found_reports:
                 digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).digest()
                 key = (f"{kind.api_version}/{resource}", namespace, body["metadata"]["name"])
                 found[key] = (body, digest)
@@ -287,11 +461,15 @@ class Reporter:
         leading = self._lease.keep(self._lease.duration / 3)
         if leading and not self.leading:
             log.info("leading: writing every report")
-            self._written = self._stored()
+            self._discover(force=True)
+            self._written, self._versions = {}, {}
+            self._carried = self._first_sightings()
             self._mark(ALL)
         self.leading = leading
         if not leading:
             return
+        self._discover()
+        self._watch_reports()
         known = len(self._informers)
         self._watch_restricted()
         if len(self._informers) != known:
@@ -308,6 +486,13 @@ class Reporter:
         PASSES.inc()
         PASS_SECONDS.set(time.monotonic() - started)
 
+    def _discover(self, force: bool = False) -> None:
+        """What the API server serves, again once ``DISCOVERY_INTERVAL`` has passed."""
+        if force or time.monotonic() - self._discovered_at >= DISCOVERY_INTERVAL:
+            self._served = discover(self._client)
+            self._reports_served = self._serving()
+            self._discovered_at = time.monotonic()
+
     def _path(self, key: tuple[str, str, str]) -> str:
         api_resource, namespace, name = key
         group_version, _, resource = api_resource.rpartition("/")
@@ -316,61 +501,91 @@ class Reporter:
 
     def _write(self, due: Due) -> None:
         for key, (body, digest) in due.items():
-            if self._written.get(key) == digest:
+            if not self._writable(key):
+                continue  # unserved (said once) or its stored reports not listed yet
+            # Unchanged only if stored as our last write left it: a report someone else wrote,
+            # deleted or unlabeled since is written again. (Our own write's echo may not have
+            # come yet: then it is written once more, unchanged, which makes no new version.)
+            version = self._versions.get(key)
+            if self._written.get(key) == digest and self._stored_version(key) == version:
                 WRITES.labels("unchanged").inc()
                 continue
             if not self._lease.current():
+                self._dirty.set()  # the lease renewed, the pass goes on where it stopped
                 return
             self._limit.wait()
             try:
-                self._client.send("PATCH", self._path(key), body, _APPLY_QUERY, APPLY)
+                stored = self._client.send("PATCH", self._path(key), body, _APPLY_QUERY, APPLY)
             except KubeError as exc:
                 WRITES.labels("failed").inc()
                 log.warning("could not write %s: %s", self._path(key), exc)
+                if isinstance(exc, ApiError) and exc.status in UNWRITABLE:
+                    self._delete(key)  # never leave a stale (or forged) report in its place
                 self._rendered.pop(key[1], None)  # rendered (and tried) again next pass
                 self._dirty.set()
                 continue
-            self._written[key] = digest
+            with self._lock:
+                self._written[key] = digest
+                self._versions[key] = _text(stored.get("metadata"), "resourceVersion")
             WRITES.labels("written").inc()
-        for key in [k for k in self._written if k not in due]:
-            self._limit.wait()
-            try:
-                self._client.send("DELETE", self._path(key), {})
-            except ApiError as exc:
-                if exc.status != 404:
-                    WRITES.labels("failed").inc()
-                    continue
-            except KubeError:
-                WRITES.labels("failed").inc()
-                continue
-            del self._written[key]
-            WRITES.labels("deleted").inc()
+        stored_keys = {s.key for i in self._stored.values() for s in i.values()}
+        for key in sorted((stored_keys | self._written.keys()) - due.keys()):
+            if not self._lease.current():
+                self._dirty.set()
+                return
+            if self._delete(key):
+                self._written.pop(key, None)
+                self._versions.pop(key, None)
 
-    def _stored(self) -> dict[Key, bytes]:
-        """The reports a previous leader wrote (their content unknown: all are rewritten, and
-        the ones no longer due are deleted)."""
-        found: dict[Key, bytes] = {}
-        for kind in self._options.kinds:
-            group, _, version = kind.api_version.partition("/")
-            for resource in (kind.resource, kind.cluster_resource):
-                path = object_path(group, version, resource)
-                try:
-                    items, _ = self._client.list_each(
-                        path,
-                        500,
-                        (5.0, 60.0),
-                        lambda item: item,
-                        metadata_only=True,
-                        selector=(("labelSelector", MANAGED),),
-                    )
-                except KubeError as exc:
-                    log.warning("could not list %s: %s", path, exc)
-                    continue
-                for item in items:
-                    meta = item.get("metadata") or {}
-                    key = (f"{kind.api_version}/{resource}", str(meta.get("namespace") or ""),
-                           str(meta.get("name") or NAME))  # fmt: skip
-                    found[key] = b""
+    def _delete(self, key: Key) -> bool:
+        """Delete a report; whether it is gone."""
+        self._limit.wait()
+        try:
+            self._client.send("DELETE", self._path(key), {})
+        except ApiError as exc:
+            if exc.status != 404:
+                WRITES.labels("failed").inc()
+                return False
+        except KubeError:
+            WRITES.labels("failed").inc()
+            return False
+        WRITES.labels("deleted").inc()
+        return True
+
+    def _first_sightings(self) -> dict[str, int]:
+        """When each finding of the stored reports was first seen, as their results say: a new
+        leader keeps the dates. Read from the reporter's own reports only, at most ``MAX_CARRIED``
+        findings, and never later than now (a date a tenant forged can make a finding look old,
+        never hide it)."""
+        found: dict[str, int] = {}
+        now = int(time.time())
+        own = {(kind.api_version, r) for kind in self._options.kinds
+               for r in (kind.resource, kind.cluster_resource)} & self._reports_served  # fmt: skip
+        for api_version, resource in sorted(own):
+            group, _, version = api_version.partition("/")
+            path = object_path(group, version, resource)
+
+            def read(item: Mapping[str, Any]) -> None:
+                results = item.get("results")
+                for result in results if isinstance(results, list) else ():
+                    if len(found) >= MAX_CARRIED:
+                        return
+                    if not isinstance(result, Mapping):
+                        continue  # the schema makes it one; anything else is skipped
+                    refs = result.get("resources")
+                    stamp = result.get("timestamp")
+                    seconds = stamp.get("seconds") if isinstance(stamp, Mapping) else None
+                    if (isinstance(seconds, int) and isinstance(refs, list) and refs
+                            and isinstance(refs[0], Mapping)):  # fmt: skip
+                        key = seen_key(str(result.get("result")), str(result.get("rule")),
+                                       refs[0])  # fmt: skip
+                        found[key] = max(0, min(seconds, now))
+
+            try:
+                self._client.list_each(path, STORED_PAGE, (5.0, 60.0), read,
+                                       selector=(("labelSelector", MANAGED),))  # fmt: skip
+            except KubeError as exc:
+                log.info("could not read the stored %s: %s (findings dated anew)", resource, exc)
         return found
 
     def wait(self, seconds: float) -> None:

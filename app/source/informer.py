@@ -150,10 +150,16 @@ class Informer:
         observer: InformerObserver | None = None,
         on_update: Update | None = None,
         field_selector: str = "",
+        label_selector: str = "",
     ) -> None:
         self.spec = spec
-        # A field selector (``metadata.name=x``) narrows the kind to the objects it selects.
-        self._selector = (("fieldSelector", field_selector),) if field_selector else ()
+        # A field selector (``metadata.name=x``) or a label selector narrows the kind to the
+        # objects it selects (an object leaving it is seen as deleted).
+        self._selector = tuple(
+            (key, value)
+            for key, value in (("fieldSelector", field_selector), ("labelSelector", label_selector))
+            if value
+        )
         self._path = object_path(spec.group, spec.version, spec.resource)
         self._client = client
         self._compile = compile
@@ -206,6 +212,12 @@ class Informer:
     def values(self) -> list[Any]:
         with self._lock:
             return [cached.value for cached in self._items.values()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(key, compiled value) of every cached object: the key is its uid unless a subclass
+        keys otherwise."""
+        with self._lock:
+            return [(key, cached.value) for key, cached in self._items.items()]
 
     def __len__(self) -> int:
         return len(self._items)

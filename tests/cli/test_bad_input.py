@@ -200,6 +200,8 @@ CASES = [
     pytest.param(args("audit", "-o", "xml", "--rbac-dir", str(EXAMPLES)),
                  "argument -o/--output: invalid choice: 'xml'", id="unknown-output"),
     pytest.param(args("frobnicate"), "invalid choice: 'frobnicate'", id="unknown-command"),
+    pytest.param(args("report", "--max-pass-results", "0"),
+                 "--max-results and --max-pass-results must be >= 1", id="report-no-passes"),
     pytest.param(args("lint", "{tmp}/missing.yaml"), "lint: [Errno 2] No such file",
                  id="lint-missing-file"),
 ]  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.engine.model import Resource
-from app.reports.controller import Labeled, Options, Reporter
+from app.reports.controller import SYSTEM_NAMESPACES, Labeled, Options, Reporter, Stored
 from app.settings import Settings
 from app.source.api import KubeClient
 from tests.support import binding, role, rule, snapshot
@@ -88,3 +88,194 @@ class _Live:
 
 
 SNAPSHOT_LIVE: Any = _Live()
+
+
+def test_system_namespaces_are_left_out(reporter: tuple[Reporter, StubInformer]) -> None:
+    """Not judged, not reported: no report in kube-system for its unlabeled objects."""
+    found, informer = reporter
+    informer.items["kube-system/coredns"] = Labeled("kube-system", {})
+    informer.items["label-rbac/own"] = Labeled("label-rbac", {})
+    for excluded, reported in [
+        (SYSTEM_NAMESPACES | {"label-rbac"}, {"t1", "t2"}),  # the command's default
+        (frozenset(), {"t1", "t2", "kube-system", "label-rbac"}),  # --include-system-namespaces
+    ]:
+        options = Options(excluded=frozenset(excluded))
+        judged = Reporter(found._client, Settings(), None, options)  # type: ignore[arg-type]
+        judged.source.snapshot = lambda: SNAPSHOT  # type: ignore[method-assign]
+        judged._informers = found._informers
+        due = judged.render()
+        assert due is not None and {k[1] for k in due} == reported
+
+
+class RecordingClient:
+    """The API client's writes and lists as the reporter makes them: PATCH answered by
+    ``patch`` (an exception is raised), every request recorded."""
+
+    def __init__(self, patch: Exception | None = None, stored: list[Any] | None = None) -> None:
+        self.patch, self.stored = patch, stored or []
+        self.sent: list[tuple[str, str]] = []
+
+    def send(self, method: str, path: str, body: Any, *_: Any) -> dict[str, Any]:
+        self.sent.append((method, path))
+        if method == "PATCH" and self.patch is not None:
+            raise self.patch
+        return {"metadata": {"resourceVersion": str(len(self.sent))}}
+
+    def list_each(self, path: str, page: int, timeout: Any, each: Any, **_: Any) -> Any:
+        return [each(item) for item in self.stored if path.endswith("/policyreports")], "1"
+
+
+class Synced:
+    """The watch of stored reports, as listed."""
+
+    synced = True
+
+    def __init__(self, stored: list[Stored]) -> None:
+        self.stored = stored
+
+    def values(self) -> list[Stored]:
+        return self.stored
+
+    def version(self, namespace: str, name: str) -> str | None:
+        found = [s.version for s in self.stored if s.key[1:] == (namespace, name)]
+        return found[0] if found else None
+
+
+class Lease:
+    def current(self) -> bool:
+        return True
+
+
+def writer(client: RecordingClient, stored: list[Stored]) -> Reporter:
+    found = Reporter(client, Settings(), Lease(), Options(writes_per_second=1e6))  # type: ignore[arg-type]
+    found._stored = {("wgpolicyk8s.io/v1alpha2", "policyreports"): Synced(stored)}  # type: ignore[dict-item]
+    return found
+
+
+T1 = ("wgpolicyk8s.io/v1alpha2/policyreports", "t1", "label-rbac")
+PATH = "/apis/wgpolicyk8s.io/v1alpha2/namespaces/t1/policyreports"
+
+
+@pytest.mark.parametrize(("status", "deleted"), [
+    pytest.param(413, True, id="too-large"),
+    pytest.param(422, True, id="invalid"),
+    pytest.param(409, False, id="conflict-tried-again"),
+    pytest.param(500, False, id="server-error-tried-again"),
+])  # fmt: skip
+def test_a_report_refused_for_good_is_deleted_not_left_stale(status: int, deleted: bool) -> None:
+    from app.source.api import ApiError
+
+    client = RecordingClient(patch=ApiError(status, "Refused"))
+    found = writer(client, [Stored(T1, "7")])  # a stored one, maybe forged
+    found._write({T1: ({"metadata": {}}, b"digest")})
+    assert (("DELETE", f"{PATH}/label-rbac") in client.sent) is deleted
+    assert T1 not in found._written and found._dirty.is_set()  # tried again next pass
+
+
+def test_strays_carrying_the_label_are_deleted() -> None:
+    client = RecordingClient()
+    stray = (T1[0], "t1", "label-rbac-7")
+    found = writer(client, [Stored(T1, "7"), Stored(stray, "8")])
+    found._write({T1: ({"metadata": {}}, b"digest")})
+    assert client.sent == [("PATCH", f"{PATH}/label-rbac"), ("DELETE", f"{PATH}/label-rbac-7")]
+    assert found._versions[T1] == "1"  # what our write returned: the watch's echo is ours
+
+
+def test_first_sightings_are_read_from_the_stored_reports_never_later_than_now() -> None:
+    import time
+
+    ref = {"kind": "ConfigMap", "namespace": "t1", "name": "x", "uid": "u"}
+    stored = [{"results": [
+        {"result": "fail", "rule": "labels-in-a-bucket", "resources": [ref],
+         "timestamp": {"seconds": 1700000000}},
+        {"result": "pass", "rule": "labels-in-a-bucket", "resources": [ref],
+         "timestamp": {"seconds": 4000000000}},  # forged: in the future
+        {"result": "fail", "rule": "x", "resources": "not a list", "timestamp": 5},
+        {"result": "fail", "rule": "x", "resources": {"0": ref}, "timestamp": {"seconds": 1}},
+        "not a result",
+    ]}, {"results": 7}]  # fmt: skip
+    found = writer(RecordingClient(stored=stored), [])
+    found._reports_served = {("wgpolicyk8s.io/v1alpha2", "policyreports")}
+    carried = found._first_sightings()
+    assert carried["fail/labels-in-a-bucket/ConfigMap/t1/x/u"] == 1700000000
+    assert carried["pass/labels-in-a-bucket/ConfigMap/t1/x/u"] <= time.time()
+    assert len(carried) == 2
+
+
+def stamps(due: dict[Any, Any], namespace: str) -> dict[tuple[str, str], int]:
+    (body, _), *_ = [v for k, v in due.items() if k[1] == namespace and "policyreports" in k[0]]
+    return {(r["resources"][0]["name"], r["result"]): r["timestamp"]["seconds"]
+            for r in body["results"]}  # fmt: skip
+
+
+def test_a_result_keeps_its_first_sighting_from_pass_to_pass(
+    reporter: tuple[Reporter, StubInformer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found, informer = reporter
+    clock = [1000.0]
+    monkeypatch.setattr("app.reports.controller.time.time", lambda: clock[0])
+    first = found.render()
+    assert first is not None and stamps(first, "t1") == {("ok", "pass"): 1000,
+                                                         ("team-a", "pass"): 1000}  # fmt: skip
+    clock[0] = 2000.0
+    informer.items["t1/bad"] = Labeled("t1", {"team": "b"}, uid="u-bad")
+    found._object_changed(None, informer.items["t1/bad"])
+    second = found.render()
+    assert second is not None and stamps(second, "t1") == {
+        ("ok", "pass"): 1000, ("team-a", "pass"): 1000, ("bad", "fail"): 2000}  # fmt: skip
+    clock[0] = 3000.0  # the same name, another object: a new sighting
+    informer.items["t1/bad"] = Labeled("t1", {"team": "b"}, uid="u-bad-2")
+    found._object_changed(None, informer.items["t1/bad"])
+    third = found.render()
+    assert third is not None and stamps(third, "t1")[("bad", "fail")] == 3000
+    found._carried = {"fail/labels-in-a-bucket/ConfigMap/t2/stray/": 5}  # as a new leader reads
+    found._mark({"*"})
+    fourth = found.render()
+    assert fourth is not None and stamps(fourth, "t2")[("stray", "fail")] == 1000  # as rendered
+    found._rendered, found._carried = {}, {"fail/labels-in-a-bucket/ConfigMap/t2/stray/": 5}
+    found._mark({"*"})
+    fifth = found.render()
+    assert fifth is not None and stamps(fifth, "t2")[("stray", "fail")] == 5  # as stored
+    assert found._carried == {}  # served its turn
+
+
+@pytest.mark.parametrize(("stored", "written"), [
+    pytest.param([Stored(T1, "10")], False, id="as-our-last-write-left-it"),
+    pytest.param([Stored(T1, "11")], True, id="written-by-someone-else"),
+    pytest.param([], True, id="deleted-or-unlabeled"),
+])  # fmt: skip
+def test_a_report_is_compared_with_what_is_stored(stored: list[Stored], written: bool) -> None:
+    """Only the version our own write returned is ours: any other, or none, is written again."""
+    client = RecordingClient()
+    found = writer(client, stored)
+    found._written[T1], found._versions[T1] = b"digest", "10"
+    found._write({T1: ({"metadata": {}}, b"digest")})
+    assert (("PATCH", f"{PATH}/label-rbac") in client.sent) is written
+
+
+def test_a_change_of_a_stored_report_not_ours_starts_a_pass() -> None:
+    found = writer(RecordingClient(), [])
+    found._versions[T1] = "10"
+    found._dirty.clear()
+    found._stored_changed(None, Stored(T1, "10"))  # our own write, seen by the watch
+    assert not found._dirty.is_set()
+    for old, new in [(Stored(T1, "10"), Stored(T1, "11")), (Stored(T1, "10"), None)]:
+        found._dirty.clear()
+        found._stored_changed(old, new)  # someone else's write; a deletion or an unlabeling
+        assert found._dirty.is_set()
+
+
+def test_a_pass_cut_short_by_the_lease_is_taken_up_again() -> None:
+    """A pass that outlasts the lease stops writing, and the next one (after the renewal)
+    writes what it left: never forgotten until another change."""
+
+    class Lapsed(Lease):
+        def current(self) -> bool:
+            return False
+
+    client = RecordingClient()
+    found = writer(client, [])
+    found._lease = Lapsed()  # type: ignore[assignment]
+    found._dirty.clear()
+    found._write({T1: ({"metadata": {}}, b"digest")})
+    assert client.sent == [] and found._dirty.is_set()

@@ -1,15 +1,18 @@
-"""The background audit's findings as report objects: a result per finding, passes in the
-summary, one report per namespace, split past the size limit."""
+"""The background audit's findings as report objects: a result per finding and per passed
+check (bounded, the summary exact), one report per namespace, split past a count and a size;
+read as Policy Reporter reads them (its result ids, its counts, its source)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from app.engine.model import Resource
 from app.engine.reverse import Existing, audit
 from app.reports.render import (
+    MAX_BYTES,
     MAX_RESULTS,
     OPENREPORTS,
     WGPOLICY,
@@ -28,32 +31,42 @@ SNAPSHOT = snapshot(
     binding("alice", "team-a", "User:alice", namespace="t1"),
 )  # fmt: skip
 OBJECTS = [
-    Existing(CONFIGMAPS, "t1", "ok", {"team": "a"}),
-    Existing(CONFIGMAPS, "t1", "stray", {"team": "z"}),
+    Existing(CONFIGMAPS, "t1", "ok", {"team": "a"}, uid="uid-ok"),
+    Existing(CONFIGMAPS, "t1", "stray", {"team": "z"}, uid="uid-stray"),
 ]
 
 
-def scopes() -> dict[str, Scope]:
-    report = audit(SNAPSHOT, OBJECTS)
-    found = findings(SNAPSHOT, report, lambda key: 1700000000)
-    count_passes(OBJECTS, report, found)
+def size(obj: Any) -> int:
+    """Bytes as the API server stores JSON (compact)."""
+    return len(json.dumps(obj, separators=(",", ":")))
+
+
+def scopes(objects: list[Existing] = OBJECTS, max_passes: int = 1000) -> dict[str, Scope]:
+    report = audit(SNAPSHOT, objects)
+    found = findings(SNAPSHOT, report, lambda key: 1700000000, max_passes)
+    count_passes(objects, report, found, lambda key: 1700000000, max_passes)
     return found
 
 
-def test_a_result_per_finding_and_passes_in_the_summary() -> None:
+def test_a_result_per_finding_and_per_passed_check() -> None:
     (t1,) = reports("t1", scopes()["t1"])
     assert (t1["apiVersion"], t1["kind"], t1["metadata"]["name"]) == (
         "wgpolicyk8s.io/v1alpha2", "PolicyReport", "label-rbac")  # fmt: skip
     by_name = {r["resources"][0]["name"]: r for r in t1["results"]}
-    assert {n: r["rule"] for n, r in by_name.items()} == {
-        "stray": "labels-in-a-bucket",
-        "broken": "valid-annotation",
+    assert {n: (r["rule"], r["result"]) for n, r in by_name.items()} == {
+        "stray": ("labels-in-a-bucket", "fail"),
+        "broken": ("valid-annotation", "fail"),
+        "ok": ("labels-in-a-bucket", "pass"),
+        "team-a": ("valid-annotation", "pass"),
     }
     assert by_name["broken"]["resources"][0]["kind"] == "Role"
     assert "not valid JSON" in by_name["broken"]["message"]
     assert by_name["stray"]["timestamp"] == {"seconds": 1700000000, "nanos": 0}
+    assert by_name["stray"]["resources"][0]["uid"] == "uid-stray"
+    assert by_name["ok"]["resources"][0]["uid"] == "uid-ok"
     # ok (an object) and team-a (a valid annotation) pass; stray and broken fail.
     assert t1["summary"] == {"pass": 2, "fail": 2, "warn": 0, "error": 0, "skip": 0}
+    assert [r["result"] for r in t1["results"]] == ["fail", "fail", "pass", "pass"]
 
 
 def test_an_orphan_says_what_the_bound_roles_permit() -> None:
@@ -70,7 +83,7 @@ def test_an_orphan_says_what_the_bound_roles_permit() -> None:
 
 
 @pytest.mark.parametrize(("results", "limit", "sizes"), [
-    pytest.param(0, 2, [0], id="empty"),
+    pytest.param(1, 2, [1], id="one"),
     pytest.param(2, 2, [2], id="at-the-limit"),
     pytest.param(5, 2, [2, 2, 1], id="split"),
 ])  # fmt: skip
@@ -85,8 +98,49 @@ def test_a_scope_past_the_limit_is_split(results: int, limit: int, sizes: list[i
     assert sum(r["summary"]["fail"] for r in found) == results
 
 
+@pytest.mark.parametrize(("count", "fit", "sizes"), [
+    pytest.param(10, 20.0, [10], id="under-the-budget"),
+    pytest.param(10, 3.5, [3, 3, 3, 1], id="split-by-bytes"),
+    pytest.param(3, 0.5, [1, 1, 1], id="one-result-past-the-budget-alone"),
+])  # fmt: skip
+def test_a_scope_past_the_byte_budget_is_split(count: int, fit: float, sizes: list[int]) -> None:
+    """``fit``: how many results the byte budget holds."""
+    template = scopes()["t1"].results[0]
+    scope = Scope([{**template, "resources": [{"name": f"o{i:03d}"}]} for i in range(count)])
+    one = len(json.dumps(scope.results[0], separators=(",", ":"))) + 1
+    budget = int(one * fit)
+    found = reports("t1", scope, WGPOLICY, 600, budget)
+    assert [len(r["results"]) for r in found] == sizes
+    for report in found:
+        if len(report["results"]) > 1:
+            assert len(json.dumps(report["results"], separators=(",", ":"))) <= budget
+
+
+def test_an_empty_scope_has_no_report() -> None:
+    """Policy Reporter reads a report's source from its first result: no report is empty."""
+    assert reports("t1", Scope()) == []
+    assert reports("", Scope(), OPENREPORTS) == []
+
+
+@pytest.mark.parametrize(("objects", "most", "listed"), [
+    pytest.param(3, 10, 4, id="all-listed"),
+    pytest.param(30, 10, 10, id="bounded"),
+    pytest.param(30, 1, 1, id="one"),
+])  # fmt: skip
+def test_passes_past_the_bound_are_counted_in_the_summary(
+    objects: int, most: int, listed: int
+) -> None:
+    compliant = [Existing(CONFIGMAPS, "t1", f"ok{i}", {"team": "a"}) for i in range(objects)]
+    scope = scopes(compliant, most)["t1"]
+    found = reports("t1", scope)
+    passes = [r for report in found for r in report["results"] if r["result"] == "pass"]
+    assert len(passes) == listed  # the team-a role's pass included
+    # The summaries are exact: every object and the valid role passed, listed or not.
+    assert sum(r["summary"]["pass"] for r in found) == objects + 1
+
+
 def test_the_cluster_scope_and_openreports_kinds() -> None:
-    (cluster,) = reports("", Scope(), OPENREPORTS)
+    (cluster,) = reports("", Scope(passed=1, passes=[scopes()["t1"].passes[0]]), OPENREPORTS)
     assert (cluster["apiVersion"], cluster["kind"], cluster["source"]) == (
         "openreports.io/v1alpha1", "ClusterReport", "label-rbac")  # fmt: skip
     assert "namespace" not in cluster["metadata"]
@@ -100,12 +154,74 @@ def test_a_full_report_stays_below_the_object_size_limit() -> None:
         role("team-a", namespace, [rule("update", "configmaps")], {"configmaps": {"team": ["a"]}}),
         binding("alice", "team-a", "User:alice", namespace=namespace),
     )  # an orphan: its result carries what the bound roles permit too
-    objects = [Existing(CONFIGMAPS, namespace, name, labels | {"team": "b"})]
+    uid = "0" * 36
+    objects = [Existing(CONFIGMAPS, namespace, name, labels | {"team": "b"}, uid=uid)]
     found = findings(snap, audit(snap, objects), lambda key: 0)
     (result,) = found[namespace].results
     assert result["properties"]["labels"].endswith("...")
+    assert len(json.dumps(result)) < 2_500
     full = reports(namespace, Scope([result] * MAX_RESULTS, 10**9))
-    assert len(full) == 1 and len(json.dumps(full[0])) < 1_000_000
+    # Each report (split by count or bytes, whichever comes first) under etcd's 1.5 MiB.
+    assert all(size(r) < MAX_BYTES + 2_000 for r in full)
+    assert sum(r["summary"]["fail"] for r in full) == MAX_RESULTS
+
+
+# A role at the annotation limits: 4 label keys of 64 values each (256 a role), every key and
+# value as long as Kubernetes allows a label's.
+KEYS = [f"example.com/{n}" + "k" * 62 for n in range(4)]
+
+
+def long_values(role: int, key: int) -> list[str]:
+    return [f"{role}{key}{i:02d}" + "v" * 59 for i in range(64)]
+
+
+def narrow_roles(namespace: str, roles: int) -> list[tuple[str, dict[str, Any]]]:
+    """A tenant admin's narrower roles, each with long literal values, bound to her, and a
+    bucket no bound role holds (an unbound role's): her objects there are orphans."""
+    items = [
+        role(
+            f"narrow-{n}",
+            namespace,
+            [rule("update", "configmaps")],
+            {"configmaps": {k: long_values(n, i) for i, k in enumerate(KEYS)}},
+        )
+        for n in range(roles)
+    ]
+    items += [
+        binding(f"narrow-{n}", f"narrow-{n}", "User:alice", namespace=namespace)
+        for n in range(roles)
+    ]
+    items.append(
+        role(
+            "elsewhere", namespace, [rule("update", "configmaps")], {"configmaps": {"team": ["b"]}}
+        )
+    )
+    return items  # fmt: skip
+
+
+@pytest.mark.parametrize("roles", [pytest.param(1, id="one-role"), pytest.param(6, id="six")])
+def test_orphans_of_many_long_roles_stay_bounded(roles: int) -> None:
+    """Each orphan's result once spelled out every bound role's entries twice, uncut: six
+    roles made a result of MBs and a report the API server refused. Every text is cut now, and
+    the reports split by bytes stay under the budget."""
+    snap = snapshot(*narrow_roles("t9", roles))
+    assert not [r.error for r in snap.roles.values() if r.error]  # within every limit
+    objects = [Existing(CONFIGMAPS, "t9", f"cm-{i:03d}", {"team": "b"}) for i in range(700)]
+    scope = findings(snap, audit(snap, objects), lambda key: 0)["t9"]
+    orphans = [r for r in scope.results if r["rule"] == "writable-by-holders"]
+    assert len(orphans) == 700
+    assert max(len(json.dumps(r)) for r in orphans) < 2_000
+    assert all(r["properties"]["permitted"].endswith("...") for r in orphans)
+    found = reports("t9", scope)
+    assert all(size(r) < MAX_BYTES + 2_000 for r in found)
+    assert sum(r["summary"]["fail"] for r in found) == 700
+
+
+def test_a_role_error_is_cut() -> None:
+    """An invalid annotation's error may quote the annotation: cut like every tenant text."""
+    snap = snapshot(role("broken", "t1", [], '{"configmaps": {"team": ["' + "x" * 300_000))
+    (result,) = findings(snap, audit(snap, []), lambda key: 0)["t1"].results
+    assert result["rule"] == "valid-annotation" and len(result["message"]) <= 1024
 
 
 def test_an_audit_cache_serves_one_snapshot_only(monkeypatch: pytest.MonkeyPatch) -> None:
