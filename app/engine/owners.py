@@ -44,19 +44,18 @@ FINALIZER_DENIED = "FinalizerNotPermitted"
 # The rules a DELETE meets once the label rule let it through, as ``decide.evaluate`` runs them.
 DELETE_RULES = (check_labels, check_workloads)
 
-# What each field makes the garbage collector do, and what a tenant does instead.
-_EFFECT = {
-    OWNERS: (
-        OWNER_DENIED,
-        "the garbage collector deletes an object once its owners are gone (at once for an "
-        "owner that does not exist) and whatever a deleted owner owns",
-    ),
-    FINALIZERS: (
-        FINALIZER_DENIED,
-        "a finalizer holds the object's deletion (a held ServiceAccount still authenticates its "
-        "tokens) and, removed, completes it",
-    ),
-}
+# What each field makes the garbage collector do, in a denial's words (the compiled policy's too).
+OWNER_EFFECT = (
+    "the garbage collector deletes an object once its owners are gone (at once for an owner that "
+    "does not exist) and whatever a deleted owner owns"
+)
+FINALIZER_EFFECT = (
+    "a finalizer holds the object's deletion (a held ServiceAccount still authenticates its "
+    "tokens) and, removed, completes it"
+)
+_EFFECT = {OWNERS: (OWNER_DENIED, OWNER_EFFECT), FINALIZERS: (FINALIZER_DENIED, FINALIZER_EFFECT)}
+JUDGED_AS_DELETE = "so the write is judged as deleting the object"
+ASK = "or ask someone who may delete the object to make the change"
 # At most this many entries named in a message, each cut to this many characters: the lists are
 # the writer's, and a message stays one line.
 _SHOWN = 3
@@ -206,9 +205,8 @@ def _denial(request: Request, changes: Mapping[str, str], inner: Decision) -> De
         False,
         inner.code,
         reason,
-        f"{who(request)}: it {'sets' if created else 'changes'} {changed}, and {effect}, so the "
-        f"write is judged as deleting the object: {inner.message}. {fix}, or ask someone who "
-        "may delete the object to make the change",
+        f"{who(request)}: it {'sets' if created else 'changes'} {changed}, and {effect}, "
+        f"{JUDGED_AS_DELETE}: {inner.message}. {fix}, {ASK}",
         (),
         (f"judged as deleting the object: {inner.reason}", *inner.explanation),
         inner.mode,
