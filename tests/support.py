@@ -192,6 +192,15 @@ def make_review(
     return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
 
 
+# An owner reference naming a uid that does not exist: the garbage collector deletes what it owns.
+GHOST_OWNER = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "name": "ghost",
+    "uid": "00000000-0000-4000-8000-000000000000",
+}
+
+
 # The v1.35 recording: SubjectAccessReviews to an authorization webhook, and AdmissionReviews.
 V135 = FIXTURES.parent / "kube-apiserver-v1.35"
 ACCESS_REVIEWS = V135 / "subject-access-reviews"

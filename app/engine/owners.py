@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from app.engine.context import Context
 from app.engine.labels import check_labels, object_is_parent, who
-from app.engine.model import ENFORCE, Authorization, Decision, Request, Resource
+from app.engine.model import ENFORCE, Authorization, Decision, Request, Resource, labels_of
 from app.engine.workloads import check_workloads
 
 OWNERS = "ownerReferences"
@@ -68,14 +68,15 @@ def check_owners(request: Request, ctx: Context) -> Decision | None:
     if request.operation not in ("CREATE", "UPDATE") or not object_is_parent(request):
         return None
     stored = request.old_object if request.operation == "UPDATE" else None
-    changes = {
-        field: change
-        for field in (OWNERS, FINALIZERS)
-        if (change := _change(field, stored, request.object))
-    }
-    if not changes or not ctx.snapshot.limited(request.user, request.namespace):
+    written = [f for f in (OWNERS, FINALIZERS) if _field(stored, f) != _field(request.object, f)]
+    if not written or not ctx.snapshot.limited(request.user, request.namespace):
+        return None  # the lists as written are unchanged (the usual case), or no label limits
+    changed = [f for f in written if _entries(f, stored) != _entries(f, request.object)]
+    if not changed:
         return None
     versions = [v for v in (stored, request.object) if v is not None]
+    if len(versions) == 2 and _judged_alike(*versions):
+        versions = versions[:1]  # what a delete is judged by did not change
     denial: Decision | None = None
     for version in versions:
         deleting = as_delete(request, ctx, version)
@@ -84,9 +85,9 @@ def check_owners(request: Request, ctx: Context) -> Decision | None:
             if decided is None or decided.allowed:
                 continue
             if decided.mode == ENFORCE:
-                return _denial(request, changes, decided)
+                return _denial(request, changed, stored, decided)
             denial = denial or decided  # a softer mode's: an enforced one may still follow
-    return None if denial is None else _denial(request, changes, denial)
+    return None if denial is None else _denial(request, changed, stored, denial)
 
 
 def as_delete(request: Request, ctx: Context, version: Mapping[str, Any]) -> Request:
@@ -116,12 +117,20 @@ def as_delete(request: Request, ctx: Context, version: Mapping[str, Any]) -> Req
     )
 
 
+def _judged_alike(stored: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the delete rules judge both versions alike: they read the labels, and the spec
+    (a workload's templates)."""
+    return labels_of(stored) == labels_of(written) and stored.get("spec") == written.get("spec")
+
+
+def _field(obj: Mapping[str, Any] | None, field: str) -> Any:
+    metadata = obj.get("metadata") if obj else None
+    return metadata.get(field) if isinstance(metadata, Mapping) else None
+
+
 def _change(field: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str:
-    """What the write does to ``metadata.<field>``, in words; "" when it leaves it as it was.
-    Entries compare as multisets (their order means nothing to the garbage collector)."""
+    """What the write does to ``metadata.<field>``, in words."""
     before, after = _entries(field, old), _entries(field, new)
-    if before == after:
-        return ""
     added, removed = _describe(after - before), _describe(before - after)
     return "; ".join(
         part for part in (added and f"adds {added}", removed and f"removes {removed}") if part
@@ -170,8 +179,7 @@ Entry = str | _Owner | _Malformed
 
 def _entries(field: str, obj: Mapping[str, Any] | None) -> Counter[Entry]:
     """``metadata.<field>`` as a multiset of comparable entries."""
-    metadata = obj.get("metadata") if obj else None
-    value = metadata.get(field) if isinstance(metadata, Mapping) else None
+    value = _field(obj, field)
     if value is None:
         return Counter()
     if not isinstance(value, list):
@@ -193,11 +201,14 @@ def _describe(entries: Counter[Entry]) -> str:
     return ", ".join(shown)
 
 
-def _denial(request: Request, changes: Mapping[str, str], inner: Decision) -> Decision:
+def _denial(
+    request: Request, changed: list[str], stored: Mapping[str, Any] | None, inner: Decision
+) -> Decision:
     """The delete's refusal, as the refusal of the write that stands for it."""
+    changes = {f: _change(f, stored, request.object) for f in changed}
     reason = _EFFECT[next(iter(changes))][0]
     effect = "; ".join(_EFFECT[f][1] for f in changes)
-    changed = " and ".join(f"metadata.{f} ({change})" for f, change in changes.items())
+    described = " and ".join(f"metadata.{f} ({change})" for f, change in changes.items())
     fields = " and ".join(f"metadata.{f}" for f in changes)
     created = request.operation == "CREATE"
     fix = f"Create it without {fields}" if created else f"Leave {fields} as stored"
@@ -205,7 +216,7 @@ def _denial(request: Request, changes: Mapping[str, str], inner: Decision) -> De
         False,
         inner.code,
         reason,
-        f"{who(request)}: it {'sets' if created else 'changes'} {changed}, and {effect}, "
+        f"{who(request)}: it {'sets' if created else 'changes'} {described}, and {effect}, "
         f"{JUDGED_AS_DELETE}: {inner.message}. {fix}, {ASK}",
         (),
         (f"judged as deleting the object: {inner.reason}", *inner.explanation),

@@ -20,6 +20,7 @@ from app.engine.owners import check_owners
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
 from app.webhook.wire import parse_review
+from tests.support import GHOST_OWNER as GHOST
 from tests.support import binding, make_review, role, rule, snapshot
 
 NS = "t1"
@@ -60,12 +61,6 @@ WORLD = snapshot(
     binding("admin", "admin", "User:admin"),
 )
 
-GHOST = {
-    "apiVersion": "v1",
-    "kind": "ConfigMap",
-    "name": "ghost",
-    "uid": "00000000-0000-4000-8000-000000000000",
-}
 MINE = {
     "apiVersion": "apps/v1",
     "kind": "Deployment",

@@ -19,6 +19,7 @@ import yaml
 from tests.kube.cluster import LabelRbacCluster
 from tests.kube.controlplane import ADMIN
 from tests.kube.support import eventually, install_tenants, obj
+from tests.support import GHOST_OWNER as GHOST
 from tests.support import binding, role, rule
 
 
@@ -142,15 +143,6 @@ def test_relabelling_an_account_is_judged_as_lending_it(
     # The account she could not take is still not hers to lend.
     token = kube.kubectl("alice", "-n", accounts, "create", "token", "robot-b")
     assert token.returncode != 0 and 'label team="b" is not permitted' in token.stderr
-
-
-# An owner that does not exist: the garbage collector deletes what it owns at once.
-GHOST = {
-    "apiVersion": "v1",
-    "kind": "ConfigMap",
-    "name": "ghost",
-    "uid": "00000000-0000-4000-8000-000000000000",
-}
 
 
 def owner_write(kind: str, name: str, namespace: str) -> tuple[tuple[str, ...], str | None]:

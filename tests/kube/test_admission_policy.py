@@ -43,6 +43,7 @@ from tests.kube.controlplane import (
     service_account,
 )
 from tests.support import FIXTURES as V124
+from tests.support import GHOST_OWNER as GHOST
 from tests.support import ROOT, binding, role, rule
 
 COMPILED = ROOT / "manifests" / "compiled"
@@ -493,12 +494,6 @@ def test_a_namespace_without_parameters_refuses_the_writes_the_policy_judges(
 
 # --- writes that stand for a delete ------------------------------------------------------------
 
-GHOST = {
-    "apiVersion": "v1",
-    "kind": "ConfigMap",
-    "name": "ghost",
-    "uid": "00000000-0000-4000-8000-000000000000",
-}
 MINE = {**GHOST, "name": "mine", "uid": "11111111-0000-4000-8000-000000000001", "controller": True}
 # (name, stored metadata, written metadata): what each write does to the stored object.
 OWNER_WRITES = [

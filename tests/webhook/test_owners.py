@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from tests.support import GHOST_OWNER as GHOST
 from tests.support import RECENT, binding, load_review, make_review, role, rule, served
 
 TENANTS = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "tenants.yaml"
@@ -29,12 +30,6 @@ EXTRA = [
     binding("root", "root", "User:root"),
 ]
 
-GHOST = {
-    "apiVersion": "v1",
-    "kind": "ConfigMap",
-    "name": "ghost",
-    "uid": "00000000-0000-4000-8000-000000000000",
-}
 OWNED = {"ownerReferences": [GHOST]}
 HELD = {"finalizers": ["example.com/hold"]}
 
