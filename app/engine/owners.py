@@ -118,9 +118,11 @@ def as_delete(request: Request, ctx: Context, version: Mapping[str, Any]) -> Req
 
 
 def _judged_alike(stored: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
-    """Whether the delete rules judge both versions alike: they read the labels, and the spec
-    (a workload's templates)."""
-    return labels_of(stored) == labels_of(written) and stored.get("spec") == written.get("spec")
+    """Whether the delete rules judge both versions alike: of the metadata they read the labels
+    only; the rest (a workload's templates, wherever its kind keeps them) must be equal."""
+    if labels_of(stored) != labels_of(written) or len(stored) != len(written):
+        return False
+    return all(key == "metadata" or written.get(key) == value for key, value in stored.items())
 
 
 def _field(obj: Mapping[str, Any] | None, field: str) -> Any:

@@ -353,3 +353,26 @@ def test_the_rule_runs_after_the_label_rule_and_skips_what_it_does_not_judge() -
     assert check_owners(dataclasses.replace(delete, operation="DELETE"), ctx) is None
     scale = write("tina", "deployments.apps/scale", "d-b", {}, owned(GHOST), kind="Scale")
     assert check_owners(scale, ctx) is None
+
+
+@pytest.mark.parametrize(
+    ("new", "reason"),
+    [
+        pytest.param(owned(GHOST), OWNER, id="owner-added"),
+        pytest.param(None, None, id="owners-unchanged"),
+    ],
+)
+def test_the_object_as_written_is_judged_too(
+    new: dict[str, Any] | None, reason: str | None
+) -> None:
+    """nora relabels her team a ConfigMap into team b (her writes are unrestricted) and gives it
+    an owner: the garbage collector would delete it as written, which she may not delete."""
+    request = write("nora", "configmaps", "cm-a", TEAM_A, new)
+    assert request.object is not None
+    meta = {**request.object["metadata"], "labels": TEAM_B}
+    decision = decide(dataclasses.replace(request, object={**request.object, "metadata": meta}))
+    assert decision.allowed is (reason is None), decision.message
+    if reason is not None:
+        assert decision.reason == reason
+        judged = 'delete configmaps "cm-a" in namespace "t1": the existing object\'s label team="b"'
+        assert judged in decision.message
