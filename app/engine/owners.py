@@ -68,7 +68,8 @@ def check_owners(request: Request, ctx: Context) -> Decision | None:
     if request.operation not in ("CREATE", "UPDATE") or not object_is_parent(request):
         return None
     stored = request.old_object if request.operation == "UPDATE" else None
-    written = [f for f in (OWNERS, FINALIZERS) if _field(stored, f) != _field(request.object, f)]
+    before, after = _metadata(stored), _metadata(request.object)
+    written = [f for f in (OWNERS, FINALIZERS) if before.get(f) != after.get(f)]
     if not written or not ctx.snapshot.limited(request.user, request.namespace):
         return None  # the lists as written are unchanged (the usual case), or no label limits
     changed = [f for f in written if _entries(f, stored) != _entries(f, request.object)]
@@ -125,9 +126,9 @@ def _judged_alike(stored: Mapping[str, Any], written: Mapping[str, Any]) -> bool
     return all(key == "metadata" or written.get(key) == value for key, value in stored.items())
 
 
-def _field(obj: Mapping[str, Any] | None, field: str) -> Any:
+def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     metadata = obj.get("metadata") if obj else None
-    return metadata.get(field) if isinstance(metadata, Mapping) else None
+    return metadata if isinstance(metadata, Mapping) else {}
 
 
 def _change(field: str, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> str:
@@ -181,7 +182,7 @@ Entry = str | _Owner | _Malformed
 
 def _entries(field: str, obj: Mapping[str, Any] | None) -> Counter[Entry]:
     """``metadata.<field>`` as a multiset of comparable entries."""
-    value = _field(obj, field)
+    value = _metadata(obj).get(field)
     if value is None:
         return Counter()
     if not isinstance(value, list):
@@ -227,8 +228,7 @@ def _denial(
 
 
 def _name(obj: Mapping[str, Any]) -> str:
-    metadata = obj.get("metadata")
-    return _text(metadata.get("name")) if isinstance(metadata, Mapping) else ""
+    return _text(_metadata(obj).get("name"))
 
 
 def _text(value: Any) -> str:
