@@ -31,7 +31,9 @@ bindings of a namespace; a label value is looked up among literals, compared wit
 suffixes globs reduce to, and matched against at most one RE2 pattern per requirement (built from
 globs of at most 63 characters, at most 64 per requirement and 256 per role: the annotation
 schema); attacker-controlled labels are read once per requirement of each role granting the
-request.
+request. A write that sets or changes owner references or finalizers stands for a delete
+(``app.engine.owners``): the match condition compares those two lists first, and only a change
+computes the DELETE grants (``deleteGranting``).
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
 (``COMPILER``); ``label-rbac-marks`` holds it, on Namespaces, to the compiled mark; and
