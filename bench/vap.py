@@ -352,11 +352,19 @@ def configure(
         cp.apply(ADMIN, [webhook.config])
     if setup in SPLIT:
         cp.apply(ADMIN, [registration])
-    time.sleep(3)  # the policy informer picks bindings up within a second or two
+    # The policy informer picks bindings up within a second or two, and compiles a policy's
+    # expressions first: longer on a loaded machine.
     probe = {"metadata": {"generateName": "p-", "labels": {"team": "b"}}}
-    status, _ = cp.request("alice", "POST", f"/api/v1/namespaces/{NS}/configmaps?dryRun=All", probe)
-    if (status == 403) != (setup in REFUSING):
-        raise RuntimeError(f"{setup}: the probe answered {status}")
+    deadline = time.monotonic() + 30
+    while True:
+        time.sleep(1)
+        path = f"/api/v1/namespaces/{NS}/configmaps?dryRun=All"
+        status, _ = cp.request("alice", "POST", path, probe)
+        if (status == 403) == (setup in REFUSING):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{setup}: the probe answered {status}")
+    time.sleep(2)  # every replica of the informer's view settled
 
 
 def profiling(cp: ControlPlane, seconds: int, into: Path | None) -> subprocess.Popen[bytes] | None:

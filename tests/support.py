@@ -140,18 +140,21 @@ def make_review(
     request_resource: str = "",
     dry_run: bool = False,
     user_extra: dict[str, list[str]] | None = None,
+    object_metadata: dict[str, Any] | None = None,
+    old_metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An AdmissionReview as the API server would send it (``resource`` is ``res[.group][/sub]``).
 
-    ``labels`` builds ``object`` (omitted for DELETE); ``old_labels`` builds ``oldObject``.
+    ``labels`` builds ``object`` (omitted for DELETE); ``old_labels`` builds ``oldObject``;
+    ``object_metadata``/``old_metadata`` add fields to their metadata (``ownerReferences``...).
     ``request_resource`` is what the client asked for when the API server converted the request
     to ``resource`` (``matchPolicy: Equivalent``); by default the same, as the API server sends.
     """
     base, _, sub = resource.partition("/")
     res, _, group = base.partition(".")
 
-    def obj(obj_labels: dict[str, str]) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"name": name, "labels": obj_labels}
+    def obj(obj_labels: dict[str, str], extra: dict[str, Any] | None) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": name, "labels": obj_labels, **(extra or {})}
         if namespace:
             metadata["namespace"] = namespace
         return {
@@ -168,8 +171,8 @@ def make_review(
         "operation": operation,
         "userInfo": {"username": user, "groups": [*groups, "system:authenticated"]},
         "name": name,
-        "object": None if labels is None else obj(labels),
-        "oldObject": None if old_labels is None else obj(old_labels),
+        "object": None if labels is None else obj(labels, object_metadata),
+        "oldObject": None if old_labels is None else obj(old_labels, old_metadata),
         "dryRun": False,
     }
     if sub:
@@ -187,6 +190,15 @@ def make_review(
     if namespace:
         request["namespace"] = namespace
     return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
+
+
+# An owner reference naming a uid that does not exist: the garbage collector deletes what it owns.
+GHOST_OWNER = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "name": "ghost",
+    "uid": "00000000-0000-4000-8000-000000000000",
+}
 
 
 # The v1.35 recording: SubjectAccessReviews to an authorization webhook, and AdmissionReviews.

@@ -31,7 +31,9 @@ bindings of a namespace; a label value is looked up among literals, compared wit
 suffixes globs reduce to, and matched against at most one RE2 pattern per requirement (built from
 globs of at most 63 characters, at most 64 per requirement and 256 per role: the annotation
 schema); attacker-controlled labels are read once per requirement of each role granting the
-request.
+request. A write that sets or changes owner references or finalizers stands for a delete
+(``app.engine.owners``): the match condition compares those two lists first, and only a change
+computes the DELETE grants (``deleteGranting``).
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
 (``COMPILER``); ``label-rbac-marks`` holds it, on Namespaces, to the compiled mark; and
@@ -64,6 +66,14 @@ from app.engine.catalog import BUILTIN
 from app.engine.context import UNJUDGED_ANNOTATION
 from app.engine.model import AUDIT, ENFORCE, WARN
 from app.engine.node import RESOURCES as NODE_RULED
+from app.engine.owners import (
+    ASK,
+    FINALIZER_EFFECT,
+    FINALIZERS,
+    JUDGED_AS_DELETE,
+    OWNER_EFFECT,
+    OWNERS,
+)
 from app.engine.params import API_VERSION, DEFAULT, KIND, MARK, NAME, WEBHOOK_RESOURCES
 
 POLICY = "label-rbac"
@@ -192,14 +202,13 @@ def _granting(entries: str, found: str, op: str, requested: str) -> str:
     )
 
 
-def _bound_granting() -> str:
-    """``granting`` in one program: the request's parts bound, not read from variables."""
+def _bound_granting(op: str = _op("requested")) -> str:
+    """``granting`` in one program: the request's parts bound, not read from variables. ``op``:
+    the operation judged (the request's, or the DELETE a write stands for: ``deleteGranting``)."""
     granting = _granting("entries", "found", "op", "requested")
     found = _bind("found", _grants("entries", "op"), granting)
     indexed = f"!({_indexed('key')}) ? [] : " + _bind("entries", _entries("key"), found)
-    return _bind(
-        "requested", _REQUESTED, _bind("op", _op("requested"), _bind("key", _KEY, indexed))
-    )
+    return _bind("requested", _REQUESTED, _bind("op", op, _bind("key", _KEY, indexed)))
 
 
 NEW_LABELS = "object.metadata.?labels.orValue({})"
@@ -240,9 +249,9 @@ def _requirement(labels: str) -> str:
     )
 
 
-def _violation(labels: str, existing: bool) -> str:
+def _violation(labels: str, existing: bool, restricted: str = "variables.restricted") -> str:
     """The first requirement of the first restricted role that ``labels`` fails, in words."""
-    first = f"variables.restricted[0].labels.filter(r, !({_requirement(labels)}))[0]"
+    first = f"{restricted}[0].labels.filter(r, !({_requirement(labels)}))[0]"
     if existing:
         present = (
             "\"the existing object's label \" + v.key + '=\"' + {l}[v.key] + '\" is not permitted'"
@@ -252,6 +261,85 @@ def _violation(labels: str, existing: bool) -> str:
         present = "'label ' + v.key + '=\"' + {l}[v.key] + '\" is not permitted'"
         missing = "'missing label ' + v.key"
     return f"[{first}].map(v, v.key in {labels} ? {present.format(l=labels)} : {missing})[0]"
+
+
+def _changed(field: str) -> str:
+    """CEL: whether the write sets (a create) or changes (an update) ``metadata.<field>``, in
+    order: the policy's lists compare as written, so a reordering counts too (stricter than the
+    webhook, which compares them as multisets, ``app.engine.owners``)."""
+    new = f"object.metadata.?{field}.orValue([])"
+    return (
+        f"(request.operation == 'CREATE' ? {new}.size() > 0 : request.operation == 'UPDATE' && "
+        f"{new} != oldObject.metadata.?{field}.orValue([]))"
+    )
+
+
+def _mode_of(restricted: str, invalid: str) -> str:
+    """CEL: the strictest mode of the roles that failed (a void role never softens a denial),
+    then the softer of that and the global mode: decide.apply_mode."""
+    return (
+        f"{invalid}.size() > 0 || {restricted}.exists(g, g.mode == 'enforce') ? "
+        f"(params.spec.mode) : {restricted}.exists(g, g.mode == 'warn') ? "
+        "(params.spec.mode == 'audit' ? 'audit' : 'warn') : 'audit'"
+    )
+
+
+def _who(verb: str) -> str:
+    """CEL: ``user "alice" may not <verb> configmaps "c" in namespace "t1"``."""
+    return (
+        f"'user \"' + request.userInfo.username + '\" may not ' + {verb} + ' ' + variables.key + "
+        "(variables.name != '' ? ' \"' + variables.name + '\"' : '') + "
+        "(request.namespace != '' ? ' in namespace \"' + request.namespace + '\"' : '')"
+    )
+
+
+def _refused_labels(granting: str, restricted: str) -> str:
+    """CEL: the label rule's refusal by ``granting`` (unless a grant is unrestricted): only
+    void roles, or no restricted one permitting the stored and the written labels."""
+    return (
+        f"{granting}.size() > 0 && !{granting}.exists(g, has(g.unrestricted)) && ("
+        f"{restricted}.size() == 0 || !({_old_ok(restricted)}) || !({_new_ok(restricted)}))"
+    )
+
+
+# A write that sets or changes owner references or finalizers stands for a delete of the object
+# (``app.engine.owners``): the roles granting the user ``delete`` on it must permit its labels as
+# stored and as written; without one, the roles granting the write (judged above) decide.
+_OWNERS_CHANGED = f"{_changed(OWNERS)} || {_changed(FINALIZERS)}"
+
+
+def _text(text: str) -> str:
+    """``text`` as a CEL string literal (the effects' words hold apostrophes)."""
+    if '"' in text or "\\" in text:
+        raise ValueError(f"{text!r}: not a plain text")
+    return f'"{text}"'
+
+
+_EFFECTS = {OWNERS: OWNER_EFFECT, FINALIZERS: FINALIZER_EFFECT}
+
+
+def _delete_message() -> str:
+    """CEL: the refusal of the delete a write stands for, in the webhook's words (which also
+    name each entry added or removed: ``app.engine.owners``)."""
+    fields = ", ".join(f"{_changed(f)} ? 'metadata.{f}' : ''" for f in _EFFECTS)
+    effects = " : ".join(f"f == 'metadata.{f}' ? {_text(e)}" for f, e in _EFFECTS.items())
+    restricted, invalid = "variables.deleteRestricted", "variables.deleteInvalid"
+    broken = _distinct(f"{invalid}.map(g, g.invalid)") + ".join('; ')"
+    violation = (
+        f"(!({_old_ok(restricted)}) ? {_violation('variables.oldLabels', True, restricted)} : "
+        f"{_violation('variables.newLabels', True, restricted)})"
+    )
+    allows = _distinct(f"{restricted}.map(g, g.allows)") + ".join('; ')"
+    creating = "request.operation == 'CREATE'"
+    body = (
+        f"variables.who + ': it ' + ({creating} ? 'sets ' : 'changes ') + fields.join(' and ') + "
+        f"', and ' + fields.map(f, {effects} : '').join('; ') + ', {JUDGED_AS_DELETE}: ' + "
+        f"{_who(repr('delete'))} + ': ' + ({restricted}.size() == 0 ? {broken} : "
+        f"{violation} + ' (' + {allows} + ({invalid}.size() > 0 ? '; ' + {broken} : '') + ')') "
+        f"+ '. ' + ({creating} ? 'Create it without ' : 'Leave ') + fields.join(' and ') + "
+        f"({creating} ? '' : ' as stored') + ', {ASK}'"
+    )
+    return _bind("fields", f"[{fields}].filter(f, f != '')", body)
 
 
 VARIABLES: tuple[tuple[str, str], ...] = (
@@ -298,9 +386,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         # The strictest mode of the roles that failed (a void role never softens a denial), then
         # the softer of that and the global mode: decide.apply_mode.
         "mode",
-        "variables.invalid.size() > 0 || variables.restricted.exists(g, g.mode == 'enforce') ? "
-        "(params.spec.mode) : variables.restricted.exists(g, g.mode == 'warn') ? "
-        "(params.spec.mode == 'audit' ? 'audit' : 'warn') : 'audit'",
+        _mode_of("variables.restricted", "variables.invalid"),
     ),
     (
         "name",
@@ -309,11 +395,10 @@ VARIABLES: tuple[tuple[str, str], ...] = (
     ),
     (
         "who",
-        "'user \"' + request.userInfo.username + '\" may not ' + "
-        "{'CREATE': 'create', 'UPDATE': 'update', 'DELETE': 'delete', "
-        "'DELETECOLLECTION': 'deletecollection'}[variables.op] + ' ' + variables.key + "
-        "(variables.name != '' ? ' \"' + variables.name + '\"' : '') + "
-        "(request.namespace != '' ? ' in namespace \"' + request.namespace + '\"' : '')",
+        _who(
+            "{'CREATE': 'create', 'UPDATE': 'update', 'DELETE': 'delete', "
+            "'DELETECOLLECTION': 'deletecollection'}[variables.op]"
+        ),
     ),
     (
         "broken",
@@ -346,6 +431,18 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         "authorizer.requestResource.name(variables.requested).check('delete').allowed() : "
         "authorizer.requestResource.check('deletecollection').allowed())",
     ),
+    # The delete a change of owner references or finalizers stands for (``_OWNERS_CHANGED``).
+    ("changed", _OWNERS_CHANGED),
+    ("deleteGranting", f"variables.changed ? {_bound_granting(repr('DELETE'))} : []"),
+    ("deleteRestricted", "variables.deleteGranting.filter(g, has(g.labels))"),
+    ("deleteInvalid", "variables.deleteGranting.filter(g, has(g.invalid))"),
+    (
+        "deleteDenied",
+        "variables.changed && !has(params.spec.delegated) && "
+        + _refused_labels("variables.deleteGranting", "variables.deleteRestricted"),
+    ),
+    ("deleteMode", _mode_of("variables.deleteRestricted", "variables.deleteInvalid")),
+    ("deleteMessage", _delete_message()),
 )
 
 
@@ -364,10 +461,17 @@ def _inline(expression: str, bound: frozenset[str] = frozenset()) -> str:
     return _VARIABLE.sub(spelled, expression)
 
 
-def _refusals(mode: str) -> str:
-    """CEL: the refusals of the policy bound with ``mode`` that read the granting roles."""
+def _refusals(mode: str, deletes: bool = True) -> str:
+    """CEL: the refusals of the policy bound with ``mode`` that read the granting roles, and
+    (``deletes``) those of the delete a change of owner references or finalizers stands for."""
     judged = f"variables.denied && variables.mode == '{mode}'"
+    if deletes:
+        judged += f" || {_delete_refusal(mode)}"
     return f"variables.unlisted || {judged}" if mode == ENFORCE else judged
+
+
+def _delete_refusal(mode: str) -> str:
+    return f"variables.deleteDenied && variables.deleteMode == '{mode}'"
 
 
 def _allowed(mode: str) -> str:
@@ -389,12 +493,20 @@ def _may_refuse(mode: str) -> str:
     cannot see the namespace, so delegated parameters match and the validation reads the
     namespace's mark."""
     granting = frozenset({"granting"})
-    refused = _bind("granting", _inline("variables.granting"), _inline(_refusals(mode), granting))
+    refused = _bind(
+        "granting", _inline("variables.granting"), _inline(_refusals(mode, False), granting)
+    )
+    # A write the fast path allows may still stand for a delete the user may not make: judged
+    # first, and only when the write changes owner references or finalizers (``changed``).
+    deletes = _inline(_delete_refusal(mode))
     if mode != ENFORCE:
         # Nothing softened in the namespace (the usual case): one field read and done.
-        return f"has(params.spec.softened) && !({fast_allowed()}) && {refused}"
+        return f"has(params.spec.softened) && ({deletes} || !({fast_allowed()}) && {refused})"
     unknown = _inline("variables.unknown")
-    return f"(has(params.spec.delegated) || !({fast_allowed()}) && ({unknown} || {refused}))"
+    return (
+        f"(has(params.spec.delegated) || {deletes} || "
+        f"!({fast_allowed()}) && ({unknown} || {refused}))"
+    )
 
 
 def _role_allows(role: str) -> str:
@@ -458,10 +570,14 @@ def _message(mode: str) -> str:
     """CEL: the message of a refusal, saying which check failed. A message may not ask the
     authorizer (``unlisted`` does): once refused, no grant means the user is unlisted, a grant
     that the labels failed."""
+    message = (
+        f"(variables.denied && variables.mode == '{mode}' ? variables.message : "
+        "variables.deleteMessage)"
+    )
     if mode == WARN:  # the warning the webhook gives (``decide.apply_mode``)
-        return f"variables.message + ' (not enforced: {WARN} mode)'"
+        return f"{message} + ' (not enforced: {WARN} mode)'"
     if mode != ENFORCE:
-        return "variables.message"
+        return message
     unjudged = (
         "variables.who + ': namespace \"' + request.namespace + '\" is labeled "
         f"{MARK}=true, which leaves its writes to the compiled policy, but it is too large "
@@ -474,7 +590,7 @@ def _message(mode: str) -> str:
     )
     return (
         f"{_UNJUDGED} ? {unjudged} : {_UNKNOWN} ? {unknown} : "
-        f"variables.granting.size() == 0 ? {stale} : variables.message"
+        f"variables.granting.size() == 0 ? {stale} : {message}"
     )
 
 

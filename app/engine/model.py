@@ -210,6 +210,10 @@ class Request:
     old_object: Mapping[str, Any] | None = None
     dry_run: bool = False
     request_resource: Resource | None = None
+    # The authorizations to judge the request by when it stands for another request than the
+    # review's (a write judged as the delete it makes a controller do: ``owners``); None: those
+    # the review implies (``authorizations``).
+    judged_as: tuple[Alternatives, ...] | None = None
 
     @property
     def verbs(self) -> tuple[str, ...]:
@@ -222,6 +226,8 @@ class Request:
 
     @property
     def authorizations(self) -> tuple[Alternatives, ...]:
+        if self.judged_as is not None:
+            return self.judged_as
         return authorizations(self.operation, self.authorized_resource, self.name)
 
     @property

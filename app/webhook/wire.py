@@ -129,6 +129,11 @@ def _object(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
         isinstance(owners, list) and all(isinstance(o, Mapping) for o in owners)
     ):
         raise ReviewError(f"request.{key}.metadata.ownerReferences must be a list of objects")
+    finalizers = metadata.get("finalizers")
+    if finalizers is not None and not (
+        isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)
+    ):
+        raise ReviewError(f"request.{key}.metadata.finalizers must be a list of strings")
     return value
 
 

@@ -10,6 +10,7 @@ labels decide ``pods/exec`` too: relabelling one is judged by that entry as well
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import yaml
 from tests.kube.cluster import LabelRbacCluster
 from tests.kube.controlplane import ADMIN
 from tests.kube.support import eventually, install_tenants, obj
+from tests.support import GHOST_OWNER as GHOST
 from tests.support import binding, role, rule
 
 
@@ -141,6 +143,70 @@ def test_relabelling_an_account_is_judged_as_lending_it(
     # The account she could not take is still not hers to lend.
     token = kube.kubectl("alice", "-n", accounts, "create", "token", "robot-b")
     assert token.returncode != 0 and 'label team="b" is not permitted' in token.stderr
+
+
+def owner_write(kind: str, name: str, namespace: str) -> tuple[tuple[str, ...], str | None]:
+    """alice's write setting ``GHOST`` as the owner of ServiceAccount ``name``: kubectl's
+    arguments and its standard input."""
+    patch = ("-n", namespace, "patch", "serviceaccount", name, "--type", kind, "-p")
+    if kind == "merge":
+        return (*patch, json.dumps({"metadata": {"ownerReferences": [GHOST]}})), None
+    if kind == "json":
+        op = {"op": "add", "path": "/metadata/ownerReferences", "value": [GHOST]}
+        return (*patch, json.dumps([op])), None
+    applied = obj("ServiceAccount", name, namespace)
+    applied["metadata"]["ownerReferences"] = [GHOST]
+    args = ("-n", namespace, "apply", "--server-side", "--field-manager", "alice", "-f", "-")
+    return args, yaml.safe_dump(applied)
+
+
+def owners_of(kube: LabelRbacCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    _, found = kube.control_plane.request(
+        ADMIN, "GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}"
+    )
+    return list(found["metadata"].get("ownerReferences", []))
+
+
+@pytest.mark.parametrize("kind", ["merge", "json", "apply"])
+def test_giving_another_buckets_account_an_owner_is_judged_as_deleting_it(
+    kube: LabelRbacCluster, accounts: str, kind: str
+) -> None:
+    """alice writes ServiceAccounts but may not delete robot-b: an owner that does not exist
+    would have the garbage collector delete it for her (and free its name, which she could then
+    create as hers). Her own account takes the owner."""
+    args, stdin = owner_write(kind, "robot-b", accounts)
+    done = kube.kubectl("alice", *args, input=stdin)
+    assert done.returncode != 0, done.stdout
+    assert (
+        f'user "alice" may not update serviceaccounts "robot-b" in namespace "{accounts}": it '
+        'changes metadata.ownerReferences (adds ConfigMap "ghost" (v1, uid '
+        '"00000000-0000-4000-8000-000000000000")), and the garbage collector deletes'
+    ) in done.stderr, done.stderr
+    assert (
+        account_denial("delete", "robot-b", "stored", 'has label team="b"', accounts)
+        + (". Leave metadata.ownerReferences as stored")
+        in done.stderr
+    ), done.stderr
+    assert owners_of(kube, accounts, "robot-b") == []
+    args, stdin = owner_write(kind, "robot-a", accounts)
+    done = kube.kubectl("alice", *args, input=stdin)
+    assert done.returncode == 0, done.stderr
+    assert [ref["uid"] for ref in owners_of(kube, accounts, "robot-a")] == [GHOST["uid"]]
+
+
+def test_holding_another_buckets_account_with_a_finalizer_is_refused(
+    kube: LabelRbacCluster, accounts: str
+) -> None:
+    """A finalizer would keep robot-b, and the tokens it authenticates, after its team deletes
+    it: only someone who may delete it may hold it."""
+    patch = json.dumps({"metadata": {"finalizers": ["example.com/hold"]}})
+    for name, refused in (("robot-b", True), ("robot-a", False)):
+        done = kube.kubectl(
+            "alice", "-n", accounts, "patch", "serviceaccount", name, "--type", "merge", "-p", patch
+        )
+        assert (done.returncode != 0) is refused, done.stderr
+        if refused:
+            assert 'metadata.finalizers (adds "example.com/hold")' in done.stderr, done.stderr
 
 
 def test_relabelling_a_pod_into_the_bucket_it_may_be_exec_into_is_refused(

@@ -43,6 +43,7 @@ from tests.kube.controlplane import (
     service_account,
 )
 from tests.support import FIXTURES as V124
+from tests.support import GHOST_OWNER as GHOST
 from tests.support import ROOT, binding, role, rule
 
 COMPILED = ROOT / "manifests" / "compiled"
@@ -64,10 +65,11 @@ USERS = (
     User("hank"),  # the broken role only
     User("ivan", ("platform",)),  # a ClusterRole bound cluster-wide: team x? on every resource
     User("zed"),  # bound after the parameters were rendered
+    User("nora"),  # writes configmaps without limits, deletes only team-a's
     BUILDER,  # team-b through a ServiceAccount subject
     COMPILER_USER,
 )
-SUBJECTS = [u for u in USERS if u.name not in (COMPILER, "zed")]
+SUBJECTS = [u for u in USERS if u.name not in (COMPILER, "zed", "nora")]
 
 
 def _team(name: str, glob: list[str], verbs: str = "*", names: str = "", **kw: Any) -> Any:
@@ -108,6 +110,10 @@ RBAC = [
     binding("gina-broken", "broken", "User:gina", namespace=NS),
     binding("hank-broken", "broken", "User:hank", namespace=NS),
     binding("platform", "platform-x", "Group:platform"),
+    role("writer", NS, [rule("create update patch", "configmaps")]),
+    _team("deleter-a", ["a"], verbs="delete"),
+    binding("nora-writer", "writer", "User:nora", namespace=NS),
+    binding("nora-deleter", "deleter-a", "User:nora", namespace=NS),
 ]
 COMPILER_RBAC = [
     role("compiler", "", [rule("get list create update patch", "labelrbacparams", "labelrbac.io")]),
@@ -484,6 +490,103 @@ def test_a_namespace_without_parameters_refuses_the_writes_the_policy_judges(
         cluster, ADMIN, "POST", collection("fresh", dry=True), configmap("c", {}, "fresh")
     )
     assert answer.status == 422 and "no params found" in answer.message
+
+
+# --- writes that stand for a delete ------------------------------------------------------------
+
+MINE = {**GHOST, "name": "mine", "uid": "11111111-0000-4000-8000-000000000001", "controller": True}
+# (name, stored metadata, written metadata): what each write does to the stored object.
+OWNER_WRITES = [
+    ("owner-added", {}, {"ownerReferences": [GHOST]}),
+    ("owner-changed", {"ownerReferences": [MINE]}, {"ownerReferences": [GHOST]}),
+    ("orphaned", {"ownerReferences": [MINE]}, {}),
+    ("owners-kept", {"ownerReferences": [MINE]}, {"ownerReferences": [MINE], "annotations": {}}),
+    ("finalizer-added", {}, {"finalizers": ["example.com/hold"]}),
+    ("both", {}, {"ownerReferences": [GHOST], "finalizers": ["example.com/hold"]}),
+]
+
+
+def _without_entries(message: str) -> str:
+    """The webhook's message without the entries it names (``metadata.x (adds ...)``), which
+    the policy's leaves out: each parenthesis after a field name, matched."""
+    for field in ("metadata.ownerReferences (", "metadata.finalizers ("):
+        start = message.find(field)
+        if start < 0 or message[start + len(field) :].startswith("or "):
+            continue
+        depth, end = 0, start + len(field) - 1
+        for end in range(start + len(field) - 1, len(message)):
+            depth += {"(": 1, ")": -1}.get(message[end], 0)
+            if depth == 0:
+                break
+        message = message[: start + len(field) - 2] + message[end + 1 :]
+    return message
+
+
+def test_a_write_standing_for_a_delete_is_decided_by_the_api_server_as_by_the_webhook(
+    cluster: ControlPlane, compiled: Snapshot
+) -> None:
+    """Owner references and finalizers set or changed (``app.engine.owners``): in a compiled
+    namespace the policy alone judges a ConfigMap, so it judges the delete too, with the
+    webhook's verdict and words (less the entries the webhook names)."""
+    failures: list[str] = []
+    refused = 0
+    users = [u for u in USERS if u.name not in (COMPILER, "zed", ADMIN)]
+    for case, before, after in OWNER_WRITES:
+        for team in ("a", "b", "w"):
+            name = f"{case}-{team}"
+            call(cluster, ADMIN, "DELETE", f"{collection()}/{name}")
+            stored = configmap(name, {"team": team})
+            stored["metadata"] |= before
+            stored = admin(cluster, "POST", collection(), stored)
+            written: list[tuple[str, Any, Any, str, str]] = []
+            new = copy.deepcopy(stored)
+            new["metadata"] = {
+                k: v for k, v in new["metadata"].items() if k not in ("ownerReferences",)
+            } | after
+            written.append(("UPDATE", new, stored, "PUT", f"{collection()}/{name}?dryRun=All"))
+            created = configmap(f"new-{name}", {"team": team})
+            created["metadata"] |= after
+            written.append(("CREATE", created, None, "POST", collection(dry=True)))
+            for user in users:
+                for operation, obj, old, method, path in written:
+                    answer = call(cluster, user.name, method, path, obj)
+                    if not answer.reached_admission:
+                        continue
+                    document = review(user, operation, obj["metadata"]["name"], obj, old)
+                    request = parse_review(document).request
+                    decision = evaluate(request, Context(compiled, Options()))
+                    where = f"{user.name} {operation} {case} team={team}"
+                    if (answer.status < 300) != decision.allowed:
+                        failures.append(f"{where}: {answer.status} {answer.message!r}; {decision}")
+                    elif not decision.allowed:
+                        refused += 1
+                        expected = _without_entries(decision.message)
+                        if not answer.message.endswith(f"denied request: {expected}"):
+                            failures.append(f"{where}: {answer.message!r} vs {expected!r}")
+    assert not failures, "\n".join(failures)
+    assert refused > 10, refused  # the table is not vacuous: some writes stand for a refused delete
+
+
+@pytest.mark.parametrize(("team", "refused"), [("a", False), ("b", True)])
+def test_the_policy_compares_owner_references_in_order(
+    cluster: ControlPlane, compiled: Snapshot, team: str, refused: bool
+) -> None:
+    """A reordering is a change to the policy (not to the webhook, which compares multisets):
+    refused only to whom the delete is, nora on team b's object."""
+    name = f"reordered-{team}"
+    call(cluster, ADMIN, "DELETE", f"{collection()}/{name}")
+    stored = configmap(name, {"team": team})
+    stored["metadata"]["ownerReferences"] = [MINE, GHOST]
+    stored = admin(cluster, "POST", collection(), stored)
+    new = copy.deepcopy(stored)
+    new["metadata"]["ownerReferences"] = [GHOST, MINE]
+    answer = call(cluster, "nora", "PUT", f"{collection()}/{name}?dryRun=All", new)
+    assert (answer.status == 403) is refused, answer.message
+    if refused:
+        assert "it changes metadata.ownerReferences, and the garbage collector" in answer.message
+    nora = next(u for u in USERS if u.name == "nora")
+    document = review(nora, "UPDATE", name, new, stored)
+    assert evaluate(parse_review(document).request, Context(compiled, Options())).allowed
 
 
 # --- recorded reviews -------------------------------------------------------------------------

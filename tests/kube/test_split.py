@@ -24,7 +24,7 @@ from app.engine.params import MARK
 from tests.kube.cluster import Compilers, LabelRbacCluster
 from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, COMPILER_USER, DEFAULT_USERS
-from tests.support import binding, role, rule
+from tests.support import GHOST_OWNER, binding, role, rule
 
 MAX_BYTES = 6000  # t1 (a few grants) fits; t2 (two hundred subjects) does not
 CRUD = "create update patch delete deletecollection get"
@@ -166,6 +166,40 @@ def test_in_a_compiled_namespace_relabelling_an_account_is_judged_as_lending_it(
         "only ServiceAccounts labeled team in [a] (role t1/team-a)"
     )
     assert decisions(kube, "serviceaccounts") == accounts + 1
+
+
+def test_in_a_compiled_namespace_giving_an_account_an_owner_is_judged_as_deleting_it(
+    kube_split: LabelRbacCluster,
+) -> None:
+    """An owner that does not exist would have the garbage collector delete robot-b for alice,
+    who may not delete it: the webhook judges ServiceAccounts there too. Her own takes one."""
+    kube = kube_split
+    accounts = [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": f"robot-{team}", "namespace": "t1", "labels": {"team": team}}}
+        for team in ("a", "b")
+    ]  # fmt: skip
+    kube.control_plane.apply(ADMIN, accounts)
+    patch = {"metadata": {"ownerReferences": [GHOST_OWNER]}}
+    answers = {
+        team: kube.control_plane.request(
+            "alice",
+            "PATCH",
+            f"/api/v1/namespaces/t1/serviceaccounts/robot-{team}?dryRun=All",
+            patch,
+            content_type="application/merge-patch+json",
+        )
+        for team in ("a", "b")
+    }
+    assert answers["a"][0] == 200, answers["a"]
+    status, answer = answers["b"]
+    assert status == 403, answer
+    assert answer["message"].startswith(
+        'admission webhook "labels-compiled.labelrbac.io" denied the request: user "alice" may '
+        'not update serviceaccounts "robot-b" in namespace "t1": it changes '
+        'metadata.ownerReferences (adds ConfigMap "ghost"'
+    ), answer
+    assert 'may not delete serviceaccounts "robot-b"' in answer["message"], answer
 
 
 def delegated_by(

@@ -227,6 +227,16 @@ def _drop(path: str):
             "request.object.metadata.ownerReferences must be a list of objects",
             id="owner-references-int",
         ),
+        pytest.param(
+            _set("request.object.metadata.finalizers", "example.com/hold"),
+            "request.object.metadata.finalizers must be a list of strings",
+            id="finalizers-string",
+        ),
+        pytest.param(
+            _set("request.object.metadata.finalizers", [{"name": "x"}]),
+            "request.object.metadata.finalizers must be a list of strings",
+            id="finalizer-not-string",
+        ),
         pytest.param(_set("request.dryRun", "true"), "request.dryRun", id="dry-run-string"),
         pytest.param(_set("request.namespace", 1), "request.namespace", id="namespace-int"),
         pytest.param(_set("request.subResource", 1), "request.subResource", id="subresource-int"),

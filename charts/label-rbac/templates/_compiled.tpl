@@ -220,9 +220,198 @@ spec:
       || authorizer.requestResource.name(variables.requested).check(''patch'').allowed() : variables.op
       == ''DELETE'' ? authorizer.requestResource.name(variables.requested).check(''delete'').allowed()
       : authorizer.requestResource.check(''deletecollection'').allowed())'
+  - name: changed
+    expression: '(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))'
+  - name: deleteGranting
+    expression: 'variables.changed ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op,
+      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []'
+  - name: deleteRestricted
+    expression: variables.deleteGranting.filter(g, has(g.labels))
+  - name: deleteInvalid
+    expression: variables.deleteGranting.filter(g, has(g.invalid))
+  - name: deleteDenied
+    expression: 'variables.changed && !has(params.spec.delegated) && variables.deleteGranting.size() >
+      0 && !variables.deleteGranting.exists(g, has(g.unrestricted)) && (variables.deleteRestricted.size()
+      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
+      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation
+      != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
+      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact
+      || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
+      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]))'
+  - name: deleteMode
+    expression: 'variables.deleteInvalid.size() > 0 || variables.deleteRestricted.exists(g, g.mode ==
+      ''enforce'') ? (params.spec.mode) : variables.deleteRestricted.exists(g, g.mode == ''warn'') ? (params.spec.mode
+      == ''audit'' ? ''audit'' : ''warn'') : ''audit'''
+  - name: deleteMessage
+    expression: '[[(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      ? ''metadata.ownerReferences'' : '''', (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))
+      ? ''metadata.finalizers'' : ''''].filter(f, f != '''')].map(fields, variables.who + '': it '' +
+      (request.operation == ''CREATE'' ? ''sets '' : ''changes '') + fields.join('' and '') + '', and
+      '' + fields.map(f, f == ''metadata.ownerReferences'' ? "the garbage collector deletes an object
+      once its owners are gone (at once for an owner that does not exist) and whatever a deleted owner
+      owns" : f == ''metadata.finalizers'' ? "a finalizer holds the object''s deletion (a held ServiceAccount
+      still authenticates its tokens) and, removed, completes it" : '''').join(''; '') + '', so the write
+      is judged as deleting the object: '' + ''user "'' + request.userInfo.username + ''" may not '' +
+      ''delete'' + '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' :
+      '''') + (request.namespace != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''') + '':
+      '' + (variables.deleteRestricted.size() == 0 ? variables.deleteInvalid.map(g, g.invalid).transformList(i,
+      s, variables.deleteInvalid.map(g, g.invalid).indexOf(s) == i, s).join(''; '') : (!(request.operation
+      == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored, variables.deleteRestricted.exists(g,
+      g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p))
+      || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p)))
+      : params.spec.allowUnlabeled)))[0]) ? [variables.deleteRestricted[0].labels.filter(r, !(r.key in
+      variables.oldLabels ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
+      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
+      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
+      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
+      object has no label '' + v.key)[0] : [variables.deleteRestricted[0].labels.filter(r, !(r.key in
+      variables.newLabels ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
+      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
+      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? "the existing object''s
+      label " + v.key + ''="'' + variables.newLabels[v.key] + ''" is not permitted'' : ''the existing
+      object has no label '' + v.key)[0]) + '' ('' + variables.deleteRestricted.map(g, g.allows).transformList(i,
+      s, variables.deleteRestricted.map(g, g.allows).indexOf(s) == i, s).join(''; '') + (variables.deleteInvalid.size()
+      > 0 ? ''; '' + variables.deleteInvalid.map(g, g.invalid).transformList(i, s, variables.deleteInvalid.map(g,
+      g.invalid).indexOf(s) == i, s).join(''; '') : '''') + '')'') + ''. '' + (request.operation == ''CREATE''
+      ? ''Create it without '' : ''Leave '') + fields.join('' and '') + (request.operation == ''CREATE''
+      ? '''' : '' as stored'') + '', or ask someone who may delete the object to make the change'')[0]'
   matchConditions:
   - name: may-refuse
-    expression: '(has(params.spec.delegated) || !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
+    expression: '(has(params.spec.delegated) || (((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      && !has(params.spec.delegated) && (((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).size() > 0 && !(((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).exists(g, has(g.unrestricted)) && (((((request.operation == ''CREATE''
+      ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([])
+      != oldObject.metadata.?ownerReferences.orValue([])) || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).size() == 0 || !(request.operation == ''CREATE''
+      || [oldObject.metadata.?labels.orValue({})].map(stored, ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in stored
+      ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s,
+      stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])
+      || !(request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
+      ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 :
+      request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in written
+      ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s,
+      written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])))
+      && (((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() >
+      0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.invalid))).size() > 0 || ((((request.operation ==
+      ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE''
+      && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode)
+      : ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0
+      : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode
+      == ''audit'' ? ''audit'' : ''warn'') : ''audit'') == ''enforce'' || !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
       [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
       == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
       + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
@@ -317,7 +506,8 @@ spec:
       : ''audit'') == ''enforce'')[0]))'
   validations:
   - expression: '!(variables.delegated && variables.marked) && !(variables.unknown && variables.marked)
-      && !(variables.unlisted || variables.denied && variables.mode == ''enforce'')'
+      && !(variables.unlisted || variables.denied && variables.mode == ''enforce'' || variables.deleteDenied
+      && variables.deleteMode == ''enforce'')'
     messageExpression: 'variables.delegated && variables.marked ? variables.who + '': namespace "'' +
       request.namespace + ''" is labeled labelrbac.io/compiled=true, which leaves its writes to the compiled
       policy, but it is too large to compile; the compiler removes the label in a moment (or: kubectl
@@ -325,7 +515,8 @@ spec:
       ? variables.who + '': the compiled label permissions of namespace "'' + request.namespace + ''"
       do not know '' + variables.key + '' yet (served since the compiler last looked); retry in a moment''
       : variables.granting.size() == 0 ? variables.who + '': the compiled label permissions of namespace
-      "'' + request.namespace + ''" do not list this user yet; retry in a moment'' : variables.message'
+      "'' + request.namespace + ''" do not list this user yet; retry in a moment'' : (variables.denied
+      && variables.mode == ''enforce'' ? variables.message : variables.deleteMessage)'
     reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
@@ -735,9 +926,198 @@ spec:
       || authorizer.requestResource.name(variables.requested).check(''patch'').allowed() : variables.op
       == ''DELETE'' ? authorizer.requestResource.name(variables.requested).check(''delete'').allowed()
       : authorizer.requestResource.check(''deletecollection'').allowed())'
+  - name: changed
+    expression: '(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))'
+  - name: deleteGranting
+    expression: 'variables.changed ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op,
+      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []'
+  - name: deleteRestricted
+    expression: variables.deleteGranting.filter(g, has(g.labels))
+  - name: deleteInvalid
+    expression: variables.deleteGranting.filter(g, has(g.invalid))
+  - name: deleteDenied
+    expression: 'variables.changed && !has(params.spec.delegated) && variables.deleteGranting.size() >
+      0 && !variables.deleteGranting.exists(g, has(g.unrestricted)) && (variables.deleteRestricted.size()
+      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
+      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation
+      != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
+      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact
+      || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
+      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]))'
+  - name: deleteMode
+    expression: 'variables.deleteInvalid.size() > 0 || variables.deleteRestricted.exists(g, g.mode ==
+      ''enforce'') ? (params.spec.mode) : variables.deleteRestricted.exists(g, g.mode == ''warn'') ? (params.spec.mode
+      == ''audit'' ? ''audit'' : ''warn'') : ''audit'''
+  - name: deleteMessage
+    expression: '[[(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      ? ''metadata.ownerReferences'' : '''', (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))
+      ? ''metadata.finalizers'' : ''''].filter(f, f != '''')].map(fields, variables.who + '': it '' +
+      (request.operation == ''CREATE'' ? ''sets '' : ''changes '') + fields.join('' and '') + '', and
+      '' + fields.map(f, f == ''metadata.ownerReferences'' ? "the garbage collector deletes an object
+      once its owners are gone (at once for an owner that does not exist) and whatever a deleted owner
+      owns" : f == ''metadata.finalizers'' ? "a finalizer holds the object''s deletion (a held ServiceAccount
+      still authenticates its tokens) and, removed, completes it" : '''').join(''; '') + '', so the write
+      is judged as deleting the object: '' + ''user "'' + request.userInfo.username + ''" may not '' +
+      ''delete'' + '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' :
+      '''') + (request.namespace != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''') + '':
+      '' + (variables.deleteRestricted.size() == 0 ? variables.deleteInvalid.map(g, g.invalid).transformList(i,
+      s, variables.deleteInvalid.map(g, g.invalid).indexOf(s) == i, s).join(''; '') : (!(request.operation
+      == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored, variables.deleteRestricted.exists(g,
+      g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p))
+      || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p)))
+      : params.spec.allowUnlabeled)))[0]) ? [variables.deleteRestricted[0].labels.filter(r, !(r.key in
+      variables.oldLabels ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
+      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
+      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
+      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
+      object has no label '' + v.key)[0] : [variables.deleteRestricted[0].labels.filter(r, !(r.key in
+      variables.newLabels ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
+      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
+      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? "the existing object''s
+      label " + v.key + ''="'' + variables.newLabels[v.key] + ''" is not permitted'' : ''the existing
+      object has no label '' + v.key)[0]) + '' ('' + variables.deleteRestricted.map(g, g.allows).transformList(i,
+      s, variables.deleteRestricted.map(g, g.allows).indexOf(s) == i, s).join(''; '') + (variables.deleteInvalid.size()
+      > 0 ? ''; '' + variables.deleteInvalid.map(g, g.invalid).transformList(i, s, variables.deleteInvalid.map(g,
+      g.invalid).indexOf(s) == i, s).join(''; '') : '''') + '')'') + ''. '' + (request.operation == ''CREATE''
+      ? ''Create it without '' : ''Leave '') + fields.join('' and '') + (request.operation == ''CREATE''
+      ? '''' : '' as stored'') + '', or ask someone who may delete the object to make the change'')[0]'
   matchConditions:
   - name: may-refuse
-    expression: 'has(params.spec.softened) && !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
+    expression: 'has(params.spec.softened) && ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      && !has(params.spec.delegated) && (((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).size() > 0 && !(((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).exists(g, has(g.unrestricted)) && (((((request.operation == ''CREATE''
+      ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([])
+      != oldObject.metadata.?ownerReferences.orValue([])) || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).size() == 0 || !(request.operation == ''CREATE''
+      || [oldObject.metadata.?labels.orValue({})].map(stored, ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in stored
+      ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s,
+      stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])
+      || !(request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
+      ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 :
+      request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in written
+      ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s,
+      written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])))
+      && (((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() >
+      0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.invalid))).size() > 0 || ((((request.operation ==
+      ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE''
+      && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode)
+      : ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0
+      : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode
+      == ''audit'' ? ''audit'' : ''warn'') : ''audit'') == ''warn'' || !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
       [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
       == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
       + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
@@ -816,10 +1196,12 @@ spec:
       : params.spec.allowUnlabeled)))[0]))[0]) && ((granting.filter(g, has(g.invalid))).size() > 0 ||
       (granting.filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode) : (granting.filter(g,
       has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode == ''audit'' ? ''audit'' : ''warn'')
-      : ''audit'') == ''warn'')[0]'
+      : ''audit'') == ''warn'')[0])'
   validations:
-  - expression: '!(variables.denied && variables.mode == ''warn'')'
-    messageExpression: 'variables.message + '' (not enforced: warn mode)'''
+  - expression: '!(variables.denied && variables.mode == ''warn'' || variables.deleteDenied && variables.deleteMode
+      == ''warn'')'
+    messageExpression: '(variables.denied && variables.mode == ''warn'' ? variables.message : variables.deleteMessage)
+      + '' (not enforced: warn mode)'''
     reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
@@ -1040,9 +1422,198 @@ spec:
       || authorizer.requestResource.name(variables.requested).check(''patch'').allowed() : variables.op
       == ''DELETE'' ? authorizer.requestResource.name(variables.requested).check(''delete'').allowed()
       : authorizer.requestResource.check(''deletecollection'').allowed())'
+  - name: changed
+    expression: '(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))'
+  - name: deleteGranting
+    expression: 'variables.changed ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op,
+      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []'
+  - name: deleteRestricted
+    expression: variables.deleteGranting.filter(g, has(g.labels))
+  - name: deleteInvalid
+    expression: variables.deleteGranting.filter(g, has(g.invalid))
+  - name: deleteDenied
+    expression: 'variables.changed && !has(params.spec.delegated) && variables.deleteGranting.size() >
+      0 && !variables.deleteGranting.exists(g, has(g.unrestricted)) && (variables.deleteRestricted.size()
+      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
+      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
+      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
+      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation
+      != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
+      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact
+      || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
+      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]))'
+  - name: deleteMode
+    expression: 'variables.deleteInvalid.size() > 0 || variables.deleteRestricted.exists(g, g.mode ==
+      ''enforce'') ? (params.spec.mode) : variables.deleteRestricted.exists(g, g.mode == ''warn'') ? (params.spec.mode
+      == ''audit'' ? ''audit'' : ''warn'') : ''audit'''
+  - name: deleteMessage
+    expression: '[[(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      ? ''metadata.ownerReferences'' : '''', (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))
+      ? ''metadata.finalizers'' : ''''].filter(f, f != '''')].map(fields, variables.who + '': it '' +
+      (request.operation == ''CREATE'' ? ''sets '' : ''changes '') + fields.join('' and '') + '', and
+      '' + fields.map(f, f == ''metadata.ownerReferences'' ? "the garbage collector deletes an object
+      once its owners are gone (at once for an owner that does not exist) and whatever a deleted owner
+      owns" : f == ''metadata.finalizers'' ? "a finalizer holds the object''s deletion (a held ServiceAccount
+      still authenticates its tokens) and, removed, completes it" : '''').join(''; '') + '', so the write
+      is judged as deleting the object: '' + ''user "'' + request.userInfo.username + ''" may not '' +
+      ''delete'' + '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' :
+      '''') + (request.namespace != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''') + '':
+      '' + (variables.deleteRestricted.size() == 0 ? variables.deleteInvalid.map(g, g.invalid).transformList(i,
+      s, variables.deleteInvalid.map(g, g.invalid).indexOf(s) == i, s).join(''; '') : (!(request.operation
+      == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored, variables.deleteRestricted.exists(g,
+      g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p))
+      || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p)))
+      : params.spec.allowUnlabeled)))[0]) ? [variables.deleteRestricted[0].labels.filter(r, !(r.key in
+      variables.oldLabels ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
+      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
+      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
+      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
+      object has no label '' + v.key)[0] : [variables.deleteRestricted[0].labels.filter(r, !(r.key in
+      variables.newLabels ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
+      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
+      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? "the existing object''s
+      label " + v.key + ''="'' + variables.newLabels[v.key] + ''" is not permitted'' : ''the existing
+      object has no label '' + v.key)[0]) + '' ('' + variables.deleteRestricted.map(g, g.allows).transformList(i,
+      s, variables.deleteRestricted.map(g, g.allows).indexOf(s) == i, s).join(''; '') + (variables.deleteInvalid.size()
+      > 0 ? ''; '' + variables.deleteInvalid.map(g, g.invalid).transformList(i, s, variables.deleteInvalid.map(g,
+      g.invalid).indexOf(s) == i, s).join(''; '') : '''') + '')'') + ''. '' + (request.operation == ''CREATE''
+      ? ''Create it without '' : ''Leave '') + fields.join('' and '') + (request.operation == ''CREATE''
+      ? '''' : '' as stored'') + '', or ask someone who may delete the object to make the change'')[0]'
   matchConditions:
   - name: may-refuse
-    expression: 'has(params.spec.softened) && !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
+    expression: 'has(params.spec.softened) && ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      && !has(params.spec.delegated) && (((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).size() > 0 && !(((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).exists(g, has(g.unrestricted)) && (((((request.operation == ''CREATE''
+      ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([])
+      != oldObject.metadata.?ownerReferences.orValue([])) || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).size() == 0 || !(request.operation == ''CREATE''
+      || [oldObject.metadata.?labels.orValue({})].map(stored, ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
+      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in stored
+      ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s,
+      stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])
+      || !(request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
+      ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 :
+      request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in written
+      ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s,
+      written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])))
+      && (((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() >
+      0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.invalid))).size() > 0 || ((((request.operation ==
+      ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE''
+      && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode)
+      : ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0
+      : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
+      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
+      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
+      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
+      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
+      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
+      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
+      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
+      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
+      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
+      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
+      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode
+      == ''audit'' ? ''audit'' : ''warn'') : ''audit'') == ''audit'' || !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
       [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
       == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
       + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
@@ -1121,10 +1692,11 @@ spec:
       : params.spec.allowUnlabeled)))[0]))[0]) && ((granting.filter(g, has(g.invalid))).size() > 0 ||
       (granting.filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode) : (granting.filter(g,
       has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode == ''audit'' ? ''audit'' : ''warn'')
-      : ''audit'') == ''audit'')[0]'
+      : ''audit'') == ''audit'')[0])'
   validations:
-  - expression: '!(variables.denied && variables.mode == ''audit'')'
-    messageExpression: variables.message
+  - expression: '!(variables.denied && variables.mode == ''audit'' || variables.deleteDenied && variables.deleteMode
+      == ''audit'')'
+    messageExpression: '(variables.denied && variables.mode == ''audit'' ? variables.message : variables.deleteMessage)'
     reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
