@@ -799,6 +799,8 @@ def guard() -> list[dict[str, Any]]:
 
 
 MARK_OWNER = f"{POLICY}-mark-owner"
+# Writes of a Namespace that carry its labels: the namespace controller's included.
+NAMESPACE_SUBRESOURCES = ("namespaces/status", "namespaces/finalize")
 
 
 def mark_owner() -> list[dict[str, Any]]:
@@ -811,8 +813,7 @@ def mark_owner() -> list[dict[str, Any]]:
     was = f"oldObject.metadata.?labels[?'{MARK}'].orValue('') == 'true'"
     return _guard(
         MARK_OWNER,
-        _rules({"": ["namespaces", "namespaces/status", "namespaces/finalize"]},
-               ["CREATE", "UPDATE"], scope="*"),  # fmt: skip
+        _rules({"": ["namespaces", *NAMESPACE_SUBRESOURCES]}, ["CREATE", "UPDATE"], scope="*"),
         matchConditions=[
             {"name": "not-the-compiler", "expression": f"request.userInfo.username != '{COMPILER}'"}
         ],
