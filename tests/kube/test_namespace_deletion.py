@@ -295,8 +295,7 @@ def test_a_namespace_not_being_deleted_still_fails_closed_without_parameters(
     kube: tuple[LabelRbacCluster, Compilers],
 ) -> None:
     """With the compiler stopped, a new namespace has no parameters and no mark: the webhook
-    judges its writes (refusing another team's labels, and everything while it is down), and
-    no one but the compiler may mark it compiled."""
+    judges its writes, and no one but the compiler may mark it compiled."""
     cluster, compilers = kube
     compilers.kill("compiler")
     try:
@@ -320,3 +319,25 @@ def test_a_namespace_not_being_deleted_still_fails_closed_without_parameters(
         assert status == 403 and MARK_OWNER in message, message
     finally:
         compilers.start("compiler", *LEASE)
+
+
+def test_a_tenant_cannot_switch_judging_off_by_deleting_the_parameters(
+    kube: tuple[LabelRbacCluster, Compilers],
+) -> None:
+    """Where there are none the policy stands aside: the guard refuses their deletion whatever
+    RBAC grants (here every resource of the namespace)."""
+    cluster, _ = kube
+    name = compiled_namespace(cluster, finalizers=False)
+    everything = role("everything", name, [rule("*", "*", "*")])
+    cluster.control_plane.apply(
+        ADMIN, rbac(everything, binding("dana-all", "everything", "User:dana", namespace=name))
+    )
+    wait_for(
+        lambda: (
+            "label-rbac-params" in request(cluster, "dana", "DELETE", PARAMS.format(ns=name))[1]
+        ),
+        "RBAC to let dana reach the guard",
+    )
+    status, message = request(cluster, "dana", "DELETE", PARAMS.format(ns=name))
+    assert status == 403 and "ValidatingAdmissionPolicy 'label-rbac-params'" in message, message
+    assert cluster.control_plane.request(ADMIN, "GET", PARAMS.format(ns=name))[0] == 200
