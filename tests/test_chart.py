@@ -195,6 +195,7 @@ def test_renamed_install_carries_its_names_everywhere() -> None:
         "acme-lr-params",
         "acme-lr-marks",
         "acme-lr-mark-owner",
+        "acme-lr-params-visible",
         "acme-lr-registration",
     }
     # Every entry and policy leaves the install's own namespace out.

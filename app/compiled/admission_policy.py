@@ -795,7 +795,7 @@ def guard() -> list[dict[str, Any]]:
             }
         ],
     )
-    return parameters + marks + mark_owner() + terminating()
+    return parameters + marks + mark_owner() + visible() + terminating()
 
 
 MARK_OWNER = f"{POLICY}-mark-owner"
@@ -829,6 +829,39 @@ def mark_owner() -> list[dict[str, Any]]:
             }
         ],
     )
+
+
+VISIBLE = f"{POLICY}-params-visible"
+
+
+def visible() -> list[dict[str, Any]]:
+    """The compiler's update of a namespace's parameters passes only once the API server's
+    informer of them, which the policies read, holds them (``parameterNotFoundAction: Deny``):
+    the compiler writes parameters it has just created a second time before it marks the
+    namespace, so a namespace is never marked compiled while the policy would find no parameters
+    there and stand aside (its informer of Namespaces, which routes the webhook's entries, may
+    be ahead of its informer of parameters)."""
+    found = _guard(
+        VISIBLE,
+        [
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": ["*"],
+                "operations": ["UPDATE"],
+                "resources": ["labelrbacparams"],
+                "scope": "Namespaced",
+            }
+        ],
+        # Where the policies judge: a mark elsewhere sends nothing anywhere.
+        {"namespaceSelector": copy.deepcopy(JUDGED)},
+        matchConditions=[
+            {"name": "the-compiler", "expression": f"request.userInfo.username == '{COMPILER}'"}
+        ],
+        validations=[{"expression": "true"}],
+    )
+    found[0]["spec"]["paramKind"] = {"apiVersion": API_VERSION, "kind": KIND}
+    found[1]["spec"]["paramRef"] = {"name": NAME, "parameterNotFoundAction": "Deny"}
+    return found
 
 
 TERMINATING = f"{POLICY}-terminating"

@@ -752,6 +752,12 @@ class ParamsWriter:
             )
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked):
+            if previous is None:
+                # Created just now: written again, an update, which the API server admits only
+                # once the informer the policies read holds them (label-rbac-params-visible).
+                # Marked before, the namespace's plain writes would be judged by no one for that
+                # moment: the policy stands aside where it finds no parameters.
+                self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
             marked = self._mark(rendered.namespace, True)
         return Written(spec, delegated, marked, since, _unjudged(rendered.spec))
 

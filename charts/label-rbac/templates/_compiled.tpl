@@ -474,6 +474,59 @@ spec:
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
 metadata:
+  name: '{{ $name }}-params-visible'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector:
+      matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+        - '{{ $namespace }}'
+        - kube-system
+      - key: labelrbac.io/exempt
+        operator: NotIn
+        values:
+        - 'true'
+    resourceRules:
+    - apiGroups:
+      - labelrbac.io
+      apiVersions:
+      - '*'
+      operations:
+      - UPDATE
+      resources:
+      - labelrbacparams
+      scope: Namespaced
+  matchConditions:
+  - name: the-compiler
+    expression: request.userInfo.username == 'system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler'
+  validations:
+  - expression: 'true'
+  paramKind:
+    apiVersion: labelrbac.io/v1alpha1
+    kind: LabelRbacParams
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: '{{ $name }}-params-visible'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  policyName: '{{ $name }}-params-visible'
+  validationActions:
+  - Deny
+  paramRef:
+    name: label-rbac
+    parameterNotFoundAction: Deny
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
   name: '{{ $name }}-terminating'
   labels:
     app.kubernetes.io/name: label-rbac
