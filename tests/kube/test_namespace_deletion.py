@@ -341,3 +341,27 @@ def test_a_tenant_cannot_switch_judging_off_by_deleting_the_parameters(
     status, message = request(cluster, "dana", "DELETE", PARAMS.format(ns=name))
     assert status == 403 and "ValidatingAdmissionPolicy 'label-rbac-params'" in message, message
     assert cluster.control_plane.request(ADMIN, "GET", PARAMS.format(ns=name))[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("controller", "verbs", "resource"),
+    [
+        pytest.param(NAMESPACE_CONTROLLER, {"delete", "deletecollection"}, "*", id="namespaces"),
+        pytest.param(PVC_PROTECTION, {"update"}, "persistentvolumeclaims", id="pvc-protection"),
+    ],
+)
+def test_the_emulated_controllers_hold_their_bootstrap_roles(
+    kube: tuple[LabelRbacCluster, Compilers], controller: Any, verbs: set[str], resource: str
+) -> None:
+    """The identities the controllers are run under here are the ones the API server's
+    bootstrap RBAC binds ``system:controller:<name>`` to, with what they do here."""
+    cluster, _ = kube
+    name = controller.name.rsplit(":", 1)[1]
+    path = f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/system:controller:{name}"
+    status, bound = cluster.control_plane.request(ADMIN, "GET", path)
+    assert status == 200, bound
+    assert {"kind": "ServiceAccount", "name": name, "namespace": "kube-system"} in bound["subjects"]
+    _, granted = cluster.control_plane.request(ADMIN, "GET", path.replace("bindings", "s"))
+    assert any(
+        verbs <= set(r["verbs"]) and resource in r.get("resources", ()) for r in granted["rules"]
+    ), granted["rules"]
