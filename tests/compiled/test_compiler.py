@@ -22,6 +22,8 @@ from app.compiled.compiler import (
     FIELD_MANAGER,
     KEEP_INDEXED,
     MERGE,
+    NOT_SEEN,
+    SEEN_RETRIES,
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
@@ -59,6 +61,10 @@ class Client:
         self.hold: dict[str, threading.Event] = {}  # namespace → its parameter writes wait for it
         self.failing: dict[str, Exception] = {}  # namespace → what its parameter writes raise
         self.registration: dict[str, Any] | None = None  # the webhook configuration, if any
+        # namespace → how many updates of its parameters (writes after the first) are refused
+        # as the API server refuses them while its informer does not hold them yet
+        self.unseen: dict[str, int] = {}
+        self._created: set[str] = set()
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -90,6 +96,11 @@ class Client:
             raise ApiError(404, "NotFound")
         if params and (failure := self.failing.get(path.split("/")[5])):
             raise failure
+        if params and path in self._created and self.unseen.get(path.split("/")[5], 0) > 0:
+            self.unseen[path.split("/")[5]] -= 1
+            raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
+        if params:
+            self._created.add(path)
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
         return body
@@ -318,6 +329,28 @@ def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegati
     small = writer(client, clock, max_bytes=200)
     small.step(state.snapshot)
     assert story(client, "t1") == ["mark=None", "params"]
+
+
+@pytest.mark.parametrize(
+    ("refused", "marked"),
+    [
+        pytest.param(0, True, id="admitted-at-once"),
+        pytest.param(2, True, id="admitted-on-the-third-try"),
+        pytest.param(len(SEEN_RETRIES) + 1, False, id="not-admitted-yet"),
+    ],
+)
+def test_a_namespace_is_marked_only_once_an_update_of_its_new_parameters_is_admitted(
+    refused: int, marked: bool
+) -> None:
+    """The policy stands aside where the API server's informer finds no parameters: the mark
+    waits until that informer holds them, which the API server's admitting an update of them
+    proves (label-rbac-params-visible); until then the webhook judges the namespace."""
+    client, clock = Client(), [0.0]
+    client.unseen["t1"] = refused
+    writer(client, clock).step(live(*OBJECTS).snapshot)
+    told = story(client, "t1")
+    tries = min(refused + 1, len(SEEN_RETRIES) + 1)
+    assert told == ["params"] * (1 + tries) + (["mark=true"] if marked else [])
 
 
 def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> None:
