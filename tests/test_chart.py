@@ -194,6 +194,8 @@ def test_renamed_install_carries_its_names_everywhere() -> None:
     assert {g["metadata"]["name"] for g in guards} == {
         "acme-lr-params",
         "acme-lr-marks",
+        "acme-lr-mark-owner",
+        "acme-lr-params-visible",
         "acme-lr-registration",
     }
     # Every entry and policy leaves the install's own namespace out.

@@ -11,9 +11,13 @@ apart (``manifests/compiled/modes``), since every bound policy costs an evaluati
 
 Fail closed:
 
-- ``parameterNotFoundAction: Deny``: a namespace the compiler has not rendered yet (just created,
-  or the compiler is down) refuses the writes the policy matches, rather than letting a new
-  restriction go unenforced;
+- where there are no parameters the policy stands aside (``parameterNotFoundAction: Allow``), and
+  the webhook judges: a namespace the compiler has not rendered yet (just created, or the compiler
+  is down) is not marked compiled, so the webhook's label entry takes every write of it; a marked
+  namespace has parameters unless it is being deleted (``mark_owner``), and there a change of
+  labels is refused (``terminating``) while the deletion's own writes pass. With ``Deny``, every
+  update and delete of a namespace being deleted was refused once the namespace controller had
+  deleted its parameters (first, as often as not), and its deletion never ended;
 - a subject RBAC authorizes for an indexed resource but the parameters do not list (bound after
   they were rendered) is refused with a retryable message: the API server's own authorizer is
   asked, so a just-bound subject never writes unchecked (``system:masters``, whom RBAC does not
@@ -36,7 +40,8 @@ request. A write that sets or changes owner references or finalizers stands for 
 computes the DELETE grants (``deleteGranting``).
 
 Only the compiler may write the parameters: ``label-rbac-params`` refuses everyone else
-(``COMPILER``); ``label-rbac-marks`` holds it, on Namespaces, to the compiled mark; and
+(``COMPILER``); ``label-rbac-marks`` holds it, on Namespaces, to the compiled mark, which
+``label-rbac-mark-owner`` lets no one else put on; and
 ``label-rbac-registration`` holds it, on the webhook registration, to the conditions and
 annotation it keeps there (``app.compiled.registration``). ``python -m app.compiled.admission_policy
 [--modes | --webhook | --split]`` prints the files it generates (``FILES``).
@@ -763,6 +768,14 @@ def subresource_policy() -> list[dict[str, Any]]:
     )
 
 
+def _excluded() -> list[dict[str, Any]]:
+    """What the policies reading parameters never match: the compiler's own objects, so it can
+    write parameters where there are none yet, and what the webhook keeps
+    (app.engine.params.WEBHOOK_RESOURCES); a rule per group, as the API server tries each on
+    every write."""
+    return _rules({GROUP: ["*"], **_by_group(WEBHOOK_RESOURCES)}, ["*"])
+
+
 def policy(name: str) -> dict[str, Any]:
     mode, _ = ACTIONS[name]
     return {
@@ -783,12 +796,7 @@ def policy(name: str) -> dict[str, Any]:
                         "scope": "Namespaced",
                     }
                 ],
-                # The compiler's own objects, so it can write parameters where there are none
-                # yet, and what the webhook keeps (app.engine.params.WEBHOOK_RESOURCES): a rule
-                # per group, as the API server tries each on every write.
-                "excludeResourceRules": _rules(
-                    {GROUP: ["*"], **_by_group(WEBHOOK_RESOURCES)}, ["*"]
-                ),
+                "excludeResourceRules": _excluded(),
             },
             "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
             **_judgement(mode),
@@ -805,7 +813,9 @@ def binding(name: str) -> dict[str, Any]:
         "spec": {
             "policyName": name,
             "validationActions": [action],
-            "paramRef": {"name": NAME, "parameterNotFoundAction": "Deny"},
+            # No parameters: the policy stands aside (``policy_scope``'s docstring says why
+            # that leaves no write unjudged, and how a namespace being deleted is held).
+            "paramRef": {"name": NAME, "parameterNotFoundAction": "Allow"},
         },
     }
 
@@ -901,7 +911,113 @@ def guard() -> list[dict[str, Any]]:
             }
         ],
     )
-    return parameters + marks
+    return parameters + marks + mark_owner() + visible() + terminating()
+
+
+MARK_OWNER = f"{POLICY}-mark-owner"
+# Writes of a Namespace that carry its labels: the namespace controller's included.
+NAMESPACE_SUBRESOURCES = ("namespaces/status", "namespaces/finalize")
+
+
+def mark_owner() -> list[dict[str, Any]]:
+    """Only the compiler puts the compiled mark on a Namespace (anyone allowed to may take it
+    off, which only sends the webhook more): the compiler marks a namespace once its parameters
+    are written, and the parameters are deleted by no one but the compiler and, in a namespace
+    being deleted, the namespace controller, so a marked namespace has parameters unless it is
+    being deleted. The policy needs that, since it stands aside where there are none."""
+    marked = f"object.metadata.?labels[?'{MARK}'].orValue('') == 'true'"
+    was = f"oldObject.metadata.?labels[?'{MARK}'].orValue('') == 'true'"
+    return _guard(
+        MARK_OWNER,
+        _rules({"": ["namespaces", *NAMESPACE_SUBRESOURCES]}, ["CREATE", "UPDATE"], scope="*"),
+        matchConditions=[
+            {"name": "not-the-compiler", "expression": f"request.userInfo.username != '{COMPILER}'"}
+        ],
+        validations=[
+            {
+                "expression": f"!({marked}) || request.operation == 'UPDATE' && {was}",
+                "messageExpression": (
+                    "'user \"' + request.userInfo.username + '\" may not label namespace \"' + "
+                    f"request.name + '\" {MARK}=true: only the compiler ({COMPILER}) does, once "
+                    "it has written the compiled label permissions of the namespace'"
+                ),
+                "reason": "Forbidden",
+            }
+        ],
+    )
+
+
+VISIBLE = f"{POLICY}-params-visible"
+
+
+def visible() -> list[dict[str, Any]]:
+    """The compiler's update of a namespace's parameters passes only once the API server's
+    informer of them, which the policies read, holds them (``parameterNotFoundAction: Deny``):
+    the compiler writes parameters it has just created a second time before it marks the
+    namespace, so a namespace is never marked compiled while the policy would find no parameters
+    there and stand aside (its informer of Namespaces, which routes the webhook's entries, may
+    be ahead of its informer of parameters)."""
+    found = _guard(
+        VISIBLE,
+        [
+            {
+                "apiGroups": [GROUP],
+                "apiVersions": ["*"],
+                "operations": ["UPDATE"],
+                "resources": ["labelrbacparams"],
+                "scope": "Namespaced",
+            }
+        ],
+        # Where the policies judge: a mark elsewhere sends nothing anywhere.
+        {"namespaceSelector": copy.deepcopy(JUDGED)},
+        matchConditions=[
+            {"name": "the-compiler", "expression": f"request.userInfo.username == '{COMPILER}'"}
+        ],
+        validations=[{"expression": "true"}],
+    )
+    found[0]["spec"]["paramKind"] = {"apiVersion": API_VERSION, "kind": KIND}
+    found[1]["spec"]["paramRef"] = {"name": NAME, "parameterNotFoundAction": "Deny"}
+    return found
+
+
+TERMINATING = f"{POLICY}-terminating"
+
+
+def terminating() -> list[dict[str, Any]]:
+    """In a namespace marked compiled and being deleted, a change of an object's labels is
+    refused: the namespace controller deletes the parameters with the rest of the namespace's
+    content, in no set order, and the policy stands aside once they are gone, so it may no longer
+    judge that change (nor may the webhook, which the mark sends no plain write). The deletion
+    itself needs none: a DELETE, and an update that keeps the labels (a controller removing its
+    finalizer), pass, and no object can be created there (NamespaceLifecycle). An administrator
+    may take the mark off, which sends the namespace's writes to the webhook."""
+    relabels = f"{NEW_LABELS} != {OLD_LABELS}"
+    key = (
+        "request.resource.resource + (request.resource.group == '' ? '' : '.' + "
+        "request.resource.group)"
+    )
+    return _guard(
+        TERMINATING,
+        _rules({"*": ["*"]}, ["UPDATE"]),
+        {"namespaceSelector": _marked("In"), "excludeResourceRules": _excluded()},
+        matchConditions=[{"name": "relabels", "expression": relabels}],
+        validations=[
+            {
+                "expression": (
+                    "namespaceObject != null && !has(namespaceObject.metadata.deletionTimestamp)"
+                ),
+                "messageExpression": (
+                    "'user \"' + request.userInfo.username + '\" may not change the labels of ' + "
+                    f"{key} + ' \"' + request.name + '\" in namespace \"' + request.namespace + "
+                    "'\": the namespace is being deleted, and its compiled label permissions, "
+                    "deleted with it, no longer judge a change of labels there (an administrator "
+                    "may hand its writes to the webhook: kubectl label namespace ' + "
+                    f"request.namespace + ' {MARK}-)'"
+                ),
+                "reason": "Forbidden",
+            }
+        ],
+    )
 
 
 def _registration_checks() -> list[tuple[str, str]]:

@@ -75,6 +75,10 @@ log = logging.getLogger("label_rbac.compile")
 FIELD_MANAGER = "label-rbac-compiler"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
+# The API server's refusal of an update of parameters its informer does not hold yet, and the
+# pauses before trying again (``ParamsWriter._seen``): at most 0.175 s of a writer's time.
+NOT_SEEN = "no params found"
+SEEN_RETRIES = (0.025, 0.05, 0.1)
 # The Namespace mark is merge-patched: unlike an apply, a merge patch never creates the object
 # (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
 MERGE = "application/merge-patch+json"
@@ -655,8 +659,26 @@ class ParamsWriter:
             )
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked):
+            if previous is None:
+                self._seen(path, body)
             marked = self._mark(rendered.namespace, True)
         return Written(spec, delegated, marked, since, _unjudged(rendered.spec))
+
+    def _seen(self, path: str, body: Mapping[str, Any]) -> None:
+        """Parameters created just now, written again: an update, which the API server admits
+        only once the informer the policies read holds them (``label-rbac-params-visible``).
+        Marked before, the namespace's plain writes would be judged by no one for that moment:
+        the policy stands aside where it finds no parameters. That informer is a few
+        milliseconds behind: tried again a few times, then the write fails (and is retried)."""
+        for delay in SEEN_RETRIES:
+            try:
+                self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+                return
+            except ApiError as exc:
+                if NOT_SEEN not in exc.message:
+                    raise
+            time.sleep(delay)
+        self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
 
     def _mark(self, namespace: str, compiled: bool) -> bool:
         """Label the Namespace compiled, or take the label off; whether it now carries it."""

@@ -22,6 +22,8 @@ from app.compiled.compiler import (
     FIELD_MANAGER,
     KEEP_INDEXED,
     MERGE,
+    NOT_SEEN,
+    SEEN_RETRIES,
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
@@ -59,6 +61,10 @@ class Client:
         self.hold: dict[str, threading.Event] = {}  # namespace → its parameter writes wait for it
         self.failing: dict[str, Exception] = {}  # namespace → what its parameter writes raise
         self.registration: dict[str, Any] | None = None  # the webhook configuration, if any
+        # namespace → how many updates of its parameters (writes after the first) are refused
+        # as the API server refuses them while its informer does not hold them yet
+        self.unseen: dict[str, int] = {}
+        self._created: set[str] = set()
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -90,6 +96,11 @@ class Client:
             raise ApiError(404, "NotFound")
         if params and (failure := self.failing.get(path.split("/")[5])):
             raise failure
+        if params and path in self._created and self.unseen.get(path.split("/")[5], 0) > 0:
+            self.unseen[path.split("/")[5]] -= 1
+            raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
+        if params:
+            self._created.add(path)
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
         return body
@@ -100,7 +111,16 @@ class Client:
         return [each(item) for item in self.listed.get(path, [])], "1"
 
     def params_written(self) -> list[str]:
-        return [p.split("/")[5] for m, p, _, _ in self.writes if "labelrbacparams" in p]
+        """The namespaces whose parameters were written, once per write: parameters just
+        created are sent twice, the same body, the second time before the mark (``story``)."""
+        found, last = [], {}
+        for _, path, body, _ in self.writes:
+            if "labelrbacparams" in path:
+                namespace = path.split("/")[5]
+                if last.get(namespace) is not body:
+                    found.append(namespace)
+                last[namespace] = body
+        return found
 
 
 def live(*objects: tuple[str, dict[str, Any]]) -> LiveSnapshot:
@@ -218,7 +238,9 @@ def test_what_was_written_is_remembered_in_a_fixed_size_whatever_the_parameters(
     state = live(*OBJECTS, *many)
     params = writer(client, clock)
     params.step(state.snapshot)
-    (body,) = [b for _, p, b, _ in client.writes if "/namespaces/t1/labelrbacparams" in p]
+    # Sent twice (created, then again before the mark), the same body.
+    body, again = [b for _, p, b, _ in client.writes if "/namespaces/t1/labelrbacparams" in p]
+    assert again is body
     assert len(json.dumps(body["spec"])) > 40_000
     kept = params._written["t1"]
     assert sys.getsizeof(kept.spec) + sys.getsizeof(kept.since) < 200
@@ -297,7 +319,9 @@ def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegati
     params = writer(client, clock)
     params.step(state.snapshot)
     # Marked once the policy can read what it needs; never marked again while unchanged.
-    assert story(client, "t1") == ["params", "mark=true"]
+    # Created, then written again before the mark: the API server admits that update only once
+    # the policies' informer holds the parameters (label-rbac-params-visible).
+    assert story(client, "t1") == ["params", "params", "mark=true"]
     client.writes.clear()
     client.types.clear()
     assert params.step(state.snapshot) == 0 and client.writes == []
@@ -305,6 +329,28 @@ def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegati
     small = writer(client, clock, max_bytes=200)
     small.step(state.snapshot)
     assert story(client, "t1") == ["mark=None", "params"]
+
+
+@pytest.mark.parametrize(
+    ("refused", "marked"),
+    [
+        pytest.param(0, True, id="admitted-at-once"),
+        pytest.param(2, True, id="admitted-on-the-third-try"),
+        pytest.param(len(SEEN_RETRIES) + 1, False, id="not-admitted-yet"),
+    ],
+)
+def test_a_namespace_is_marked_only_once_an_update_of_its_new_parameters_is_admitted(
+    refused: int, marked: bool
+) -> None:
+    """The policy stands aside where the API server's informer finds no parameters: the mark
+    waits until that informer holds them, which the API server's admitting an update of them
+    proves (label-rbac-params-visible); until then the webhook judges the namespace."""
+    client, clock = Client(), [0.0]
+    client.unseen["t1"] = refused
+    writer(client, clock).step(live(*OBJECTS).snapshot)
+    told = story(client, "t1")
+    tries = min(refused + 1, len(SEEN_RETRIES) + 1)
+    assert told == ["params"] * (1 + tries) + (["mark=true"] if marked else [])
 
 
 def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> None:
@@ -320,6 +366,7 @@ def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> N
     change = ("Namespace", None, ("t2", {}))
     params.applied(state, [change], "43")
     params.step(state.snapshot)
+    # Written before (so this write is an update, admitted once the policies see them).
     assert story(client, "t2") == ["params", "mark=true"]
 
 
@@ -660,7 +707,7 @@ def test_a_namespace_over_the_work_budget_says_so_in_its_status_an_event_and_the
     (event,) = [b for _, p, b, _ in client.writes if p == "/api/v1/namespaces/t1/events"]
     assert (event["reason"], event["type"]) == ("TooComplex", "Warning")
     assert any("t1 is left to the webhook (TooComplex" in r.getMessage() for r in caplog.records)
-    assert story(client, "t2") == ["params", "mark=true"]  # t2 has no role: compiled
+    assert story(client, "t2") == ["params", "params", "mark=true"]  # t2 has no role: compiled
 
 
 def test_parameters_deleted_are_written_again() -> None:

@@ -379,12 +379,36 @@ def test_in_a_compiled_namespace_a_kubelet_meets_the_node_rules_and_the_label_ru
             cp.kubectl(ADMIN, "delete", kind, name, "-n", "t1", "--ignore-not-found")
 
 
-def test_a_delegated_namespace_labeled_compiled_by_someone_else_refuses_writes(
+def test_no_one_but_the_compiler_labels_a_namespace_compiled(
     webhook_down: LabelRbacCluster,
 ) -> None:
+    """The policy stands aside where there are no parameters, so the mark must mean they
+    exist: an administrator's label is refused, and the namespace stays the webhook's."""
     kube = webhook_down
     done = kube.kubectl(ADMIN, "label", "namespace", "t2", f"{MARK}=true")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode != 0
+    assert "ValidatingAdmissionPolicy 'label-rbac-mark-owner'" in done.stderr, done.stderr
+    assert f"only the compiler ({COMPILER}) does" in done.stderr
+    assert UNREACHABLE.format(entry="labels.labelrbac.io") in write(kube, "t2", "configmap")
+
+
+def test_a_delegated_namespace_labeled_compiled_refuses_writes(
+    webhook_down: LabelRbacCluster,
+) -> None:
+    """Between the compiler's two writes (the mark taken off, then the parameters written
+    delegated), or with the mark guard set aside, the policy does not stand aside there."""
+    kube = webhook_down
+    cp = kube.control_plane
+    binding_path = (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/"
+        "label-rbac-mark-owner"
+    )
+    _, guard = cp.request(ADMIN, "GET", binding_path)
+    cp.request(ADMIN, "DELETE", binding_path)
+    wait_for(
+        lambda: kube.kubectl(ADMIN, "label", "namespace", "t2", f"{MARK}=true").returncode == 0,
+        "the mark guard set aside",
+    )
     try:
         # The webhook no longer receives t2's plain writes, and the policy does not stand aside.
         for team in ("a", "b"):
@@ -396,6 +420,8 @@ def test_a_delegated_namespace_labeled_compiled_by_someone_else_refuses_writes(
         )
     finally:
         kube.kubectl(ADMIN, "label", "namespace", "t2", f"{MARK}-")
+        cp.apply(ADMIN, [{k: v for k, v in guard.items() if k != "metadata"}
+                         | {"metadata": {"name": guard["metadata"]["name"]}}])  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -531,7 +531,7 @@ spec:
   - Deny
   paramRef:
     name: label-rbac
-    parameterNotFoundAction: Deny
+    parameterNotFoundAction: Allow
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicy
@@ -615,6 +615,246 @@ metadata:
     app.kubernetes.io/name: label-rbac
 spec:
   policyName: '{{ $name }}-marks'
+  validationActions:
+  - Deny
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: '{{ $name }}-mark-owner'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups:
+      - ''
+      apiVersions:
+      - '*'
+      operations:
+      - CREATE
+      - UPDATE
+      resources:
+      - namespaces
+      - namespaces/status
+      - namespaces/finalize
+      scope: '*'
+  matchConditions:
+  - name: not-the-compiler
+    expression: request.userInfo.username != 'system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler'
+  validations:
+  - expression: '!(object.metadata.?labels[?''labelrbac.io/compiled''].orValue('''') == ''true'') || request.operation
+      == ''UPDATE'' && oldObject.metadata.?labels[?''labelrbac.io/compiled''].orValue('''') == ''true'''
+    messageExpression: '''user "'' + request.userInfo.username + ''" may not label namespace "'' + request.name
+      + ''" labelrbac.io/compiled=true: only the compiler (system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler)
+      does, once it has written the compiled label permissions of the namespace'''
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: '{{ $name }}-mark-owner'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  policyName: '{{ $name }}-mark-owner'
+  validationActions:
+  - Deny
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: '{{ $name }}-params-visible'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector:
+      matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+        - '{{ $namespace }}'
+        - kube-system
+      - key: labelrbac.io/exempt
+        operator: NotIn
+        values:
+        - 'true'
+    resourceRules:
+    - apiGroups:
+      - labelrbac.io
+      apiVersions:
+      - '*'
+      operations:
+      - UPDATE
+      resources:
+      - labelrbacparams
+      scope: Namespaced
+  matchConditions:
+  - name: the-compiler
+    expression: request.userInfo.username == 'system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler'
+  validations:
+  - expression: 'true'
+  paramKind:
+    apiVersion: labelrbac.io/v1alpha1
+    kind: LabelRbacParams
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: '{{ $name }}-params-visible'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  policyName: '{{ $name }}-params-visible'
+  validationActions:
+  - Deny
+  paramRef:
+    name: label-rbac
+    parameterNotFoundAction: Deny
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: '{{ $name }}-terminating'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector:
+      matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+        - '{{ $namespace }}'
+        - kube-system
+      - key: labelrbac.io/exempt
+        operator: NotIn
+        values:
+        - 'true'
+      - key: labelrbac.io/compiled
+        operator: In
+        values:
+        - 'true'
+    excludeResourceRules:
+    - apiGroups:
+      - labelrbac.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - '*'
+      scope: Namespaced
+    - apiGroups:
+      - ''
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - bindings
+      - events
+      - pods
+      - podtemplates
+      - replicationcontrollers
+      - serviceaccounts
+      scope: Namespaced
+    - apiGroups:
+      - apps
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - daemonsets
+      - deployments
+      - replicasets
+      - statefulsets
+      scope: Namespaced
+    - apiGroups:
+      - autoscaling
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - horizontalpodautoscalers
+      scope: Namespaced
+    - apiGroups:
+      - batch
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - cronjobs
+      - jobs
+      scope: Namespaced
+    - apiGroups:
+      - coordination.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - leases
+      scope: Namespaced
+    - apiGroups:
+      - events.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - events
+      scope: Namespaced
+    - apiGroups:
+      - rbac.authorization.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - clusterrolebindings
+      - clusterroles
+      - rolebindings
+      - roles
+      scope: Namespaced
+    resourceRules:
+    - apiGroups:
+      - '*'
+      apiVersions:
+      - '*'
+      operations:
+      - UPDATE
+      resources:
+      - '*'
+      scope: Namespaced
+  matchConditions:
+  - name: relabels
+    expression: object.metadata.?labels.orValue({}) != oldObject.metadata.?labels.orValue({})
+  validations:
+  - expression: namespaceObject != null && !has(namespaceObject.metadata.deletionTimestamp)
+    messageExpression: '''user "'' + request.userInfo.username + ''" may not change the labels of '' +
+      request.resource.resource + (request.resource.group == '''' ? '''' : ''.'' + request.resource.group)
+      + '' "'' + request.name + ''" in namespace "'' + request.namespace + ''": the namespace is being
+      deleted, and its compiled label permissions, deleted with it, no longer judge a change of labels
+      there (an administrator may hand its writes to the webhook: kubectl label namespace '' + request.namespace
+      + '' labelrbac.io/compiled-)'''
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: '{{ $name }}-terminating'
+  labels:
+    app.kubernetes.io/name: label-rbac
+spec:
+  policyName: '{{ $name }}-terminating'
   validationActions:
   - Deny
 {{- end }}
@@ -1711,7 +1951,7 @@ spec:
   - Warn
   paramRef:
     name: label-rbac
-    parameterNotFoundAction: Deny
+    parameterNotFoundAction: Allow
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -1725,7 +1965,7 @@ spec:
   - Audit
   paramRef:
     name: label-rbac
-    parameterNotFoundAction: Deny
+    parameterNotFoundAction: Allow
 {{- end }}
 {{- define "label-rbac.compiled.subresources" -}}
 {{- $name := include "label-rbac.name" . -}}
