@@ -16,8 +16,8 @@ of gunicorn: its arbiter, signals, heartbeat and configuration.
   honest client's request arrives within milliseconds, so the oldest waiting one is the slow
   one), or the new one if none waits. Request bodies the loop holds are bounded too: at most
   twice ``--max-body-bytes`` per worker, the oldest partial request dropped first.
-- **out of descriptors**: EMFILE/ENFILE from ``accept`` closes the oldest waiting connection
-  and pauses accepting for ACCEPT_PAUSE; it never ends the worker.
+- **out of descriptors**: EMFILE/ENFILE from ``accept`` closes the oldest waiting connection to
+  make room, or (none waiting) pauses accepting for ACCEPT_PAUSE; it never ends the worker.
 - **refusals**: what h11 refuses is answered with its status (400, 431, 501) and closed; a
   request with both Content-Length and Transfer-Encoding is refused (400), as RFC 9112 allows.
   A body over ``--max-body-bytes`` gets a 413 from the loop, and the rest of it is read through
@@ -239,21 +239,23 @@ class StagedWorker(base.Worker):
             try:
                 raw, client = listener.accept()
             except OSError as exc:
-                if exc.errno in OUT_OF_DESCRIPTORS:
-                    self._out_of_descriptors()
-                elif exc.errno not in ACCEPT_LATER:
+                if exc.errno in OUT_OF_DESCRIPTORS and self._out_of_descriptors():
+                    continue
+                if exc.errno not in ACCEPT_LATER | OUT_OF_DESCRIPTORS:
                     self.log.warning("accept failed: %s", exc)
                 return
             self._admit(raw, client, listener.getsockname())
 
-    def _out_of_descriptors(self) -> None:
-        """Back-pressure: the kernel keeps new connections queued while the oldest waiting one
-        makes room and accepting pauses for a moment."""
-        _closed_early("descriptors")
+    def _out_of_descriptors(self) -> bool:
+        """Back-pressure: the oldest waiting connection makes room, as past the caps (True: try
+        again); if every connection is busy in a thread, accepting pauses for a moment and the
+        kernel keeps new connections queued meanwhile."""
         if self.waiting:
-            self._drop(next(iter(self.waiting)), "evicted")
+            self._drop(next(iter(self.waiting)), "descriptors")
+            return True
         self._accept_from(False)
         self.resume_accept = time.monotonic() + ACCEPT_PAUSE
+        return False
 
     def _admit(self, raw: socket.socket, client: Any, server: Any) -> None:
         raw.setblocking(False)
@@ -595,7 +597,7 @@ class StagedWorker(base.Worker):
         if conn.state == LINGER:
             self._start_linger(conn)
             return False
-        if conn.state == REQUEST and conn.http.our_state is h11.DONE:
+        if conn.state == REQUEST and conn.http.our_state in (h11.DONE, h11.MUST_CLOSE):
             self._next_cycle(conn)
             return False
         return True
