@@ -45,9 +45,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
 
 
-def workers(server: Server) -> set[int]:
+def workers(server: Server, count: int = 2) -> set[int]:
+    """The server's worker processes, once all ``count`` have started."""
     pid = server.process.pid
-    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    deadline = time.monotonic() + 30
+    while len(found := {int(p) for p in children.read_text().split()}) < count:
+        assert time.monotonic() < deadline, found
+        time.sleep(0.1)
+    return found
 
 
 def cpu_seconds(pids: set[int]) -> float:
