@@ -380,7 +380,7 @@ class WebhookServer(BaseApplication):
 
 # Descriptors a worker holds besides its clients' connections: standard streams, listener,
 # selector, wake-up pipes, heartbeat file, metric files, the API-server connections of its watches
-# and lookups (a worker of the shipped install held 31: tests/webhook/test_descriptors.py).
+# and lookups (tests/webhook/test_framing.py checks a worker holds fewer than 64 otherwise).
 RESERVED_DESCRIPTORS = 128
 
 
