@@ -63,6 +63,10 @@ RECV_BYTES = 65536
 # A connection closed after its answer waits this long, at most, for the client to close too.
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 64 * 1024
+# Chunks one body may come in: h11 spends microseconds on each, so a body of one-byte chunks
+# would cost the loop seconds per megabyte. Honest clients send a review in one piece or a few
+# (the API server sends a Content-Length).
+MAX_CHUNKS = 4096
 # Connections accepted per readiness event of the listener.
 ACCEPT_BATCH = 64
 # Out of descriptors: how long accepting pauses (the kernel queues new connections meanwhile).
@@ -94,8 +98,8 @@ class Conn:
     """One client connection and its h11 state."""
 
     __slots__ = (
-        "body", "callback", "client", "deadline", "drained", "events", "http", "lingered", "out",
-        "peer", "request", "server", "sock", "state", "wants_100",
+        "body", "callback", "chunks", "client", "deadline", "drained", "events", "http",
+        "lingered", "out", "peer", "request", "server", "size", "sock", "state", "wants_100",
     )  # fmt: skip
 
     def __init__(self, sock: ssl.SSLSocket, client: Any, server: Any) -> None:
@@ -110,13 +114,12 @@ class Conn:
         self.events = 0  # what the selector watches the socket for
         self.request: h11.Request | None = None
         self.body: list[bytes] = []
+        self.size = 0  # bytes in body
+        self.chunks = 0
         self.wants_100 = False
         self.out = bytearray()  # serialized by h11, not yet sent
         self.drained = 0
         self.lingered = 0
-
-    def body_size(self) -> int:
-        return sum(map(len, self.body))
 
 
 class StagedWorker(base.Worker):
@@ -333,8 +336,8 @@ class StagedWorker(base.Worker):
     def _release(self, conn: Conn) -> None:
         if conn in self.loading:
             del self.loading[conn]
-            self.buffered -= conn.body_size()
-        conn.body = []
+            self.buffered -= conn.size
+        conn.body, conn.size = [], 0
 
     def _drop(self, conn: Conn, reason: str | None = None) -> None:
         """Close a connection now; ``reason``: the server's, counted (else the client's, or the
@@ -396,8 +399,10 @@ class StagedWorker(base.Worker):
     def _read(self, conn: Conn) -> None:
         taken = 0
         while taken < READ_SLICE and conn in self.conns and conn.state not in (BUSY, LINGER):
-            if conn.out:
-                return  # an answer waits to be written first (a refusal mid-request)
+            if conn.out and not self._flush(conn):
+                return  # an answer (a 100, a refusal) is written first
+            if conn not in self.conns or conn.state in (BUSY, LINGER):
+                return
             data = conn.sock.recv(RECV_BYTES)
             if not data:
                 self._drop(conn)
@@ -429,6 +434,11 @@ class StagedWorker(base.Worker):
             if isinstance(event, h11.Request):
                 self._on_request(conn, event)
             elif isinstance(event, h11.Data):
+                conn.chunks += event.chunk_start
+                if conn.chunks > MAX_CHUNKS:
+                    message = f"request body in more than {MAX_CHUNKS} chunks"
+                    self._refuse(conn, 413, message, "malformed")
+                    return
                 self._on_data(conn, bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 self._on_end(conn)
@@ -443,7 +453,7 @@ class StagedWorker(base.Worker):
             message = "malformed HTTP request: Content-Length and Transfer-Encoding together"
             self._refuse(conn, 400, message, "malformed")
             return
-        conn.request = request
+        conn.request, conn.chunks = request, 0
         conn.wants_100 = conn.http.they_are_waiting_for_100_continue
         declared = next((int(v) for n, v in request.headers if n == b"content-length"), None)
         if declared is not None and declared > self.max_body:
@@ -458,7 +468,7 @@ class StagedWorker(base.Worker):
             if conn.drained > DRAIN_BYTES:
                 self._drop(conn)
             return
-        if conn.body_size() + len(data) > self.max_body:
+        if conn.size + len(data) > self.max_body:
             self._refuse_body(conn, None)
             return
         while self.buffered + len(data) > self.budget and self.loading:
@@ -472,6 +482,7 @@ class StagedWorker(base.Worker):
         self.loading[conn] = None
         self.buffered += len(data)
         conn.body.append(data)
+        conn.size += len(data)
 
     def _on_end(self, conn: Conn) -> None:
         if conn.state == DISCARD:

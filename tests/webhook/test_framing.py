@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from app.webhook.connections import MAX_CHUNKS
 from tests.process import Server, serve
 from tests.webhook.test_connections import (
     PROMPT,
@@ -186,6 +187,27 @@ def test_a_transfer_encoding_other_than_chunked_is_a_501_before_its_body(
     for sock in socks:
         answer, _ = answer_and_close(sock, within=PROMPT)  # closed: nothing more comes
         assert answer == b""
+        sock.close()
+    assert max(took) < PROMPT, sorted(took)[-3:]
+    assert_quiet(server, before)
+
+
+def test_a_body_in_thousands_of_tiny_chunks_is_a_413_and_costs_no_worker(server: Server) -> None:
+    """Each chunk costs the parser microseconds: a body of one-byte chunks is refused past
+    MAX_CHUNKS (413, closed) on 8 connections at once, honest reviews answered meanwhile; one in
+    a few chunks is decided."""
+    before = workers(server)
+    request = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\n \r\n" * 200_000
+    socks = [tls(server, ATTACKERS[i % 3]) for i in range(8)]
+    for sock in socks:
+        sock.setblocking(False)
+        with contextlib.suppress(OSError):  # as much as the server reads before it refuses
+            sock.send(request)
+    took = honest_reviews(server, rounds=2)
+    for sock in socks:
+        answer, _ = answer_and_close(sock, within=PROMPT)
+        assert status_of(answer) == 413
+        assert f"request body in more than {MAX_CHUNKS} chunks".encode() in answer
         sock.close()
     assert max(took) < PROMPT, sorted(took)[-3:]
     assert_quiet(server, before)
