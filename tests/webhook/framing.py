@@ -5,7 +5,8 @@ requests, each carrying an AdmissionReview with a uid of its own, framed by Cont
 (exact, wrong, signed, prefixed, repeated), by Transfer-Encoding (every list of ``chunked``,
 ``gzip``, ``identity``, ``deflate``, in one header line or several, with or without a
 Content-Length) with chunk-size lines that may carry signs, ``0x`` prefixes, whitespace,
-extensions or huge values, by nothing at all, with obsolete line folding, and with trailers.
+extensions or huge values, by nothing at all, with obsolete line folding, whitespace before a
+colon, trailers, ``Connection: close`` or HTTP/1.0.
 
 ``expect()`` parses the stream with a fresh h11 server connection, answering each complete
 request as the server would (so that h11 moves on to the next): the requests it delivers whole,
@@ -113,8 +114,13 @@ def request(draw: st.DrawFn) -> tuple[bytes, str]:
         lines.insert(draw(st.integers(1, len(lines))), b"X-Folded: a\r\n b")  # obs-fold
     if draw(st.integers(0, 7)) == 0:
         lines.append(b"Connection: close")
+    if draw(st.integers(0, 9)) == 0:  # whitespace before the colon: a 400 (RFC 9112, 5.1)
+        lines = [line.replace(b"-Length:", b"-Length :").replace(b"Encoding:", b"Encoding\t:")
+                 for line in lines]  # fmt: skip
     draw(st.randoms()).shuffle(lines)
-    return b"POST /validate HTTP/1.1\r\n" + b"\r\n".join(lines) + b"\r\n\r\n" + sent, uid
+    version = draw(st.sampled_from([b"HTTP/1.1"] * 7 + [b"HTTP/1.0"]))
+    head = b"POST /validate " + version + b"\r\n" + b"\r\n".join(lines) + b"\r\n\r\n"
+    return head + sent, uid
 
 
 @st.composite
