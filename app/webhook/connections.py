@@ -14,8 +14,9 @@ of gunicorn: its arbiter, signals, heartbeat and configuration.
 - **bounds**: at most ``--max-connections`` per worker and ``--max-connections-per-peer`` per
   client address; past either, the oldest connection still waiting in the loop is closed (an
   honest client's request arrives within milliseconds, so the oldest waiting one is the slow
-  one), or the new one if none waits. Request bodies the loop holds are bounded too: at most
-  twice ``--max-body-bytes`` per worker, the oldest partial request dropped first.
+  one), or the new one if none waits. Request bodies are bounded too: at most twice
+  ``--max-body-bytes`` per worker, partial ones and those waiting for or in a thread together,
+  the oldest partial request dropped first.
 - **out of descriptors**: EMFILE/ENFILE from ``accept`` closes the oldest waiting connection to
   make room, or (none waiting) pauses accepting for ACCEPT_PAUSE; it never ends the worker.
 - **refusals**: what h11 refuses is answered with its status (400, 431, 501) and closed; a
@@ -148,7 +149,8 @@ class StagedWorker(base.Worker):
         self.by_peer: dict[str, dict[Conn, None]] = {}
         self.peer_count: dict[str, int] = {}
         self.loading: dict[Conn, None] = {}  # holding a partial body, oldest first
-        self.buffered = 0
+        self.serving: dict[Conn, int] = {}  # body bytes of requests in threads (or queued)
+        self.buffered = 0  # body bytes of both
         self.deadlines: list[tuple[float, int, Conn]] = []
         self.seq = itertools.count()
         self.accepting = False
@@ -337,6 +339,7 @@ class StagedWorker(base.Worker):
         if conn in self.loading:
             del self.loading[conn]
             self.buffered -= conn.size
+        self.buffered -= self.serving.pop(conn, 0)
         conn.body, conn.size = [], 0
 
     def _drop(self, conn: Conn, reason: str | None = None) -> None:
@@ -547,7 +550,11 @@ class StagedWorker(base.Worker):
         assert conn.request is not None and self.tpool is not None
         self._unwait(conn)
         body = b"".join(conn.body)
-        self._release(conn)
+        # Still counted against the budget until answered: requests queued for a thread hold
+        # their bodies as much as partial ones do.
+        self.loading.pop(conn, None)
+        self.serving[conn] = conn.size
+        conn.body, conn.size = [], 0
         conn.state = BUSY
         self._watch(conn, 0)
         environ = wsgi_environ(conn.request, body, conn.client, conn.server)
@@ -556,6 +563,7 @@ class StagedWorker(base.Worker):
 
     def _answer(self, conn: Conn, done: futures.Future[Any]) -> None:
         """Back in the loop: h11 serializes the app's answer, the loop writes it."""
+        self.buffered -= self.serving.pop(conn, 0)
         if conn not in self.conns:
             return
         try:
