@@ -12,6 +12,8 @@ Around gunicorn:
   pair (app.webhook.certs.ServingCertificate) and swaps it when the files change; gunicorn's own
   loading reads the two files separately for every connection, so a rotation between the two
   reads paired a new certificate with the old key.
+- **Open files**: the soft limit is raised to the hard one, and the per-worker connection caps
+  lowered (saying so) where they would not fit in it (``fit_file_limit``).
 - **Shutdown**: on SIGTERM the arbiter sets a flag shared with the workers (an anonymous shared
   memory page made before the fork). ``/readyz`` answers 503 and every response closes its
   connection, while new connections are still accepted for ``--drain-seconds`` (endpoint
@@ -390,8 +392,11 @@ def fit_file_limit(settings: Settings) -> tuple[Settings, str | None]:
     ConfigError when not even a few connections would."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass  # (an unlimited hard limit the kernel refuses): the caps are fitted to soft
     if soft == resource.RLIM_INFINITY or settings.max_connections + RESERVED_DESCRIPTORS <= soft:
         return settings, None
     room = soft - RESERVED_DESCRIPTORS
