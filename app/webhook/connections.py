@@ -21,9 +21,9 @@ of gunicorn: its arbiter, signals, heartbeat and configuration.
   make room, or (none waiting) pauses accepting for ACCEPT_PAUSE; it never ends the worker.
 - **refusals**: what h11 refuses is answered with its status (400, 431, 501) and closed; a
   request with both Content-Length and Transfer-Encoding is refused (400), as RFC 9112 allows,
-  and a body in more than MAX_CHUNKS chunks (413). A body over ``--max-body-bytes`` gets a 413 from the loop, and the rest of it is read through
-  h11 and thrown away (app.webhook.server's DRAIN_BYTES and DRAIN_SECONDS), so the connection
-  serves its next request.
+  and a body in more than MAX_CHUNKS chunks (413). A body over ``--max-body-bytes`` gets a 413
+  from the loop, and the rest of it is read through h11 and thrown away (app.webhook.server's
+  DRAIN_BYTES and DRAIN_SECONDS), so the connection serves its next request.
 """
 
 from __future__ import annotations
