@@ -19,9 +19,10 @@ of gunicorn: its arbiter, signals, heartbeat and configuration.
   the oldest partial request dropped first.
 - **out of descriptors**: EMFILE/ENFILE from ``accept`` closes the oldest waiting connection to
   make room, or (none waiting) pauses accepting for ACCEPT_PAUSE; it never ends the worker.
-- **refusals**: what h11 refuses is answered with its status (400, 431, 501) and closed; a
-  request with both Content-Length and Transfer-Encoding is refused (400), as RFC 9112 allows,
-  and a body in more than MAX_CHUNKS chunks (413). A body over ``--max-body-bytes`` gets a 413
+- **refusals**: what h11 refuses is answered with its status (400, 431, 501) and closed; so
+  are a request with both Content-Length and Transfer-Encoding (400, as RFC 9112 allows), a
+  head over HEADER_BYTES (431), an HTTP version but 1.0 and 1.1 (505) and a body in more than
+  MAX_CHUNKS chunks (413). A body over ``--max-body-bytes`` gets a 413
   from the loop, and the rest of it is read through h11 and thrown away (app.webhook.server's
   DRAIN_BYTES and DRAIN_SECONDS), so the connection serves its next request.
 """
@@ -87,6 +88,7 @@ CONTINUE = h11.InformationalResponse(status_code=100, headers=[], reason=b"Conti
 REASONS = {
     400: "Bad Request", 408: "Request Timeout", 413: "Request Entity Too Large",
     414: "URI Too Long", 431: "Request Header Fields Too Large", 501: "Not Implemented",
+    505: "HTTP Version Not Supported",
 }  # fmt: skip
 
 
@@ -451,6 +453,14 @@ class StagedWorker(base.Worker):
     def _on_request(self, conn: Conn, request: h11.Request) -> None:
         if conn.state == IDLE:  # pipelined: its bytes came with the last request's
             self._wait(conn, REQUEST, time.monotonic() + self.deadline_seconds)
+        if request.http_version not in (b"1.0", b"1.1"):
+            self._refuse(conn, 505, "only HTTP/1.0 and HTTP/1.1 are served", "malformed")
+            return
+        # h11 bounds a head only while it is incomplete: one read can bring a whole larger one.
+        head = len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers)
+        if head > HEADER_BYTES:
+            self._refuse(conn, 431, f"request headers larger than {HEADER_BYTES} bytes", "headers")
+            return
         names = {name for name, _ in request.headers}
         if b"transfer-encoding" in names and b"content-length" in names:
             message = "malformed HTTP request: Content-Length and Transfer-Encoding together"

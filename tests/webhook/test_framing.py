@@ -213,12 +213,35 @@ def test_a_body_in_thousands_of_tiny_chunks_is_a_413_and_costs_no_worker(server:
     assert_quiet(server, before)
 
 
-def test_content_length_with_transfer_encoding_is_a_400(server: Server) -> None:
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "message"),
+    [
+        pytest.param(
+            HEAD + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400, b"Content-Length and Transfer-Encoding together", id="length-and-encoding",
+        ),
+        pytest.param(
+            HEAD + b"X-Big: " + b"a" * 40_000 + b"\r\nContent-Length: 2\r\n\r\n{}",
+            431, b"request headers larger than 32768 bytes", id="head-over-32-KiB-at-once",
+        ),
+        pytest.param(
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, b"only HTTP/1.0 and HTTP/1.1",
+            id="http2-preface",
+        ),
+        pytest.param(
+            HEAD + b"Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400,
+            b"illegal header line", id="space-before-colon",
+        ),
+    ],
+)  # fmt: skip
+def test_framing_the_server_refuses_on_its_own_is_refused_and_closed(
+    server: Server, request_bytes: bytes, status: int, message: bytes
+) -> None:
     with server.connect() as sock:
-        sock.sendall(HEAD + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        sock.sendall(request_bytes)
         answer, _ = answer_and_close(sock, within=PROMPT)
-    assert status_of(answer) == 400
-    assert b"Content-Length and Transfer-Encoding together" in answer
+    assert status_of(answer) == status
+    assert message in answer
 
 
 # --- descriptors -------------------------------------------------------------------------------
