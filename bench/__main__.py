@@ -26,6 +26,7 @@ BENCHMARKS = {
     "writes": "bench.writes",
     "names": "bench.names",
     "connections": "bench.connections",
+    "framing": "bench.framing",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import ssl
@@ -15,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -163,11 +165,13 @@ def launch(
     tls: tuple[Path, Path, Path] | None = None,
     port: int | None = None,
     log_name: str = "server.log",
+    nofile: tuple[int, int] | None = None,
 ) -> Server:
     """Start ``python -m app serve`` on loopback (a free port unless ``port``); not waited for.
 
     TLS: ``--dev-tls`` into ``tmp/certs``, or ``tls`` = (CA file, certificate, key). The caller
-    stops it with ``stop(server.process)``.
+    stops it with ``stop(server.process)``. ``nofile``: the (soft, hard) open-file limit it starts
+    with, as a container runtime sets it.
     """
     port = free_port() if port is None else port
     certs = tmp / "certs"
@@ -191,8 +195,13 @@ def launch(
             text=True,
             env={**os.environ, **(env or {})},
             start_new_session=True,
+            preexec_fn=None if nofile is None else partial(_limit_files, nofile),
         )
     return Server(f"https://127.0.0.1:{port}", ca, process, log_path)
+
+
+def _limit_files(limits: tuple[int, int]) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 @contextmanager
@@ -202,12 +211,13 @@ def serve(
     env: dict[str, str] | None = None,
     ready: bool = True,
     tls: tuple[Path, Path, Path] | None = None,
+    nofile: tuple[int, int] | None = None,
 ) -> Iterator[Server]:
     """Start ``python -m app serve`` on a free loopback port; stop it afterwards.
 
     TLS: ``--dev-tls`` into ``tmp/certs``, or ``tls`` = (CA file, certificate, key).
     """
-    server = launch(tmp, *args, env=env, tls=tls)
+    server = launch(tmp, *args, env=env, tls=tls, nofile=nofile)
     try:
         deadline = time.monotonic() + 30
         while not server.ca.exists() and time.monotonic() < deadline:

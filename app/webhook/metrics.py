@@ -140,7 +140,8 @@ class Metrics:
             "handshake and request not in within --request-deadline), evicted (the oldest waiting "
             "one, for room under --max-connections or --max-connections-per-peer), refused (no "
             "room: every connection busy), buffer (request bytes past the worker's budget), "
-            "headers (over 32 KiB).",
+            "headers (over 32 KiB), malformed (framing refused: 400 or 501), descriptors (the "
+            "oldest waiting one, for room when the process is out of file descriptors).",
             ["reason"],
             registry=r,
         )

@@ -12,6 +12,8 @@ Around gunicorn:
   pair (app.webhook.certs.ServingCertificate) and swaps it when the files change; gunicorn's own
   loading reads the two files separately for every connection, so a rotation between the two
   reads paired a new certificate with the old key.
+- **Open files**: the soft limit is raised to the hard one, and the per-worker connection caps
+  lowered (saying so) where they would not fit in it (``fit_file_limit``).
 - **Shutdown**: on SIGTERM the arbiter sets a flag shared with the workers (an anonymous shared
   memory page made before the fork). ``/readyz`` answers 503 and every response closes its
   connection, while new connections are still accepted for ``--drain-seconds`` (endpoint
@@ -24,9 +26,11 @@ Around gunicorn:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -323,18 +327,12 @@ class WebhookServer(BaseApplication):
     def load_config(self) -> None:
         s = self.settings
         draining = self.draining
-
-        def pre_request(worker: Any, req: Any) -> None:
-            # While draining, answer and close: the client reconnects through the Service,
-            # which by then no longer sends it here.
-            if draining:
-                req.must_close = True
-
         options: dict[str, Any] = {
             "bind": [s.bind],
             "workers": s.workers,
             "threads": s.threads,
-            # gthread, with handshakes and request reads off the request threads.
+            # One event loop per worker frames requests with h11; threads get whole requests
+            # (and, while draining, every answer closes its connection).
             "worker_class": "app.webhook.connections.StagedWorker",
             # Both set, so gunicorn wraps sockets in TLS; the context comes from ssl_context.
             "certfile": str(s.tls_cert) if s.tls_cert else None,
@@ -350,7 +348,6 @@ class WebhookServer(BaseApplication):
             "proc_name": "label-rbac",
             # No runtime control over a socket: nothing in a pod should reconfigure it.
             "control_socket_disable": True,
-            "pre_request": pre_request,
             "child_exit": child_exit,
             "worker_exit": worker_exit,
             "post_worker_init": (
@@ -383,9 +380,51 @@ class WebhookServer(BaseApplication):
             sys.exit(1)
 
 
+# Descriptors a worker holds besides its clients' connections: standard streams, listener,
+# selector, wake-up pipes, heartbeat file, metric files, the API-server connections of its watches
+# and lookups (tests/webhook/test_framing.py checks a worker holds fewer than 64 otherwise).
+RESERVED_DESCRIPTORS = 128
+
+
+def fit_file_limit(settings: Settings) -> tuple[Settings, str | None]:
+    """Raise the open-file soft limit to the hard one (inherited by the workers), and fit the
+    per-worker connection caps in it: lowered, with a line saying so, when they do not fit;
+    ConfigError when not even a few connections would."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass  # (an unlimited hard limit the kernel refuses): the caps are fitted to soft
+    if soft == resource.RLIM_INFINITY or settings.max_connections + RESERVED_DESCRIPTORS <= soft:
+        return settings, None
+    room = soft - RESERVED_DESCRIPTORS
+    if room < 2 * settings.threads:
+        raise ConfigError(
+            f"the open-file limit ({soft}) leaves room for {max(room, 0)} connections per worker "
+            f"beside the {RESERVED_DESCRIPTORS} a worker needs otherwise: raise it (ulimit -n)"
+        )
+    per_peer = min(settings.max_connections_per_peer, room)
+    lowered = f"--max-connections lowered from {settings.max_connections} to {room}"
+    if per_peer != settings.max_connections_per_peer:
+        lowered += (
+            f", --max-connections-per-peer from {settings.max_connections_per_peer} to {per_peer}"
+        )
+    note = (
+        f"serve: {lowered}: the open-file limit is {soft} (its hard limit) and a worker needs "
+        f"{RESERVED_DESCRIPTORS} descriptors besides its connections"
+    )
+    fitted = dataclasses.replace(settings, max_connections=room, max_connections_per_peer=per_peer)
+    return fitted, note
+
+
 def serve(settings: Settings) -> None:
     """Check the settings, then run gunicorn until it stops (ConfigError: nothing started)."""
     check_settings(settings)
+    settings, note = fit_file_limit(settings)
+    if note is not None:
+        print(note, file=sys.stderr, flush=True)
     # Logging is configured in each worker (build_app): no listener thread runs in the arbiter
     # when it forks.
     with multiprocess_dir():

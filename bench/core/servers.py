@@ -33,10 +33,10 @@ from typing import Any
 
 from bench.core.processes import ROOT, module_command
 
-# gunicorn's worker classes measured: what ``serve`` runs (staged: gthread with handshakes and
-# request reads in the event loop, app.webhook.connections), the two that need nothing beyond
-# gunicorn, and gevent's (``pip install gevent``: not a dependency of label-rbac; measured to see
-# whether it would pay).
+# gunicorn's worker classes measured: what ``serve`` runs (staged: one event loop per worker
+# framing requests with h11, threads for the app, app.webhook.connections), the two that need
+# nothing beyond gunicorn, and gevent's (``pip install gevent``: not a dependency of label-rbac;
+# measured to see whether it would pay).
 WORKER_CLASSES = ("staged", "gthread", "sync", "gevent")
 WORKER_PATHS = {"staged": "app.webhook.connections.StagedWorker"}
 

@@ -24,6 +24,7 @@ FLAGS = {
     "writes": ("--objects", "--writes", "--rounds", "--json"),
     "names": ("--names", "--per-rule"),
     "connections": ("--hostile", "--models", "--trickle", "--rounds", "--json"),
+    "framing": ("--examples", "--seed"),
 }
 
 
