@@ -25,6 +25,7 @@ from app.engine.labels import check_labels, check_relabel
 from app.engine.model import ENFORCE, OPERATIONS, WARN, Decision, Request, softest, strictest
 from app.engine.node import check_node
 from app.engine.rbac import RBAC_GROUP
+from app.engine.scheduling import check_placement
 from app.engine.workloads import check_workloads
 
 _ROLE_RESOURCES = frozenset(spec.resource for spec in ROLE_KINDS)
@@ -68,9 +69,9 @@ PRE_CHECKS: tuple[Check, ...] = (
 )
 
 # Checks run after the label rule let the write itself through: what a change of labels decides
-# beyond the object's own entry, and what the write makes controllers do. The object's own labels
-# are judged (and explained) first.
-POST_CHECKS: tuple[Check, ...] = (check_relabel, check_workloads)
+# beyond the object's own entry, what the write makes controllers do, and where its pods run. The
+# object's own labels are judged (and explained) first.
+POST_CHECKS: tuple[Check, ...] = (check_relabel, check_workloads, check_placement)
 
 
 # Policy denials, which a mode may soften. Malformed requests (400), internal errors (500) and an
