@@ -344,10 +344,20 @@ def _value_count(document: Mapping[str, Any]) -> int:
     )
 
 
+def _say(error: jsonschema.ValidationError) -> str:
+    """A schema violation in words (the permission annotation's, but for the toleration list)."""
+    if error.validator == "maxItems" and list(error.absolute_path) == ["tolerations"]:
+        return (
+            f"{len(error.instance)} toleration entries, over the limit of {MAX_TOLERATIONS}; "
+            "list several values in one entry or split the role"
+        )
+    return _explain(error)
+
+
 def _errors(document: Any) -> list[str]:
     return [
         f"schema violation at {'/'.join(str(p) for p in e.absolute_path) or 'the top level'}: "
-        f"{_explain(e)}"
+        f"{_say(e)}"
         for e in sorted(
             _VALIDATOR.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path]
         )
@@ -369,7 +379,7 @@ def parse_placement(raw: str, *, annotation_key: str = DEFAULT_PLACEMENT_KEY) ->
     error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(document))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
-        raise AnnotationError(f"schema violation at {where}: {_explain(error)}")
+        raise AnnotationError(f"schema violation at {where}: {_say(error)}")
     if (count := _value_count(document)) > MAX_VALUES_PER_ROLE:
         raise AnnotationError(
             f"{count} value globs in all, over the limit of {MAX_VALUES_PER_ROLE} per role; "

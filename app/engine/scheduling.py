@@ -65,7 +65,7 @@ def placed_roles(granting: Sequence[CompiledRole], resource: Resource) -> list[C
 class Pod:
     """What is judged of one pod or pod template."""
 
-    subject: str  # "it", "its pod template (spec.template)"
+    subject: str  # "" (the pod itself), "its pod template (spec.template)"
     labels: Mapping[str, str]
     placement: PodPlacement
     tolerations: bool = True  # whether its tolerations are judged (not on a binding)
@@ -109,7 +109,7 @@ def _check_pod(request: Request, ctx: Context) -> Decision | None:
         old = PodPlacement.of(_dig(request.old_object, ("spec",)))
         if old.scheduling() == new.scheduling():
             return None
-    pod = Pod("it", labels_of(request.object), new)
+    pod = Pod("", labels_of(request.object), new)
     for candidates in _own_candidates(request, ctx, request.authorized_resource):
         denial = _judge(request, ctx, candidates, pod)
         if denial is not None:
@@ -264,7 +264,7 @@ def _judge(
     places = "; ".join(f"{r.ref} places its pods on {p.describe()}" for r, _, p in candidates)
     return Decision.deny(
         PLACEMENT_DENIED,
-        f"{who(request)}: {pod.subject}: {problem} ({places})",
+        f"{who(request)}: {pod.subject + ': ' if pod.subject else ''}{problem} ({places})",
         *(f"{r.ref}: {p.describe()}" for r, _, p in candidates),
         mode=strictest(r.mode for r, _, _ in candidates),
     )
