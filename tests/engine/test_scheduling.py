@@ -622,3 +622,11 @@ def test_rule_skips_unlimited_users_without_reading_nodes() -> None:
     object.__setattr__(world, "nodes", {})  # no Node known: an unlimited user never asks
     decision = evaluate(pod("admin", nodeName="b1"), Context(world, Options(), lookup, metadata))
     assert decision.allowed
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_global_mode_softens_placement(mode: str) -> None:
+    options = Options(Compiler((DEFAULT_ANNOTATION_KEY,)), mode=mode)
+    decision = evaluate(pod("alice", nodeSelector=on("b")), Context(WORLD, options, lookup, metadata))
+    assert decision.allowed and decision.mode == mode and decision.reason == PLACEMENT_DENIED
+    assert bool(decision.warnings) == (mode == "warn")
