@@ -510,9 +510,7 @@ def bind(user: str, pod_name: str, node_name: str, legacy: bool = False) -> Requ
         pytest.param(
             "alice", "p-a", "ghost", 'target is node "ghost", which is not known', id="unknown"
         ),
-        pytest.param(
-            "alice", "p-gone", "a1", "cannot be checked", id="pod-unknown"
-        ),
+        pytest.param("alice", "p-gone", "a1", "cannot be checked", id="pod-unknown"),
         pytest.param("admin", "p-a", "b1", None, id="admin"),
     ],
 )
@@ -627,6 +625,8 @@ def test_rule_skips_unlimited_users_without_reading_nodes() -> None:
 @pytest.mark.parametrize("mode", ["warn", "audit"])
 def test_global_mode_softens_placement(mode: str) -> None:
     options = Options(Compiler((DEFAULT_ANNOTATION_KEY,)), mode=mode)
-    decision = evaluate(pod("alice", nodeSelector=on("b")), Context(WORLD, options, lookup, metadata))
+    decision = evaluate(
+        pod("alice", nodeSelector=on("b")), Context(WORLD, options, lookup, metadata)
+    )
     assert decision.allowed and decision.mode == mode and decision.reason == PLACEMENT_DENIED
     assert bool(decision.warnings) == (mode == "warn")
