@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,17 +114,17 @@ class TolerationRule:
         """``*`` among the values: ``operator: Exists`` (any value) is permitted too."""
         return any(glob.text == "*" for glob in self.values)
 
-    def permits(self, toleration: Toleration) -> bool:
-        if toleration.effect:
-            if toleration.effect not in self.effects:
+    def permits(self, operator: str, value: str, effect: str) -> bool:
+        """Whether a toleration of this key with ``operator``, ``value`` and ``effect`` (empty:
+        every effect) is permitted."""
+        if effect:
+            if effect not in self.effects:
                 return False
         elif len(self.effects) < len(EFFECTS):
             return False  # an empty effect tolerates every effect of the key
-        if toleration.operator == "Exists":
+        if operator == "Exists":
             return self.exists
-        return toleration.operator == "Equal" and any(
-            g.matches(toleration.value) for g in self.values
-        )
+        return operator == "Equal" and any(g.matches(value) for g in self.values)
 
     def describe(self) -> str:
         values = ", ".join(g.text for g in self.values)
@@ -147,6 +147,22 @@ class Placement:
     tolerations: tuple[TolerationRule, ...]
 
     @functools.cached_property
+    def _literals(self) -> frozenset[tuple[str, ...]]:
+        """What ``admits`` answers by one set lookup: (node label key, literal value) of each
+        requirement, and (taint key, literal value, effect) of each toleration entry (at most
+        values x three effects per entry, all bounded by the schema)."""
+        return frozenset(
+            [(r.key, g.text) for r in self.node_labels for g in r.values if g.is_literal]
+            + [
+                (rule.key, g.text, effect)
+                for rule in self.tolerations
+                for g in rule.values
+                if g.is_literal
+                for effect in rule.effects
+            ]
+        )
+
+    @functools.cached_property
     def _by_key(self) -> Mapping[str, tuple[TolerationRule, ...]]:
         found: dict[str, list[TolerationRule]] = {}
         for rule in self.tolerations:
@@ -161,6 +177,55 @@ class Placement:
                 return req
         return None
 
+    def admits(self, spec: Mapping[str, Any]) -> bool:
+        """Whether a pod spec (one without ``nodeName``) is pinned to this placement and only
+        tolerates what it permits: ``unpinned`` and ``untolerated`` both None, answered in one
+        pass over the spec as written (every admission of a placed pod runs it; the two
+        explain a refusal)."""
+        # ``type(...) is dict`` first: what JSON gives, without an abstract-class check each.
+        selector = spec.get("nodeSelector")
+        if not (type(selector) is dict or isinstance(selector, Mapping)):
+            selector = {}
+        literals = self._literals
+        for req in self.node_labels:
+            value = selector.get(req.key)
+            if isinstance(value, str) and ((req.key, value) in literals or req.allows(value)):
+                continue
+            if not PodPlacement(spec).pins(req):
+                return False
+        tolerations = spec.get("tolerations")
+        if not isinstance(tolerations, list):
+            return True
+        by_key = self._by_key
+        for raw in tolerations:
+            if not (type(raw) is dict or isinstance(raw, Mapping)):
+                continue
+            key = raw.get("key")
+            if not isinstance(key, str) or not key:
+                return False
+            if key.startswith(ALWAYS_TOLERATED):
+                continue
+            operator, value, effect = raw.get("operator"), raw.get("value"), raw.get("effect")
+            if (
+                type(value) is str
+                and type(effect) is str
+                and (operator is None or (type(operator) is str and operator in _EQUAL))
+                and (key, value, effect) in literals
+            ):
+                continue  # a literal value and an effect of an entry: a set lookup
+            rules = by_key.get(key)
+            if rules is None:
+                return False
+            operator = operator if isinstance(operator, str) and operator else "Equal"
+            value = value if isinstance(value, str) else ""
+            effect = effect if isinstance(effect, str) else ""
+            for rule in rules:
+                if rule.permits(operator, value, effect):
+                    break
+            else:
+                return False
+        return True
+
     def unpinned(self, pod: PodPlacement) -> Requirement | None:
         """The first node label key the pod's nodeSelector or required affinity does not pin
         to this placement's values (``nodeName`` is judged on its own: ``node_misfit``)."""
@@ -170,14 +235,21 @@ class Placement:
         return None
 
     def untolerated(self, pod: PodPlacement) -> Toleration | None:
-        """The first toleration of the pod no entry permits."""
-        for toleration in pod.tolerations:
-            if toleration.always_permitted:
-                continue
-            if toleration.key == "" or not any(
-                rule.permits(toleration) for rule in self._by_key.get(toleration.key, ())
-            ):
-                return toleration
+        """The first toleration of the pod no entry permits (read as written: a permitted
+        toleration costs a few dictionary reads)."""
+        by_key = self._by_key
+        for raw in pod.raw_tolerations():
+            key = raw.get("key")
+            if isinstance(key, str) and key:
+                if key.startswith(ALWAYS_TOLERATED):
+                    continue
+                rules = by_key.get(key)
+                if rules is not None:
+                    operator = _text(raw.get("operator")) or "Equal"
+                    value, effect = _text(raw.get("value")), _text(raw.get("effect"))
+                    if any(rule.permits(operator, value, effect) for rule in rules):
+                        continue
+            return Toleration.of(raw)
         return None
 
     def describe(self) -> str:
@@ -217,9 +289,14 @@ class Toleration:
     value: str
     effect: str
 
-    @property
-    def always_permitted(self) -> bool:
-        return bool(self.key) and self.key.startswith(ALWAYS_TOLERATED)
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Toleration:
+        return cls(
+            _text(raw.get("key")),
+            _text(raw.get("operator")) or "Equal",
+            _text(raw.get("value")),
+            _text(raw.get("effect")),
+        )
 
     def describe(self) -> str:
         if not self.key:
@@ -241,49 +318,70 @@ def _text(value: Any) -> str:
 Term = Mapping[str, tuple[tuple[str, ...], ...]]
 
 
-@dataclass(frozen=True, slots=True)
-class PodPlacement:
-    """What of a pod spec decides where it runs, read once (linear in the spec)."""
+_UNREAD: Any = object()
+# The operators of a toleration that compare values: Equal, also when written as omitted.
+_EQUAL = frozenset({"Equal", ""})
 
-    node_name: str
-    node_selector: Mapping[str, str]
-    terms: tuple[Term, ...] | None  # the required affinity's terms; None: no required affinity
-    tolerations: tuple[Toleration, ...]
+
+class PodPlacement:
+    """What of a pod spec decides where it runs. Each part is read when a rule first asks for
+    it (a nodeSelector that pins leaves the affinity unread) and then kept: every part is read
+    at most once, in time linear in it."""
+
+    __slots__ = ("_spec", "_terms", "_tolerations")
+
+    def __init__(self, spec: Any) -> None:
+        mapping = type(spec) is dict or isinstance(spec, Mapping)
+        self._spec: Mapping[str, Any] = spec if mapping else {}
+        self._terms: tuple[Term, ...] | None = _UNREAD
+        self._tolerations: tuple[Toleration, ...] | None = None
 
     @classmethod
     def of(cls, spec: Any) -> PodPlacement:
-        spec = spec if isinstance(spec, Mapping) else {}
-        selector = spec.get("nodeSelector")
-        node_selector = (
-            {k: v for k, v in selector.items() if isinstance(k, str) and isinstance(v, str)}
-            if isinstance(selector, Mapping)
-            else {}
-        )
-        return cls(
-            _text(spec.get("nodeName")),
-            node_selector,
-            _required_terms(spec.get("affinity")),
-            tuple(
-                Toleration(
-                    _text(t.get("key")),
-                    _text(t.get("operator")) or "Equal",
-                    _text(t.get("value")),
-                    _text(t.get("effect")),
-                )
-                for t in mapping_items(spec.get("tolerations"))
-            ),
-        )
+        return cls(spec)
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        """The pod spec as written ({} when it is not a mapping)."""
+        return self._spec
+
+    @property
+    def node_name(self) -> str:
+        return _text(self._spec.get("nodeName"))
+
+    @property
+    def node_selector(self) -> Mapping[str, Any]:
+        selector = self._spec.get("nodeSelector")
+        return selector if isinstance(selector, Mapping) else {}
+
+    @property
+    def terms(self) -> tuple[Term, ...] | None:
+        """The required node affinity's terms, indexed by key; None: no required affinity."""
+        if self._terms is _UNREAD:
+            self._terms = _required_terms(self._spec.get("affinity"))
+        return self._terms
+
+    def raw_tolerations(self) -> Iterable[Mapping[str, Any]]:
+        """The tolerations as written (malformed items left out)."""
+        return mapping_items(self._spec.get("tolerations"))
+
+    @property
+    def tolerations(self) -> tuple[Toleration, ...]:
+        if self._tolerations is None:
+            self._tolerations = tuple(map(Toleration.of, self.raw_tolerations()))
+        return self._tolerations
 
     def pins(self, req: Requirement) -> bool:
         """Whether the scheduler can place the pod only on nodes whose ``req.key`` label is one
         ``req`` permits: by the nodeSelector, or by an ``In`` of permitted values in every term
         of the required node affinity (terms are ORed: one unconstrained term escapes)."""
         value = self.node_selector.get(req.key)
-        if value is not None and req.allows(value):
+        if isinstance(value, str) and req.allows(value):
             return True
-        if not self.terms:
+        terms = self.terms
+        if not terms:
             return False
-        for term in self.terms:
+        for term in terms:
             if not any(
                 values and all(req.allows(v) for v in values) for values in term.get(req.key, ())
             ):
@@ -292,7 +390,7 @@ class PodPlacement:
 
     def scheduling(self) -> tuple[object, ...]:
         """What an update may change of where the pod runs (compared before and after)."""
-        return (self.node_name, self.node_selector, self.terms, self.tolerations)
+        return (self.node_name, dict(self.node_selector), self.terms, self.tolerations)
 
 
 def _required_terms(affinity: Any) -> tuple[Term, ...] | None:

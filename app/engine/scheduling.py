@@ -104,14 +104,19 @@ def _own_candidates(request: Request, ctx: Context, resource: Resource) -> list[
 
 
 def _check_pod(request: Request, ctx: Context) -> Decision | None:
-    new = PodPlacement.of(_dig(request.object, ("spec",)))
+    all_candidates = _own_candidates(request, ctx, request.authorized_resource)
+    if not all_candidates:
+        return None
+    spec = _spec(request.object)
     if request.operation == "UPDATE":
         old = PodPlacement.of(_dig(request.old_object, ("spec",)))
-        if old.scheduling() == new.scheduling():
+        if old.scheduling() == PodPlacement.of(spec).scheduling():
             return None
-    pod = Pod("", labels_of(request.object), new)
-    for candidates in _own_candidates(request, ctx, request.authorized_resource):
-        denial = _judge(request, ctx, candidates, pod)
+    labels, allow_unlabeled = labels_of(request.object), ctx.options.allow_unlabeled
+    for candidates in all_candidates:
+        if _fits(candidates, labels, spec, allow_unlabeled):
+            continue
+        denial = _judge(request, ctx, candidates, Pod("", labels, PodPlacement.of(spec)))
         if denial is not None:
             return denial
     return None
@@ -119,23 +124,29 @@ def _check_pod(request: Request, ctx: Context) -> Decision | None:
 
 def _check_template(request: Request, ctx: Context) -> Decision | None:
     workload = WORKLOADS[(request.resource.group, request.resource.resource)]
-    template = _dig(request.object, workload.template)
-    new = PodPlacement.of(_dig(template, ("spec",)))
-    labels = labels_of(template)
-    if request.operation == "UPDATE":
-        stored = _dig(request.old_object, workload.template)
-        old = PodPlacement.of(_dig(stored, ("spec",)))
-        if old.scheduling() == new.scheduling() and labels_of(stored) == labels:
-            return None
-    pod = Pod(f"its pod template ({'.'.join(workload.template)})", labels, new)
     # The user's grant on creating pods decides, as the template rule's; the workload's own
     # grants only when they hold none.
     granting = ctx.snapshot.granting_roles(request.user, request.namespace, ("create",), PODS, "")
     if granting:
         placed = placed_roles(granting, PODS)
-        return None if placed is None else _judge(request, ctx, placed, pod)
-    for candidates in _own_candidates(request, ctx, request.authorized_resource):
-        denial = _judge(request, ctx, candidates, pod)
+        all_candidates = [] if placed is None else [placed]
+    else:
+        all_candidates = _own_candidates(request, ctx, request.authorized_resource)
+    if not all_candidates:
+        return None
+    template = _dig(request.object, workload.template)
+    spec, labels = _spec(template), labels_of(template)
+    if request.operation == "UPDATE":
+        stored = _dig(request.old_object, workload.template)
+        old = PodPlacement.of(_spec(stored))
+        if old.scheduling() == PodPlacement.of(spec).scheduling() and labels_of(stored) == labels:
+            return None
+    subject = f"its pod template ({'.'.join(workload.template)})"
+    allow_unlabeled = ctx.options.allow_unlabeled
+    for candidates in all_candidates:
+        if _fits(candidates, labels, spec, allow_unlabeled):
+            continue
+        denial = _judge(request, ctx, candidates, Pod(subject, labels, PodPlacement.of(spec)))
         if denial is not None:
             return denial
     return None
@@ -171,7 +182,9 @@ def _check_binding(request: Request, ctx: Context, judged: Resource) -> Decision
             f"{who(request)}: the pod it binds cannot be checked for its placement: {exc}",
             mode=mode,
         )
-    pod = Pod(f'it binds pod "{name}"', labels, PodPlacement(node, {}, None, ()), tolerations=False)
+    pod = Pod(
+        f'it binds pod "{name}"', labels, PodPlacement.of({"nodeName": node}), tolerations=False
+    )
     for candidates in all_candidates:
         denial = _judge(request, ctx, candidates, pod, binding=True)
         if denial is not None:
@@ -184,32 +197,17 @@ def _problem(
 ) -> str | None:
     """Why one role does not place the pod (None: it does)."""
     role, entries, placement = candidate
-    violation = next(
-        (v for e in entries if (v := e.violation(pod.labels, allow_unlabeled)) is not None), None
-    )
-    if violation is not None:
-        return f"{violation.describe()} for {role.ref}"
+    for entry in entries:
+        violation = entry.violation(pod.labels, allow_unlabeled)
+        if violation is not None:
+            return f"{violation.describe()} for {role.ref}"
     spec = pod.placement
-    if spec.node_name or binding:
-        known = ctx.snapshot.nodes.get(spec.node_name) if spec.node_name else None
-        if known is None:
-            return (
-                f'{"it names" if not binding else "its target is"} node "{spec.node_name}", '
-                "which is not known to label-rbac (no such Node, or not seen yet), so its "
-                f"labels cannot be checked; {_fix_node(placement)}"
-            )
-        misfit = placement.node_misfit(known.labels)
-        if misfit is not None:
-            value = known.labels.get(misfit.key)
-            has = (
-                f"has no label {misfit.key}"
-                if value is None
-                else f'has label {misfit.key}="{value}"'
-            )
-            return (
-                f'it runs on node "{spec.node_name}", which {has}, not in '
-                f"[{', '.join(g.text for g in misfit.values)}]; {_fix_node(placement)}"
-            )
+    if binding or spec.node_name:
+        problem = _node_problem(ctx, placement, spec.node_name, binding)
+        if problem is not None:
+            return problem
+    elif placement.admits(spec.spec):
+        return None  # pinned, every toleration permitted: the common case, in one pass
     else:
         req = placement.unpinned(spec)
         if req is not None:
@@ -229,6 +227,26 @@ def _problem(
     return None
 
 
+def _node_problem(ctx: Context, placement: Placement, node: str, binding: bool) -> str | None:
+    """Why the Node a pod names (or a binding targets) is not one ``placement`` permits."""
+    known = ctx.snapshot.nodes.get(node) if node else None
+    if known is None:
+        return (
+            f'{"its target is" if binding else "it names"} node "{node}", which is not known to '
+            "label-rbac (no such Node, or not seen yet), so its labels cannot be checked; "
+            f"{_fix_node(placement)}"
+        )
+    misfit = placement.node_misfit(known.labels)
+    if misfit is None:
+        return None
+    value = known.labels.get(misfit.key)
+    has = f"has no label {misfit.key}" if value is None else f'has label {misfit.key}="{value}"'
+    return (
+        f'it runs on node "{node}", which {has}, not in '
+        f"[{', '.join(g.text for g in misfit.values)}]; {_fix_node(placement)}"
+    )
+
+
 def _example(values: Sequence[Any]) -> str:
     literal = next((g.text for g in values if g.is_literal), None)
     return literal if literal is not None else f"a value matching {values[0].text}"
@@ -241,11 +259,33 @@ def _fix_node(placement: Placement) -> str:
     return f"name a node labeled {keys}, or leave spec.nodeName to the scheduler"
 
 
+def _fits(
+    candidates: Sequence[Candidate],
+    labels: Mapping[str, str],
+    spec: Mapping[str, Any],
+    allow_unlabeled: bool,
+) -> bool:
+    """Whether some candidate permits the labels of a pod that names no node and its
+    placement: ``_judge``'s answer for the common case, without building an explanation."""
+    if spec.get("nodeName"):
+        return False  # judged against the Node by ``_judge``
+    for _, entries, placement in candidates:
+        for entry in entries:
+            if entry.violation(labels, allow_unlabeled) is not None:
+                break
+        else:
+            if placement.admits(spec):
+                return True
+    return False
+
+
 def _judge(
     request: Request, ctx: Context, candidates: Sequence[Candidate], pod: Pod, binding: bool = False
 ) -> Decision | None:
     """Some candidate role must permit the pod's labels and its placement."""
     allow_unlabeled = ctx.options.allow_unlabeled
+    if not binding and _fits(candidates, pod.labels, pod.placement.spec, allow_unlabeled):
+        return None
     problems: list[tuple[Candidate, str]] = []
     for candidate in candidates:
         problem = _problem(ctx, candidate, pod, allow_unlabeled, binding)
@@ -268,6 +308,12 @@ def _judge(
         *(f"{r.ref}: {p.describe()}" for r, _, p in candidates),
         mode=strictest(r.mode for r, _, _ in candidates),
     )
+
+
+def _spec(obj: Any) -> Mapping[str, Any]:
+    """``spec`` of a pod or pod template, {} when absent or malformed."""
+    spec = obj.get("spec") if type(obj) is dict or isinstance(obj, Mapping) else None
+    return spec if type(spec) is dict or isinstance(spec, Mapping) else {}
 
 
 def _dig(obj: Any, path: Sequence[str]) -> Any:
