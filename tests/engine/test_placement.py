@@ -365,3 +365,34 @@ def test_permitted_tolerations_tolerate_only_permitted_taints(
         for taint in taints:
             if any(tolerates(t, taint) for t in tolerations):
                 assert permitted(taint), (tolerations, taint)
+
+
+ODD = st.none() | st.integers() | st.lists(st.text(max_size=2), max_size=2) | st.text(max_size=3)
+RAW_TOLERATIONS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "key": TAINT_KEYS | st.just("") | ODD,
+            "operator": st.sampled_from(["Equal", "Exists", "Lt", ""]) | ODD,
+            "value": VALUES | ODD,
+            "effect": st.sampled_from(["", *EFFECTS]) | ODD,
+        },
+    )
+    | ODD,
+    max_size=3,
+)
+BOTH = parse_placement(
+    json.dumps({"nodeLabels": {POOL: ["a", "shared-*"]},
+                "tolerations": [{"key": "pool", "values": ["a"], "effects": ["NoSchedule"]},
+                                {"key": "gpu", "values": ["*", "x?"]}]})
+)  # fmt: skip
+
+
+@given(SPECS, RAW_TOLERATIONS | ODD)
+def test_the_one_pass_answer_is_the_explained_one(spec: dict[str, Any], tolerations: Any) -> None:
+    """``admits`` (every admission of a placed pod) agrees with ``unpinned`` and
+    ``untolerated`` (which explain a refusal), malformed fields included."""
+    spec = {**spec, "tolerations": tolerations}
+    pod = PodPlacement.of(spec)
+    explained = BOTH.unpinned(pod) is None and BOTH.untolerated(pod) is None
+    assert BOTH.admits(spec) == explained
