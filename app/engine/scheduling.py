@@ -112,7 +112,7 @@ def _check_pod(request: Request, ctx: Context) -> Decision | None:
         old = PodPlacement.of(_dig(request.old_object, ("spec",)))
         if old.scheduling() == PodPlacement.of(spec).scheduling():
             return None
-    labels, allow_unlabeled = labels_of(request.object), ctx.options.allow_unlabeled
+    labels, allow_unlabeled = _labels(request.object), ctx.options.allow_unlabeled
     for candidates in all_candidates:
         if _fits(candidates, labels, spec, allow_unlabeled):
             continue
@@ -135,7 +135,7 @@ def _check_template(request: Request, ctx: Context) -> Decision | None:
     if not all_candidates:
         return None
     template = _dig(request.object, workload.template)
-    spec, labels = _spec(template), labels_of(template)
+    spec, labels = _spec(template), _labels(template)
     if request.operation == "UPDATE":
         stored = _dig(request.old_object, workload.template)
         old = PodPlacement.of(_spec(stored))
@@ -234,7 +234,7 @@ def _node_problem(ctx: Context, placement: Placement, node: str, binding: bool) 
         return (
             f'{"its target is" if binding else "it names"} node "{node}", which is not known to '
             "label-rbac (no such Node, or not seen yet), so its labels cannot be checked; "
-            f"{_fix_node(placement)}"
+            f"{_fix_node(placement, binding)}"
         )
     misfit = placement.node_misfit(known.labels)
     if misfit is None:
@@ -243,7 +243,7 @@ def _node_problem(ctx: Context, placement: Placement, node: str, binding: bool) 
     has = f"has no label {misfit.key}" if value is None else f'has label {misfit.key}="{value}"'
     return (
         f'it runs on node "{node}", which {has}, not in '
-        f"[{', '.join(g.text for g in misfit.values)}]; {_fix_node(placement)}"
+        f"[{', '.join(g.text for g in misfit.values)}]; {_fix_node(placement, binding)}"
     )
 
 
@@ -252,10 +252,12 @@ def _example(values: Sequence[Any]) -> str:
     return literal if literal is not None else f"a value matching {values[0].text}"
 
 
-def _fix_node(placement: Placement) -> str:
+def _fix_node(placement: Placement, binding: bool) -> str:
     keys = ", ".join(
         f"{r.key} in [{', '.join(g.text for g in r.values)}]" for r in placement.node_labels
     )
+    if binding:
+        return f"bind it to a node labeled {keys}"
     return f"name a node labeled {keys}, or leave spec.nodeName to the scheduler"
 
 
@@ -270,12 +272,26 @@ def _fits(
     if spec.get("nodeName"):
         return False  # judged against the Node by ``_judge``
     for _, entries, placement in candidates:
+        # ``Entry.violation`` is None for every entry, spelled out: this runs on every placed
+        # pod's admission, and ``_judge`` explains a refusal with the entries' own words.
+        permitted = True
         for entry in entries:
-            if entry.violation(labels, allow_unlabeled) is not None:
+            for req in entry.requirements:
+                value = labels.get(req.key)
+                if value is None:
+                    permitted = allow_unlabeled
+                else:
+                    for glob in req.values:
+                        if glob.matches(value):
+                            break
+                    else:
+                        permitted = False
+                if not permitted:
+                    break
+            if not permitted:
                 break
-        else:
-            if placement.admits(spec):
-                return True
+        if permitted and placement.admits(spec):
+            return True
     return False
 
 
@@ -308,6 +324,13 @@ def _judge(
         *(f"{r.ref}: {p.describe()}" for r, _, p in candidates),
         mode=strictest(r.mode for r, _, _ in candidates),
     )
+
+
+def _labels(obj: Any) -> Mapping[str, str]:
+    """``labels_of``, for the objects of a review (dicts, read without abstract-class checks)."""
+    meta = obj.get("metadata") if type(obj) is dict else None
+    labels = meta.get("labels") if type(meta) is dict else None
+    return labels if type(labels) is dict else labels_of(obj)
 
 
 def _spec(obj: Any) -> Mapping[str, Any]:

@@ -13,14 +13,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.engine.context import Context, ObjectRef, Options, ParentUnavailable
 from app.engine.decide import evaluate
-from app.engine.model import Decision, Request
-from app.engine.placement import DEFAULT_PLACEMENT_KEY
+from app.engine.model import Decision, Request, Resource, UserInfo
+from app.engine.placement import DEFAULT_PLACEMENT_KEY, PodPlacement
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
-from app.engine.scheduling import PLACEMENT_DENIED
+from app.engine.scheduling import PLACEMENT_DENIED, Pod, _fits, _problem, placed_roles
 from app.webhook.wire import parse_review
 from tests.support import binding, make_review, meta, role, rule, snapshot
 
@@ -147,6 +149,10 @@ def review(
 
 def spec(**fields: Any) -> dict[str, Any]:
     return {"containers": [{"name": "c", "image": "nginx"}], **fields}
+
+
+spec_of = spec
+CTX = Context(WORLD, Options(), lookup, metadata)
 
 
 def on(pool: str) -> dict[str, str]:
@@ -630,3 +636,31 @@ def test_global_mode_softens_placement(mode: str) -> None:
     )
     assert decision.allowed and decision.mode == mode and decision.reason == PLACEMENT_DENIED
     assert bool(decision.warnings) == (mode == "warn")
+
+
+def test_every_placed_write_stays_the_webhooks() -> None:
+    """The compiled policy never judges these (its split entry sends them to the webhook), and
+    the registration never leaves them unjudged (the coverage's ``skip-unjudged``)."""
+    from app.engine.coverage import ALWAYS_JUDGED
+    from app.engine.params import WEBHOOK_RESOURCES
+    from app.engine.scheduling import PLACED
+
+    assert PLACED <= WEBHOOK_RESOURCES and PLACED <= ALWAYS_JUDGED
+    assert {("", "pods"), ("", "bindings"), ("apps", "daemonsets"), ("batch", "cronjobs")} <= PLACED
+
+
+LABELS = st.dictionaries(st.sampled_from(["team", "env"]), st.sampled_from(["a", "b", "dev"]))
+
+
+@given(LABELS, st.booleans(), st.sampled_from([{}, {"nodeSelector": {POOL: "a"}}]))
+def test_the_one_pass_answer_agrees_with_the_explained_one(
+    labels: dict[str, str], allow_unlabeled: bool, pool: dict[str, Any]
+) -> None:
+    """``_fits`` (every placed pod's admission) is ``_problem`` finding nothing for some role."""
+    roles = [r for r in WORLD.bound_roles(UserInfo("carol"), NS) if r.placement is not None]
+    candidates = placed_roles(roles, Resource("", "pods"))
+    assert candidates is not None and len(candidates) == 2
+    spec = spec_of(**pool)
+    pod = Pod("", labels, PodPlacement.of(spec))
+    explained = any(_problem(CTX, c, pod, allow_unlabeled, False) is None for c in candidates)
+    assert _fits(candidates, labels, spec, allow_unlabeled) == explained
