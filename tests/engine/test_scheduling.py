@@ -664,3 +664,22 @@ def test_the_one_pass_answer_agrees_with_the_explained_one(
     pod = Pod("", labels, PodPlacement.of(spec))
     explained = any(_problem(CTX, c, pod, allow_unlabeled, False) is None for c in candidates)
     assert _fits(candidates, labels, spec, allow_unlabeled) == explained
+
+
+@pytest.mark.parametrize(
+    ("operation", "sub"),
+    [
+        pytest.param("UPDATE", "status", id="status"),
+        pytest.param("UPDATE", "ephemeralcontainers", id="ephemeral-containers"),
+        pytest.param("CREATE", "eviction", id="eviction"),
+    ],
+)
+def test_subresources_that_move_no_pod_are_not_judged(operation: str, sub: str) -> None:
+    from app.engine.scheduling import check_placement
+
+    request = review(
+        "alice", operation, f"pods/{sub}", "Pod", {"spec": spec(nodeName="b1")},
+        old_extra={"spec": spec()} if operation == "UPDATE" else None, name="p-a",
+    )  # fmt: skip
+    assert check_placement(request, CTX) is None
+    assert check_placement(pod("alice", nodeName="b1"), CTX) is not None
