@@ -544,11 +544,11 @@ def misplaced(
     """The pods bound to a node outside every pool their bucket is placed on.
 
     A pod's bucket is held by the roles bound in its namespace (or cluster-wide) that grant
-    creating pods and whose entries permit its labels, as the placement rule finds them for a
-    writer holding them all. When each of them carries a placement (so that every write of such
-    a pod was placement-restricted), the pod's Node must fit one of them; a Node the snapshot
-    does not know is a finding too. Pods whose bucket some role leaves unplaced, or that no
-    role's bucket holds (``audit``'s orphans), are not judged here.
+    creating pods and either carry a permission entry for pods that permits its labels or
+    carry a placement and no such entry (roles with neither, an admin's or a controller's,
+    hold no bucket). When each of them carries a placement, the pod's Node must fit one of
+    them; a Node the snapshot does not know is a finding too. Pods whose bucket some role
+    leaves unplaced, or that no role's bucket holds (``audit``'s orphans), are not judged here.
     """
     writers: dict[str, list[CompiledRole]] = {}
     found: list[Misplaced] = []
@@ -558,12 +558,7 @@ def misplaced(
         if pod.namespace not in writers:
             writers[pod.namespace] = _pod_writers(snapshot, pod.namespace)
         bucket = [
-            role
-            for role in writers[pod.namespace]
-            if all(
-                e.violation(pod.labels, allow_unlabeled) is None
-                for e in (role.permissions.entries_for(PODS) if role.permissions else ())
-            )
+            role for role in writers[pod.namespace] if _holds(role, pod.labels, allow_unlabeled)
         ]
         if not bucket or any(role.placement is None for role in bucket):
             continue
@@ -571,12 +566,21 @@ def misplaced(
         if node is None:
             found.append(Misplaced(pod, f'node "{pod.node}" is not known'))
             continue
+        places = [r for r in bucket if r.placement is not None]
         if any(
-            r.placement is not None and r.placement.node_misfit(node.labels) is None for r in bucket
+            r.placement is not None and r.placement.node_misfit(node.labels) is None for r in places
         ):
             continue
-        places = "; ".join(
-            f"{r.ref} places it on {r.placement.describe()}" for r in bucket if r.placement
+        where = "; ".join(
+            f"{r.ref} places it on {r.placement.describe()}" for r in places if r.placement
         )
-        found.append(Misplaced(pod, f'node "{pod.node}" is outside its pool ({places})'))
+        found.append(Misplaced(pod, f'node "{pod.node}" is outside its pool ({where})'))
     return found
+
+
+def _holds(role: CompiledRole, labels: Mapping[str, str], allow_unlabeled: bool) -> bool:
+    """Whether ``role`` holds the bucket of a pod with ``labels`` (see ``misplaced``)."""
+    entries = role.permissions.entries_for(PODS) if role.permissions else ()
+    if not entries:
+        return role.placement is not None
+    return all(e.violation(labels, allow_unlabeled) is None for e in entries)

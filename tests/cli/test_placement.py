@@ -155,3 +155,46 @@ def test_a_suite_asserts_placement_verdicts(
     assert main(["test", str(tmp_path / "label-rbac-test.yaml"), "-o", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["passed"] == 2 and data["failed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "pod_labels", "node_name", "why"),
+    [
+        pytest.param([], {"team": "a"}, "b1", 'node "b1" is outside its pool', id="outside"),
+        pytest.param([], {"team": "a"}, "a1", None, id="inside"),
+        pytest.param([], {"team": "a"}, "gone", 'node "gone" is not known', id="unknown-node"),
+        pytest.param([], {"team": "z"}, "b1", None, id="no-bucket-holds-it"),
+        pytest.param(
+            [role("controller", rules=[rule("create", "pods")])], {"team": "a"}, "b1",
+            'node "b1" is outside its pool', id="unannotated-holder-holds-no-bucket",
+        ),
+        pytest.param(
+            [role("open-a", "t1", [rule("create", "pods")], {"pods": {"team": ["a"]}})],
+            {"team": "a"}, "b1", None, id="unplaced-bucket-role",
+        ),
+        pytest.param(
+            [role("pool-b", "t1", [rule("create", "pods")],
+                  placement={"nodeLabels": {POOL: ["b"]}})],
+            {"team": "a"}, "b1", None, id="placement-only-role-fits",
+        ),
+    ],
+)  # fmt: skip
+def test_misplaced(
+    extra: list[tuple[str, dict[str, Any]]], pod_labels: dict[str, str], node_name: str,
+    why: str | None,
+) -> None:  # fmt: skip
+    from app.engine.reverse import BoundPod, misplaced
+    from tests.support import snapshot
+
+    objects = [
+        ("Node", node("a1", "a")),
+        ("Node", node("b1", "b")),
+        role("team-a", "t1", [rule("*", "pods")], {"*": {"team": ["a"]}}, placement=PLACEMENT),
+        binding("alice", "team-a", "User:alice", namespace="t1"),
+        *extra,
+        *(binding(f"x-{kind}-{obj['metadata']['name']}", obj["metadata"]["name"], "User:x",
+                  namespace=obj["metadata"].get("namespace", ""))
+          for kind, obj in extra),
+    ]  # fmt: skip
+    found = misplaced(snapshot(*objects), [BoundPod("t1", "p", pod_labels, node_name)])
+    assert [m.why.split(" (")[0] for m in found] == ([] if why is None else [why])

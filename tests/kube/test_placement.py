@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ import yaml
 from tests.kube.cluster import LabelRbacCluster
 from tests.kube.controlplane import ADMIN
 from tests.kube.support import eventually, obj
+from tests.support import ROOT
 
 POOL = "node-restriction.kubernetes.io/pool"
 PLACEMENT = "labelrbac.io/placement"
@@ -356,3 +359,20 @@ def test_invalid_placement_is_refused_with_the_schema_error(
     status, output = create(kube, ADMIN, role, "--dry-run=server")
     assert status != 0, output
     assert "invalid labelrbac.io/placement annotation: schema violation at nodeLabels" in output
+
+
+def test_audit_finds_pods_bound_outside_their_pool(kube: LabelRbacCluster, tenants: str) -> None:
+    # An admin (unrestricted) binds a team=b pod to pool a's node, and one to pool b's (team=a
+    # is left out: dana's unplaced team=a role leaves its pods' placement unrestricted).
+    stray = pod(tenants, "stray", team="b", nodeName=NODE_A)
+    home = pod(tenants, "home", team="b", nodeName=NODE_B)
+    kube.apply(ADMIN, [stray, home, pod(tenants, "pending", team="b", nodeSelector=on("b"))])
+    kubeconfig = str(kube.control_plane.kubeconfig(ADMIN))
+    audit = ["audit", "-n", tenants, "-o", "json", "--kubeconfig", kubeconfig]
+    done = subprocess.run(
+        [sys.executable, "-m", "app", *audit], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, done.stderr
+    (found,) = json.loads(done.stdout)["misplaced"]
+    assert (found["name"], found["node"], found["labels"]) == ("stray", NODE_A, {"team": "b"})
+    assert found["why"].startswith(f'node "{NODE_A}" is outside its pool (role {tenants}/team-b')
