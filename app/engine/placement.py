@@ -29,14 +29,12 @@ import jsonschema
 from app.engine.glob import Glob
 from app.engine.model import mapping_items
 from app.engine.policy import (
-    _FEW_WILDCARDS_VALUE,
-    _LABEL_KEY,
-    _VALUE_GLOB,
-    MAX_VALUES_PER_KEY,
+    LABEL_KEY_PATTERN,
     MAX_VALUES_PER_ROLE,
+    VALUE_GLOBS,
     AnnotationError,
     Requirement,
-    _explain,
+    explain,
 )
 
 DEFAULT_PLACEMENT_KEY = "labelrbac.io/placement"
@@ -55,16 +53,6 @@ NODE_RESTRICTION_PREFIX = "node-restriction.kubernetes.io/"
 # Toleration entries of one annotation: each is a test every judged pod toleration may run.
 MAX_TOLERATIONS = 64
 
-_VALUES = {
-    "type": "array",
-    "minItems": 1,
-    "maxItems": MAX_VALUES_PER_KEY,
-    "items": {
-        "type": "string",
-        "allOf": [{"pattern": _VALUE_GLOB}, {"pattern": _FEW_WILDCARDS_VALUE}],
-    },
-}
-
 SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "minProperties": 1,
@@ -73,8 +61,8 @@ SCHEMA: Mapping[str, Any] = {
         "nodeLabels": {
             "type": "object",
             "minProperties": 1,
-            "propertyNames": {"pattern": _LABEL_KEY},
-            "additionalProperties": _VALUES,
+            "propertyNames": {"pattern": LABEL_KEY_PATTERN},
+            "additionalProperties": VALUE_GLOBS,
         },
         "tolerations": {
             "type": "array",
@@ -85,8 +73,8 @@ SCHEMA: Mapping[str, Any] = {
                 "required": ["key", "values"],
                 "additionalProperties": False,
                 "properties": {
-                    "key": {"type": "string", "pattern": _LABEL_KEY},
-                    "values": _VALUES,
+                    "key": {"type": "string", "pattern": LABEL_KEY_PATTERN},
+                    "values": VALUE_GLOBS,
                     "effects": {
                         "type": "array",
                         "minItems": 1,
@@ -449,7 +437,7 @@ def _say(error: jsonschema.ValidationError) -> str:
             f"{len(error.instance)} toleration entries, over the limit of {MAX_TOLERATIONS}; "
             "list several values in one entry or split the role"
         )
-    return _explain(error)
+    return explain(error)
 
 
 def _errors(document: Any) -> list[str]:

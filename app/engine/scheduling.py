@@ -33,7 +33,7 @@ from app.engine.model import Decision, Request, Resource, labels_of, strictest
 from app.engine.placement import Placement, PodPlacement
 from app.engine.policy import Entry
 from app.engine.rbac import CompiledRole, authorizing_roles
-from app.engine.workloads import POD_BINDING, PODS, WORKLOADS
+from app.engine.workloads import POD_BINDING, PODS, WORKLOADS, _dig, _text
 
 PLACEMENT_DENIED = "PlacementNotPermitted"
 UNAVAILABLE = "ParentUnavailable"
@@ -337,15 +337,3 @@ def _spec(obj: Any) -> Mapping[str, Any]:
     """``spec`` of a pod or pod template, {} when absent or malformed."""
     spec = obj.get("spec") if type(obj) is dict or isinstance(obj, Mapping) else None
     return spec if type(spec) is dict or isinstance(spec, Mapping) else {}
-
-
-def _dig(obj: Any, path: Sequence[str]) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
