@@ -27,6 +27,11 @@ Wildcard grants (``*`` groups or resources) span resources no single annotation 
 for, so they are compared through over-approximations of both sides: when coverage cannot be
 proven the grant is refused.
 
+Placement: a role of the author's that covers a grant of pod or workload writes (``places``) in
+labels must also cover it in placement (one role, one bucket, one pool): where it carries a
+placement, the handed-out role must carry one within it (``Placement.excess``; none is the
+broadest), in a mode no softer than its own.
+
 Enforcement modes: the author's own roles count with their label limits whatever their mode (a
 role in ``warn`` or ``audit`` mode is still a restriction), while a role handed out in a softer
 mode than the author's role hands out limits that are not enforced, so it is compared as if it
