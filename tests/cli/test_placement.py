@@ -198,3 +198,17 @@ def test_misplaced(
     ]  # fmt: skip
     found = misplaced(snapshot(*objects), [BoundPod("t1", "p", pod_labels, node_name)])
     assert [m.why.split(" (")[0] for m in found] == ([] if why is None else [why])
+
+
+def test_a_renamed_placement_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = tmp_path / "rbac"
+    directory.mkdir()
+    placed = role("team-a", "t1", [rule("*", "pods")], {"pods": {"team": ["a"]}})[1]
+    placed["metadata"]["annotations"]["example.com/where"] = json.dumps(PLACEMENT)
+    objects = [node("a1", "a"), placed, binding("alice", "team-a", "User:alice", namespace="t1")[1]]
+    (directory / "all.yaml").write_text(yaml.safe_dump_all(objects))
+    path = manifest(tmp_path, pod("p", nodeSelector={POOL: "b"}))
+    base = ["check", "-f", path, "--as", "alice", "--rbac-dir", str(directory)]
+    assert main(base) == 0  # the default key names no placement here
+    assert main([*base, "--placement-key", "example.com/where"]) == 1
+    assert "PlacementNotPermitted" in capsys.readouterr().out
