@@ -24,6 +24,7 @@ from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler
 from app.engine.scheduling import PLACEMENT_DENIED, Pod, _fits, _problem, placed_roles
 from app.webhook.wire import parse_review
+from tests.engine.test_properties import JSON as JSON_VALUES
 from tests.support import binding, make_review, meta, role, rule, snapshot
 
 NS = "t1"
@@ -683,3 +684,17 @@ def test_subresources_that_move_no_pod_are_not_judged(operation: str, sub: str) 
     )  # fmt: skip
     assert check_placement(request, CTX) is None
     assert check_placement(pod("alice", nodeName="b1"), CTX) is not None
+
+
+@given(JSON_VALUES, JSON_VALUES, JSON_VALUES, JSON_VALUES)
+def test_any_spec_is_judged_without_raising(
+    selector: Any, affinity: Any, tolerations: Any, node_name: Any
+) -> None:
+    """Malformed fields never raise and never widen: a pod whose fields are not what the API
+    defines is judged unpinned (or refused) for a placed tenant."""
+    fields = {"nodeSelector": selector, "affinity": affinity, "tolerations": tolerations,
+              "nodeName": node_name}  # fmt: skip
+    request = review("alice", "CREATE", "pods", "Pod", {"spec": spec(**fields)})
+    decision = decide(request)
+    assert not decision.allowed  # none of these pins to pool a
+    assert decision.reason == PLACEMENT_DENIED, decision.message
