@@ -34,7 +34,8 @@ RULES = [
     {"apiGroups": ["apps"], "verbs": ["*"],
      "resources": ["deployments", "replicasets", "statefulsets", "daemonsets"]},
     {"apiGroups": ["batch"], "verbs": ["*"], "resources": ["jobs", "cronjobs"]},
-    {"apiGroups": ["rbac.authorization.k8s.io"], "verbs": ["create"], "resources": ["roles"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "verbs": ["create"],
+     "resources": ["roles", "rolebindings"]},
 ]  # fmt: skip
 SUFFIX = secrets.token_hex(3)
 NODE_A, NODE_B = f"pool-a-{SUFFIX}", f"pool-b-{SUFFIX}"
@@ -348,6 +349,21 @@ def test_escalation(
         assert status == 0, output
     else:
         assert status != 0 and denied in output and "escalation check" in output, output
+
+
+def test_binding_a_role_without_placement_is_escalation(
+    kube: LabelRbacCluster, tenants: str
+) -> None:
+    _, binding = tenant_role(tenants, "unplaced-a", "alice", "a")
+    binding["metadata"]["name"] = "alice-unplaced"
+    binding["metadata"]["labels"] = {"team": "a"}
+    status, output = create(kube, "alice", binding, "--dry-run=server")
+    assert status != 0, output
+    assert f"without a placement through role {tenants}/unplaced-a" in output, output
+    _, own = tenant_role(tenants, "team-a", "alice", "a")
+    own["metadata"] |= {"name": "alice-again", "labels": {"team": "a"}}
+    status, output = create(kube, "alice", own, "--dry-run=server")
+    assert status == 0, output
 
 
 def test_invalid_placement_is_refused_with_the_schema_error(
