@@ -7,6 +7,7 @@ from pathlib import Path
 
 from app.engine.context import Options
 from app.engine.model import ENFORCE, Resource
+from app.engine.placement import DEFAULT_PLACEMENT_KEY
 from app.engine.policy import DEFAULT_ANNOTATION_KEY, resource_pattern
 from app.engine.rbac import Compiler
 
@@ -22,6 +23,8 @@ DEFAULT_MAX_BODY_BYTES = 24 * 1024 * 1024
 class Settings:
     annotation_keys: tuple[str, ...] = (DEFAULT_ANNOTATION_KEY,)
     default_label_key: str | None = None
+    # Annotations with a placement (where the pods a role lets its holders write may run).
+    placement_keys: tuple[str, ...] = (DEFAULT_PLACEMENT_KEY,)
     allow_unlabeled: bool = False
     # Resource patterns (as in the annotation) whose reads are not label-scoped.
     unrestricted_reads: tuple[str, ...] = ()
@@ -61,7 +64,7 @@ class Settings:
 
     @property
     def compiler(self) -> Compiler:
-        return Compiler(self.annotation_keys, self.default_label_key)
+        return Compiler(self.annotation_keys, self.default_label_key, self.placement_keys)
 
     @property
     def watched_labels(self) -> frozenset[tuple[str, str]]:

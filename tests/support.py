@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
+from app.engine.placement import DEFAULT_PLACEMENT_KEY
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import MODE_ANNOTATION, Compiler, Snapshot
 from app.settings import Settings
@@ -59,13 +60,18 @@ def role(
     permissions: Any = None,
     annotation_key: str = DEFAULT_ANNOTATION_KEY,
     mode: str | None = None,
+    placement: Any = None,
 ) -> tuple[str, dict[str, Any]]:
-    """A Role (namespace given) or ClusterRole, with an optional permission annotation and
-    enforcement mode (``labelrbac.io/mode``)."""
+    """A Role (namespace given) or ClusterRole, with an optional permission annotation,
+    enforcement mode (``labelrbac.io/mode``) and placement (``labelrbac.io/placement``)."""
     annotations = {}
     if permissions is not None:
         annotations[annotation_key] = (
             permissions if isinstance(permissions, str) else json.dumps(permissions)
+        )
+    if placement is not None:
+        annotations[DEFAULT_PLACEMENT_KEY] = (
+            placement if isinstance(placement, str) else json.dumps(placement)
         )
     if mode is not None:
         annotations[MODE_ANNOTATION] = mode

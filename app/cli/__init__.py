@@ -35,6 +35,7 @@ from app.cli.suite import cmd_test
 from app.engine.catalog import BUILTIN
 from app.engine.model import AUTHORIZED_VERBS, ENFORCE, MODES, Resource
 from app.engine.params import MAX_BYTES, MAX_WORK
+from app.engine.placement import DEFAULT_PLACEMENT_KEY
 from app.engine.policy import (
     DEFAULT_ANNOTATION_KEY,
     AnnotationError,
@@ -138,6 +139,14 @@ def _policy_flags() -> _Parser:
         type=_key_arg,
         metavar="KEY",
         help=f"annotation with label permissions (repeatable; default {DEFAULT_ANNOTATION_KEY})",
+    )
+    group.add_argument(
+        "--placement-key",
+        action="append",
+        dest="placement_keys",
+        type=_key_arg,
+        metavar="KEY",
+        help=f"annotation with a placement (repeatable; default {DEFAULT_PLACEMENT_KEY})",
     )
     group.add_argument(
         "--default-label-key",

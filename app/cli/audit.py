@@ -18,7 +18,7 @@ from app.cli.inputs import CliError, known, load_rbac, policy_settings, served
 from app.engine.kinds import BINDING_KINDS, ROLE_KINDS
 from app.engine.model import Resource, labels_of
 from app.engine.rbac import Snapshot
-from app.engine.reverse import Existing, Holder, Report, is_restricted
+from app.engine.reverse import BoundPod, Existing, Holder, Report, is_restricted, places_pods
 
 if TYPE_CHECKING:  # the official client is imported only to talk to a cluster (it is slow)
     from app.source.api import KubeClient
@@ -66,6 +66,14 @@ def manifest_objects(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> list[E
     return found
 
 
+def manifest_pods(objects: Iterable[tuple[str, Mapping[str, Any]]]) -> list[BoundPod]:
+    """The Pods of a manifests directory bound to a node (``spec.nodeName``)."""
+    from app.source.listing import bound_pod
+
+    found = (bound_pod(obj) for kind, obj in objects if kind == "Pod")
+    return [pod for pod in found if pod is not None]
+
+
 def cluster_objects(client: KubeClient, snapshot: Snapshot, namespace: str = "") -> list[Existing]:
     """Every existing object of a resource some role restricts (namespaced ones only in
     ``namespace`` when given), read as metadata only."""
@@ -100,11 +108,14 @@ def _labels(labels: Mapping[str, str]) -> str:
 
 def holders_table(holders: Sequence[Holder]) -> str:
     rows = []
+    placed = any(h.placements for h in holders)  # the column only where a role places pods
     for h in holders:
         answer = "yes" if h.allowed else ("no" if h.mode == "enforce" else f"no ({h.mode} mode)")
         through = ", ".join(h.bindings) or ", ".join(map(str, h.roles))
-        rows.append([str(h.subject), answer, through, h.limits or "(unrestricted)"])
-    return table(["SUBJECT", "ALLOWED", "THROUGH", "ROLE PERMITS"], rows)
+        row = [str(h.subject), answer, through, h.limits or "(unrestricted)"]
+        rows.append([*row, "; ".join(h.placements) or "(anywhere)"] if placed else row)
+    headers = ["SUBJECT", "ALLOWED", "THROUGH", "ROLE PERMITS"]
+    return table([*headers, "PLACEMENT"] if placed else headers, rows)
 
 
 def report_text(report: Report) -> str:
@@ -134,6 +145,19 @@ def report_text(report: Report) -> str:
         )
     if not report.orphans and not report.unbucketed:
         parts.append("no orphans, every object's labels are in a bucket\n")
+    if report.misplaced:
+        parts.append(
+            "\nPods outside their pool: bound to a node their bucket's roles do not place them on\n"
+        )
+        parts.append(
+            table(
+                ["NAMESPACE", "POD", "LABELS", "NODE", "WHY"],
+                [
+                    [m.pod.namespace, m.pod.name, _labels(m.pod.labels), m.pod.node, m.why]
+                    for m in report.misplaced
+                ],
+            )
+        )
     rows = [
         [namespace or "(cluster)", str(b.role), b.pattern, b.limits, b.mode, ", ".join(b.holders)]
         for namespace, buckets in report.buckets.items()
@@ -176,15 +200,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
     settings = policy_settings(args)
     loaded = load_rbac(args, settings)
     if loaded.client is not None:
+        from app.source.listing import bound_pods
+
         try:
             objects = cluster_objects(loaded.client, loaded.snapshot, args.namespace)
+            placed = places_pods(loaded.snapshot)
+            pods = bound_pods(loaded.client, args.namespace) if placed else []
         except KubeError as exc:
             raise CliError(f"cannot list objects at {loaded.where}: {exc}") from None
     else:
-        objects = manifest_objects(loaded.objects)
+        objects, pods = manifest_objects(loaded.objects), manifest_pods(loaded.objects)
     if args.namespace:
         objects = [o for o in objects if o.namespace == args.namespace]
-    report = audit(loaded.snapshot, objects, settings.allow_unlabeled)
+        pods = [p for p in pods if p.namespace == args.namespace]
+    report = audit(loaded.snapshot, objects, settings.allow_unlabeled, pods=pods)
     if args.namespace:
         report.buckets = {
             ns: found for ns, found in report.buckets.items() if ns in ("", args.namespace)
@@ -193,4 +222,4 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(report_text(report), end="")
     else:
         print(dump(report.as_dict(), args.output), end="")
-    return 1 if report.orphans or report.unbucketed else 0
+    return 1 if report.orphans or report.unbucketed or report.misplaced else 0

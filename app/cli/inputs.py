@@ -17,6 +17,7 @@ from app.engine.catalog import BUILTIN, ApiKind, Catalog, crd_kinds
 from app.engine.context import MetadataLookup, ParentLookup, no_metadata_lookup, no_parent_lookup
 from app.engine.kinds import BINDING_KINDS, ROLE_KINDS, snapshot_from_objects
 from app.engine.model import Resource
+from app.engine.placement import DEFAULT_PLACEMENT_KEY
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Snapshot
 from app.settings import Settings
@@ -34,6 +35,7 @@ class CliError(Exception):
 def policy_settings(args: argparse.Namespace, **extra: object) -> Settings:
     return Settings(
         annotation_keys=tuple(args.annotation_keys or (DEFAULT_ANNOTATION_KEY,)),
+        placement_keys=tuple(getattr(args, "placement_keys", None) or (DEFAULT_PLACEMENT_KEY,)),
         default_label_key=args.default_label_key,
         allow_unlabeled=args.allow_unlabeled,
         unrestricted_reads=tuple(args.unrestricted_reads),

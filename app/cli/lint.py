@@ -13,6 +13,7 @@ from typing import Any
 from app.cli.inputs import policy_settings
 from app.engine.kinds import ROLE_KINDS
 from app.engine.model import MODES
+from app.engine.placement import placement_errors, placement_warnings
 from app.engine.policy import annotation_errors
 from app.engine.rbac import MODE_ANNOTATION, CompiledRole, Compiler, annotations_of
 from app.source.static import ManifestError, read_manifests
@@ -27,6 +28,7 @@ def role_errors(compiler: Compiler, role: CompiledRole, obj: Mapping[str, Any]) 
         return [role.error]  # nothing further is read from a role whose rules cannot be
     annotations = annotations_of(obj)
     found = annotation_errors(annotations, compiler.annotation_keys, compiler.default_label_key)
+    found += placement_errors(annotations, compiler.placement_keys)
     mode = annotations.get(MODE_ANNOTATION)
     if mode is not None and mode not in MODES:
         found.append(
@@ -50,14 +52,17 @@ def cmd_lint(args: argparse.Namespace) -> int:
         role = role_kinds[kind].compile(compiler, obj)
         entries = len(role.permissions.entries) if role.permissions else 0
         results.append((kind, obj, role, entries, role_errors(compiler, role, obj)))
+    warned = {id(obj): placement_warnings(role.placement) if role.placement else []
+              for _, obj, role, _, _ in results}  # fmt: skip
     if not results:
         print("lint: no Role or ClusterRole found", file=sys.stderr)
         return 2
     if args.output == "json":
         roles = [
             {"kind": kind, "namespace": role.ref.namespace, "name": role.ref.name,
-             "valid": not errors, "entries": entries, "errors": errors}
-            for kind, _, role, entries, errors in results
+             "valid": not errors, "entries": entries, "errors": errors,
+             **({"warnings": warned[id(obj)]} if warned[id(obj)] else {})}
+            for kind, obj, role, entries, errors in results
         ]  # fmt: skip
         invalid = sum(not r["valid"] for r in roles)
         print(json.dumps({"valid": len(roles) - invalid, "invalid": invalid, "roles": roles},
@@ -67,6 +72,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
             name = _manifest_name(kind, obj)
             for error in errors:
                 print(f"invalid: {name}: {error}")
+            for warning in warned[id(obj)]:
+                print(f"warning: {name}: {warning}")
             if not errors:
                 print(f"ok: {name} ({entries} permission entr{'y' if entries == 1 else 'ies'})")
     return 1 if any(errors for *_, errors in results) else 0

@@ -37,6 +37,7 @@ _CASE_KEYS = frozenset(
 )  # fmt: skip
 _POLICY_KEYS = {
     "annotationKeys": "annotation_keys",
+    "placementKeys": "placement_keys",
     "defaultLabelKey": "default_label_key",
     "allowUnlabeled": "allow_unlabeled",
     "unrestrictedReads": "unrestricted_reads",

@@ -26,6 +26,7 @@ from app.engine.model import ENFORCE, OPERATIONS, WARN, Decision, Request, softe
 from app.engine.node import check_node
 from app.engine.owners import check_owners
 from app.engine.rbac import RBAC_GROUP
+from app.engine.scheduling import check_placement
 from app.engine.workloads import check_workloads
 
 _ROLE_RESOURCES = frozenset(spec.resource for spec in ROLE_KINDS)
@@ -69,10 +70,10 @@ PRE_CHECKS: tuple[Check, ...] = (
 )
 
 # Checks run after the label rule let the write itself through: what a change of labels decides
-# beyond the object's own entry, what the write makes controllers do, and the delete a change of
-# owner references or finalizers makes the garbage collector do. The object's own labels are
-# judged (and explained) first.
-POST_CHECKS: tuple[Check, ...] = (check_relabel, check_workloads, check_owners)
+# beyond the object's own entry, what the write makes controllers do, where its pods run, and the
+# delete a change of owner references or finalizers makes the garbage collector do. The object's
+# own labels are judged (and explained) first.
+POST_CHECKS: tuple[Check, ...] = (check_relabel, check_workloads, check_placement, check_owners)
 
 
 # Policy denials, which a mode may soften. Malformed requests (400), internal errors (500) and an

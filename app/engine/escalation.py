@@ -27,6 +27,11 @@ Wildcard grants (``*`` groups or resources) span resources no single annotation 
 for, so they are compared through over-approximations of both sides: when coverage cannot be
 proven the grant is refused.
 
+Placement: a role of the author's that covers a grant of pod or workload writes (``places``) in
+labels must also cover it in placement (one role, one bucket, one pool): where it carries a
+placement, the handed-out role must carry one within it (``Placement.excess``; none is the
+broadest), in a mode no softer than its own.
+
 Enforcement modes: the author's own roles count with their label limits whatever their mode (a
 role in ``warn`` or ``audit`` mode is still a restriction), while a role handed out in a softer
 mode than the author's role hands out limits that are not enforced, so it is compared as if it
@@ -53,8 +58,10 @@ from app.engine.model import (
     Resource,
     lends_identity,
 )
+from app.engine.placement import Placement
 from app.engine.policy import Entry, Permissions, Requirement
 from app.engine.rbac import RBAC_GROUP, CompiledRole, Compiler, RoleRef, Rule
+from app.engine.scheduling import PLACED
 
 # The most single grants (a verb, an apiGroup, a resource spelling: RBAC's own breakdown) the
 # rules of one Role or bound role may come to. Each is judged, and a rule multiplies its
@@ -366,9 +373,41 @@ def _shortfall(own: CompiledRole, regions: Sequence[Region]) -> Shortfall | None
     return None
 
 
+# The writes a placement restricts (``app.engine.scheduling``), by the verbs that grant them.
+_PLACED_VERBS = frozenset({"create", "update", "patch", "*"})
+_PLACED_RESOURCES = tuple(
+    Resource(group, resource, sub)
+    for group, resource in sorted(PLACED)
+    for sub in (("", "binding") if (group, resource) == ("", "pods") else ("",))
+)
+
+
+def places(grant: Grant) -> bool:
+    """Whether the grant hands out a write whose pods a placement restricts."""
+    return grant.verb in _PLACED_VERBS and any(_spans(grant, r) for r in _PLACED_RESOURCES)
+
+
+def compare_placement(
+    grant: Grant, new: Placement | None, mode: str, own: CompiledRole
+) -> Shortfall | None:
+    """None when the author's role ``own`` places the grant's pods no narrower than ``new``
+    does: a placement-restricted author may hand out only a placement within their own (no
+    placement is the broadest), in a mode no softer than their own role's."""
+    mine = own.placement
+    if mine is None or not places(grant):
+        return None
+    excess = mine.excess(new)
+    if excess is None and MODES.index(mode) > MODES.index(own.mode):
+        excess = f"in {mode} mode (its placement is not enforced)"
+    return None if excess is None else Shortfall(own, excess, f"placement {mine.describe()}")
+
+
 def _compare_modes(grant: Grant, target: Target, own: CompiledRole) -> Shortfall | None:
-    """``compare``, where limits enforced in a softer mode than the author's count as none."""
-    shortfall = compare(grant, target.permissions, own)
+    """``compare``, where limits enforced in a softer mode than the author's count as none;
+    then the placement (one role covers both: one bucket, one pool)."""
+    shortfall = compare(grant, target.permissions, own) or compare_placement(
+        grant, target.placement, target.mode, own
+    )
     if shortfall is not None or MODES.index(target.mode) <= MODES.index(own.mode):
         return shortfall
     unenforced = compare(grant, None, own)
@@ -393,6 +432,7 @@ class Target:
     bypass_name: str
     via: str = ""  # for bindings, the role that grants
     mode: str = "enforce"  # the handed-out role's enforcement mode
+    placement: Placement | None = None  # the handed-out role's placement
 
     def hint(self) -> str:
         name = f' "{self.bypass_name}"' if self.via else ""
@@ -417,6 +457,7 @@ def _role_target(request: Request, obj: Mapping[str, Any], compiler: Compiler) -
             and old.permissions == new.permissions
             and old.rules == new.rules
             and old.mode == new.mode
+            and old.placement == new.placement
         ):
             return None
     return Target(
@@ -427,6 +468,7 @@ def _role_target(request: Request, obj: Mapping[str, Any], compiler: Compiler) -
         bypass_resource=request.resource.resource,
         bypass_name=request.name,
         mode=new.mode,
+        placement=new.placement,
     )
 
 
@@ -454,6 +496,7 @@ def _binding_target(request: Request, obj: Mapping[str, Any], ctx: Context) -> T
         bypass_name=binding.role.name,
         via=f" through {binding.role}",
         mode=role.mode,
+        placement=role.placement,
     )
 
 

@@ -57,7 +57,7 @@ IDENTITY: Mapping[str, Callable[[Any], Hashable]] = {
     ROLES: lambda role: role.ref,
     BINDINGS: lambda binding: (binding.namespace, binding.name),
     NAMESPACES: lambda namespace: namespace[0],  # (name, annotations)
-    NODES: lambda node: node[0],  # (name, uid)
+    NODES: lambda node: node[0],  # (name, KnownNode)
 }
 # Index whole when a batch touches more than this share of the objects: updating one object
 # costs about as much as indexing a few thousand.
@@ -163,7 +163,7 @@ class LiveSnapshot:
             elif category == BINDINGS:
                 changed_bindings.append((old, new))
             else:
-                # (name, annotations) or (name, uid): the snapshot maps the name to the second.
+                # (name, annotations) or (name, KnownNode): the name maps to the second.
                 value = None if new is None else new[1]
                 _put(namespaces if category == NAMESPACES else nodes, key, value)
         # Unchanged roles keep their map, so a reader can tell a bindings-only batch at once.

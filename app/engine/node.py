@@ -300,10 +300,10 @@ def _check_owner_references(node: str, pod: Mapping[str, Any], ctx: Context) -> 
     # The uid proves the reference is to this Node and not a deleted namesake. Without a known
     # Node (no cluster access) the name check above is all that can be done.
     known = ctx.snapshot.nodes.get(node)
-    if known and owner.get("uid") != known:
+    if known is not None and known.uid and owner.get("uid") != known.uid:
         return _deny(
             f'node "{node}" UID mismatch: the owner reference has uid "{owner.get("uid") or ""}", '
-            f'the Node has uid "{known}"'
+            f'the Node has uid "{known.uid}"'
         )
     return None
 

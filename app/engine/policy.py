@@ -98,6 +98,11 @@ _VALUES = {
     },
 }
 
+# What the placement annotation's schema shares (``app.engine.placement``): label keys, and a
+# list of value globs with the same limits.
+LABEL_KEY_PATTERN = _LABEL_KEY
+VALUE_GLOBS = _VALUES
+
 SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "minProperties": 1,
@@ -427,6 +432,11 @@ _PATTERN_NAMES = {
 
 
 _FEWER_VALUES = "write one glob for a family of values (team-*) or split the role"
+
+
+def explain(error: jsonschema.ValidationError) -> str:
+    """A schema violation in words (a pattern by what it stands for, a long list by its size)."""
+    return _explain(error)
 
 
 def _explain(error: jsonschema.ValidationError) -> str:

@@ -27,6 +27,7 @@ from app.engine.model import (
     annotations_of,
     mapping_items,
 )
+from app.engine.placement import DEFAULT_PLACEMENT_KEY, Placement, placement_of
 from app.engine.policy import AnnotationError, Entry, Permissions, permissions_of
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -140,6 +141,9 @@ class CompiledRole:
     ``error`` is set when the annotation is unusable: such a role grants nothing through this
     webhook for the resources it grants in RBAC (an invalid annotation never widens access).
     ``mode`` (``labelrbac.io/mode``) says whether denials its label limits cause are enforced.
+    ``placement`` (``labelrbac.io/placement``): where the pods it lets its holders write may run
+    (``app.engine.scheduling``); an invalid one voids the role as an invalid permission
+    annotation does.
     """
 
     ref: RoleRef
@@ -148,6 +152,7 @@ class CompiledRole:
     error: str | None = None
     version: str = field(default="", compare=False)
     mode: str = ENFORCE
+    placement: Placement | None = None
 
     def grants(self, verbs: Sequence[str], res: Resource, name: str) -> bool:
         for rule in self.rules:  # loops, not any(): this runs for every bound role per request
@@ -177,12 +182,22 @@ class Binding:
         return old is None or old.role != self.role or not set(self.subjects) <= set(old.subjects)
 
 
+@dataclass(frozen=True, slots=True)
+class KnownNode:
+    """A Node as the snapshot keeps it: the uid (the node rules' owner references) and the
+    labels (where a placement lets pods be bound)."""
+
+    uid: str
+    labels: Mapping[str, str] = field(default_factory=immutables.Map)
+
+
 @dataclass(frozen=True)
 class Compiler:
     """Turns raw RBAC objects into compiled ones, with the configured annotation keys."""
 
     annotation_keys: tuple[str, ...]
     default_label_key: str | None = None
+    placement_keys: tuple[str, ...] = (DEFAULT_PLACEMENT_KEY,)
 
     def permissions(self, obj: Mapping[str, Any]) -> Permissions | None:
         """The object's permissions; raises ``AnnotationError`` when the annotation is invalid."""
@@ -205,6 +220,10 @@ class Compiler:
             permissions, error = self.permissions(obj), None
         except AnnotationError as exc:
             permissions, error = None, str(exc)
+        try:
+            placement = placement_of(annotations_of(obj), self.placement_keys)
+        except AnnotationError as exc:
+            placement, error = None, error or str(exc)
         mode = annotations_of(obj).get(MODE_ANNOTATION, ENFORCE)
         if mode not in MODES:
             # Unknown means strictest; and the role is as void as with a broken annotation.
@@ -212,7 +231,7 @@ class Compiler:
                 f"invalid {MODE_ANNOTATION} annotation {mode!r}: expected one of {', '.join(MODES)}"
             )
             mode = ENFORCE
-        return CompiledRole(ref, rules, permissions, error, version, mode)
+        return CompiledRole(ref, rules, permissions, error, version, mode, placement)
 
     @staticmethod
     def namespace(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
@@ -220,10 +239,18 @@ class Compiler:
         return _text(obj.get("metadata") or {}, "name"), dict(annotations_of(obj))
 
     @staticmethod
-    def node(obj: Mapping[str, Any]) -> tuple[str, str]:
-        """A Node as the node rules read it: its name and uid."""
+    def node(obj: Mapping[str, Any]) -> tuple[str, KnownNode]:
+        """A Node as the rules read it: its name, uid and labels."""
         meta = obj.get("metadata") or {}
-        return _text(meta, "name"), _text(meta, "uid")
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        return _text(meta, "name"), KnownNode(
+            _text(meta, "uid"),
+            immutables.Map(
+                {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+                if isinstance(labels, Mapping)
+                else {}
+            ),
+        )
 
     @staticmethod
     def binding(obj: Mapping[str, Any], kind: str | None = None) -> Binding | None:
@@ -296,8 +323,9 @@ Pair = tuple[Binding, CompiledRole]
 
 
 def limits(role: CompiledRole) -> bool:
-    """Whether the role carries a permission annotation (valid or not): its grants are limited."""
-    return role.permissions is not None or role.error is not None
+    """Whether the role carries a permission or placement annotation (valid or not): its
+    grants are limited."""
+    return role.permissions is not None or role.error is not None or role.placement is not None
 
 
 def in_order(pairs: Iterable[Pair]) -> tuple[Pair, ...]:
@@ -479,7 +507,7 @@ class Snapshot:
     roles: immutables.Map[RoleRef, CompiledRole]
     bindings: BindingIndex
     namespaces: immutables.Map[str, Mapping[str, str]] = field(default_factory=immutables.Map)
-    nodes: immutables.Map[str, str] = field(default_factory=immutables.Map)
+    nodes: immutables.Map[str, KnownNode] = field(default_factory=immutables.Map)
     # ``restrictions()`` once asked for (only the compiler asks), then kept by derived snapshots.
     known_restrictions: Restrictions | None = field(default=None, compare=False, repr=False)
 
@@ -512,9 +540,9 @@ class Snapshot:
         roles: Iterable[CompiledRole],
         bindings: Iterable[Binding],
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
-        nodes: Mapping[str, str] | None = None,
+        nodes: Mapping[str, KnownNode] | None = None,
     ) -> Snapshot:
-        """Index compiled objects. ``namespaces`` maps name→annotations, ``nodes`` name→uid."""
+        """Index compiled objects. ``namespaces`` maps name→annotations, ``nodes`` name→Node."""
         by_ref = immutables.Map({role.ref: role for role in roles})
         return cls(
             roles=by_ref,

@@ -107,9 +107,12 @@ class Holder:
     # The same as data: (binding, role) pairs, and per deciding role the labels it permits.
     through: tuple[tuple[Binding, RoleRef], ...] = ()
     permits: tuple[tuple[Entry, ...], ...] = ()
+    # Where the deciding roles place the pods they let be written (``role: placement``), for
+    # the roles that carry a placement annotation.
+    placements: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        found: dict[str, object] = {
             "subject": subject_dict(self.subject),
             "allowed": self.allowed,
             "mode": self.mode,
@@ -118,6 +121,9 @@ class Holder:
             ],
             "labels": [labels_dict(entries) for entries in self.permits],
         }
+        if self.placements:
+            found["placements"] = list(self.placements)
+        return found
 
 
 def subject_dict(subject: Subject) -> dict[str, str]:
@@ -196,6 +202,7 @@ def who_can(
                 ENFORCE if allowed else grants.mode(),
                 through,
                 permits,
+                tuple(f"{r.ref}: {r.placement.describe()}" for r in roles if r.placement),
             )
         )
     return holders
@@ -264,6 +271,8 @@ class Report:
     orphans: list[Orphan] = field(default_factory=list)
     unbucketed: list[Existing] = field(default_factory=list)
     buckets: dict[str, list[Bucket]] = field(default_factory=dict)
+    # Pods bound to a node outside the pool their bucket is placed on (``misplaced``).
+    misplaced: list[Misplaced] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -273,6 +282,7 @@ class Report:
                 for o in self.orphans
             ],
             "unbucketed": [_existing(obj) for obj in self.unbucketed],
+            "misplaced": [m.as_dict() for m in self.misplaced],
             "buckets": {
                 namespace or "(cluster)": [b.as_dict() for b in buckets]
                 for namespace, buckets in self.buckets.items()
@@ -441,10 +451,12 @@ def audit(
     allow_unlabeled: bool = False,
     with_buckets: bool = True,
     cache: AuditCache | None = None,
+    pods: Iterable[BoundPod] = (),
 ) -> Report:
     """Judge every existing object of a restricted resource, and list the buckets (unless
-    ``with_buckets`` is false: the background audit reports findings only)."""
-    report = Report()
+    ``with_buckets`` is false: the background audit reports findings only); ``pods``, the pods
+    bound to nodes, are judged by where they run (``misplaced``)."""
+    report = Report(misplaced=misplaced(snapshot, pods, allow_unlabeled))
     # Objects alike in what is judged are judged once (across audits sharing ``cache``).
     writers, bucketed = (cache or AuditCache()).of(snapshot, allow_unlabeled)
     for obj in objects:
@@ -492,3 +504,100 @@ def buckets(snapshot: Snapshot) -> dict[str, list[Bucket]]:
                 )
             )
     return dict(sorted(found.items()))
+
+
+# -- Pods running outside the pool their bucket is placed on --------------------------------------
+
+PODS = Resource("", "pods")
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    """A pod bound to a node, as the placement audit sees it: where it is, its labels, its node."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Misplaced:
+    """A pod bound to a node no role of its bucket places it on, and why."""
+
+    pod: BoundPod
+    why: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "namespace": self.pod.namespace,
+            "name": self.pod.name,
+            "labels": dict(self.pod.labels),
+            "node": self.pod.node,
+            "why": self.why,
+        }
+
+
+def places_pods(snapshot: Snapshot) -> bool:
+    """Whether some role carries a placement: else no pod can be misplaced (and none is read)."""
+    return any(role.placement is not None for role in snapshot.roles.values())
+
+
+def _pod_writers(snapshot: Snapshot, namespace: str) -> list[CompiledRole]:
+    """The valid roles bound in ``namespace`` (or cluster-wide) that grant creating pods."""
+    found: dict[RoleRef, CompiledRole] = {}
+    for scope in (namespace, ""):
+        entries = snapshot.bindings.scopes.get(scope)
+        for pairs in entries.entries.values() if entries is not None else ():
+            for _, role in pairs:
+                if role.error is None and role.grants(("create",), PODS, ""):
+                    found.setdefault(role.ref, role)
+    return list(found.values())
+
+
+def misplaced(
+    snapshot: Snapshot, pods: Iterable[BoundPod], allow_unlabeled: bool = False
+) -> list[Misplaced]:
+    """The pods bound to a node outside every pool their bucket is placed on.
+
+    A pod's bucket is held by the roles bound in its namespace (or cluster-wide) that grant
+    creating pods and either carry a permission entry for pods that permits its labels or
+    carry a placement and no such entry (roles with neither, an admin's or a controller's,
+    hold no bucket). When each of them carries a placement, the pod's Node must fit one of
+    them; a Node the snapshot does not know is a finding too. Pods whose bucket some role
+    leaves unplaced, or that no role's bucket holds (``audit``'s orphans), are not judged here.
+    """
+    writers: dict[str, list[CompiledRole]] = {}
+    found: list[Misplaced] = []
+    for pod in pods:
+        if not pod.node:
+            continue
+        if pod.namespace not in writers:
+            writers[pod.namespace] = _pod_writers(snapshot, pod.namespace)
+        bucket = [
+            role for role in writers[pod.namespace] if _holds(role, pod.labels, allow_unlabeled)
+        ]
+        if not bucket or any(role.placement is None for role in bucket):
+            continue
+        node = snapshot.nodes.get(pod.node)
+        if node is None:
+            found.append(Misplaced(pod, f'node "{pod.node}" is not known'))
+            continue
+        places = [r for r in bucket if r.placement is not None]
+        if any(
+            r.placement is not None and r.placement.node_misfit(node.labels) is None for r in places
+        ):
+            continue
+        where = "; ".join(
+            f"{r.ref} places it on {r.placement.describe()}" for r in places if r.placement
+        )
+        found.append(Misplaced(pod, f'node "{pod.node}" is outside its pool ({where})'))
+    return found
+
+
+def _holds(role: CompiledRole, labels: Mapping[str, str], allow_unlabeled: bool) -> bool:
+    """Whether ``role`` holds the bucket of a pod with ``labels`` (see ``misplaced``)."""
+    entries = role.permissions.entries_for(PODS) if role.permissions else ()
+    if not entries:
+        return role.placement is not None
+    return all(e.violation(labels, allow_unlabeled) is None for e in entries)

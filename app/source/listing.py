@@ -14,7 +14,7 @@ from typing import Any
 from app.engine.kinds import KINDS, snapshot_from_objects
 from app.engine.model import Resource, labels_of
 from app.engine.rbac import Compiler, Snapshot
-from app.engine.reverse import Existing
+from app.engine.reverse import BoundPod, Existing
 from app.source.api import KubeClient, Malformed, object_path
 
 PAGE = 500
@@ -106,3 +106,23 @@ def list_labels(client: KubeClient, resource: ApiResource, namespace: str = "") 
             )
         )
     return found
+
+
+def bound_pods(client: KubeClient, namespace: str = "") -> list[BoundPod]:
+    """Every pod bound to a node (in ``namespace``, else in all): where it is, its labels, its
+    node. Pods are listed whole (the node is in the spec), page by page, and only those four
+    are kept of each."""
+    path = object_path("", "v1", "pods", namespace)
+    bound = (("fieldSelector", "spec.nodeName!="),)
+    found, _ = client.list_each(path, PAGE, TIMEOUT, bound_pod, selector=bound)
+    return [pod for pod in found if pod is not None]
+
+
+def bound_pod(item: Mapping[str, Any]) -> BoundPod | None:
+    """A pod as the placement audit reads it; None when it is bound to no node."""
+    meta, spec = item.get("metadata") or {}, item.get("spec") or {}
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    if not (isinstance(node, str) and node and isinstance(meta, Mapping)):
+        return None
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    return BoundPod(namespace, name, dict(labels_of(item)), node)

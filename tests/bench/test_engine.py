@@ -43,6 +43,10 @@ def test_a_tiny_engine_run_measures_every_review_against_its_baselines() -> None
         decide, parse, ratio, whole, vs_admission = row
         assert decide > 0 and parse > 0 and whole > 0 and vs_admission > 0, name
         assert abs(ratio - decide / parse) < 0.01, name  # (printed rounded)
+    placement = figures(out, ["pinned-pod", "pinned-deploy"])
+    assert sorted(placement) == ["pinned-deploy", "pinned-pod"]
+    for name, (placed, unplaced, ratio, all_rounds) in placement.items():
+        assert placed > 0 and unplaced > 0 and ratio > 0 and all_rounds > 0, name
     assert re.search(r"a whole tenant AdmissionReview: [\d,]+/s in the same run", out)
     assert re.search(r"node graph: 200 pods on 10 nodes, \d+ objects reached", out)
     assert "(Allow)" in out and "(Deny)" in out

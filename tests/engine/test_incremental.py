@@ -318,3 +318,23 @@ def test_a_removal_of_an_object_never_seen_changes_nothing() -> None:
     ghost = compiled(role("ghost", "t1", RULES[0]))
     after = live.apply([("Role", ghost, None)], whole=False)
     assert after.snapshot == live.snapshot
+
+
+def test_a_node_relabelled_changes_the_labels_the_snapshot_keeps() -> None:
+    """The placement rule reads Nodes' labels from the snapshot: a Node moved to another pool
+    (or deleted) is seen as such after the change, one change at a time."""
+    pool = "node-restriction.kubernetes.io/pool"
+
+    def node(value: str) -> Any:
+        return compiled(
+            ("Node", {"metadata": {"name": "n1", "uid": "u1", "labels": {pool: value}}})
+        )
+
+    live = LiveSnapshot.empty()
+    first, moved = node("a"), node("b")
+    live = live.apply([("Node", None, first)], whole=False)
+    assert live.snapshot.nodes["n1"].labels[pool] == "a"
+    live = live.apply([("Node", first, moved)], whole=False)
+    assert live.snapshot.nodes["n1"].labels[pool] == "b" and live.snapshot.nodes["n1"].uid == "u1"
+    live = live.apply([("Node", moved, None)], whole=False)
+    assert "n1" not in live.snapshot.nodes

@@ -25,7 +25,7 @@ from app.engine.node import (
     check_node,
     is_protected_node_label,
 )
-from app.engine.rbac import Snapshot
+from app.engine.rbac import KnownNode, Snapshot
 from app.webhook.wire import parse_review
 from tests.support import V135_REVIEWS
 
@@ -44,7 +44,7 @@ SNAPSHOT = Snapshot.build(
         "empty": {ALLOWED_LABEL_KEYS_ANNOTATION: ""},
         "default": {},
     },
-    nodes={"node1": NODE1_UID, "node2": NODE2_UID},
+    nodes={"node1": KnownNode(NODE1_UID), "node2": KnownNode(NODE2_UID)},
 )
 
 Lookup = Callable[[Request], Mapping[str, Any]]

@@ -68,7 +68,7 @@ def test_snapshot_holds_the_recorded_namespace_and_nodes() -> None:
     assert RUN_B.namespaces["kube-system"]["node.kubernetes.io/mirror.allowed-label-keys"] == (
         "component,tier"
     )
-    assert RUN_B.nodes["node1"] == "8aefcc65-67a5-4183-8f8a-9a9f69d9145e"
+    assert RUN_B.nodes["node1"].uid == "8aefcc65-67a5-4183-8f8a-9a9f69d9145e"
     assert set(RUN_B.nodes) == {"node1", "node2"}
 
 
