@@ -199,7 +199,7 @@ class BoundPods(Informer):
 
     def __init__(self, client: KubeClient, tuning: Tuning,
                  on_update: Callable[[Any, Any], None]) -> None:  # fmt: skip
-        spec = KindSpec("Pod", "", "pods", lambda _c, o: bound_pod(o))
+        spec = KindSpec("bound pods", "", "pods", lambda _c, o: bound_pod(o))
         super().__init__(spec, client, bound_pod, _nothing, tuning, on_update=on_update,
                          field_selector="spec.nodeName!=")  # fmt: skip
 

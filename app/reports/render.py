@@ -206,10 +206,9 @@ def findings(
         scopes[pod.namespace].results.append(
             _result(
                 "placement",
-                f"pod {pod.namespace}/{pod.name} runs outside its pool: "
-                f"{cut(found.why, MAX_TEXT)}; delete it to have it scheduled again within "
-                "its pool (its controller creates it anew), or ask an admin to label the "
-                "node into the pool",
+                f"pod {pod.namespace}/{pod.name}: {cut(found.why, MAX_TEXT)}; delete it to "
+                "have it scheduled again within its pool (its controller creates it anew), or "
+                "ask an admin to label the node into the pool",
                 _pod_reference(pod),
                 "high",
                 first_seen,

@@ -296,7 +296,7 @@ def test_a_pod_is_judged_by_where_it_runs(pod: BoundPod, outcome: str | None, sa
                                     "namespace": "t1", "uid": pod.uid}]  # fmt: skip
     assert says in result["message"]
     if outcome == "fail":  # what the tenant can do about it
-        assert result["message"].startswith(f"pod t1/{pod.name} runs outside its pool: ")
+        assert result["message"].startswith(f"pod t1/{pod.name}: {says}")
         assert "delete it to have it scheduled again within its pool" in result["message"]
         assert result["properties"] == {"node": pod.node, "labels": "team=a"}
 
