@@ -482,7 +482,7 @@ class Reporter:
         """Judge the namespaces marked since the last pass; every report due."""
         unreadable = self._unreadable()
         with self._lock:
-            snapshot = self._latest or self.source.snapshot()
+            snapshot = self._latest if self._latest is not None else self.source.snapshot()
             if snapshot is None or unreadable is None:
                 return None
             pending, self._pending = self._pending, set()
