@@ -387,8 +387,10 @@ def test_pods_are_watched_only_while_a_role_places_them(
     found._watch_pods()
     assert found._pods is None and started == []
     current[0] = placed_snapshot()
+    found._pending.clear()
     found._watch_pods()
     assert found._pods is not None and started == [found._pods]
+    assert found._pending == {"*"}  # every scope judged once the pods are listed
     assert found._pods._selector == (("fieldSelector", "spec.nodeName!="),)
     current[0] = placed_snapshot(placement=False)
     found._pending.clear()
