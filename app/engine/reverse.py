@@ -13,7 +13,7 @@ matching, annotation entries and their specificity.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from app.engine.labels import Grants, find_grants
@@ -271,8 +271,10 @@ class Report:
     orphans: list[Orphan] = field(default_factory=list)
     unbucketed: list[Existing] = field(default_factory=list)
     buckets: dict[str, list[Bucket]] = field(default_factory=dict)
-    # Pods bound to a node outside the pool their bucket is placed on (``misplaced``).
+    # Pods bound to a node outside the pool their bucket is placed on (``misplaced``), and
+    # the pods judged by where they run that run within it (not in ``as_dict``: a tally).
     misplaced: list[Misplaced] = field(default_factory=list)
+    placed: list[BoundPod] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -456,7 +458,12 @@ def audit(
     """Judge every existing object of a restricted resource, and list the buckets (unless
     ``with_buckets`` is false: the background audit reports findings only); ``pods``, the pods
     bound to nodes, are judged by where they run (``misplaced``)."""
-    report = Report(misplaced=misplaced(snapshot, pods, allow_unlabeled))
+    report = Report()
+    for pod, why in placements(snapshot, pods, allow_unlabeled):
+        if why is None:
+            report.placed.append(pod)
+        else:
+            report.misplaced.append(Misplaced(pod, why))
     # Objects alike in what is judged are judged once (across audits sharing ``cache``).
     writers, bucketed = (cache or AuditCache()).of(snapshot, allow_unlabeled)
     for obj in objects:
@@ -513,12 +520,14 @@ PODS = Resource("", "pods")
 
 @dataclass(frozen=True, slots=True)
 class BoundPod:
-    """A pod bound to a node, as the placement audit sees it: where it is, its labels, its node."""
+    """A pod bound to a node, as the placement audit sees it: where it is, its labels, its node
+    (and its uid, which reports name it by)."""
 
     namespace: str
     name: str
     labels: Mapping[str, str]
     node: str
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,7 +567,18 @@ def _pod_writers(snapshot: Snapshot, namespace: str) -> list[CompiledRole]:
 def misplaced(
     snapshot: Snapshot, pods: Iterable[BoundPod], allow_unlabeled: bool = False
 ) -> list[Misplaced]:
-    """The pods bound to a node outside every pool their bucket is placed on.
+    """The pods bound to a node outside every pool their bucket is placed on (``placements``)."""
+    return [
+        Misplaced(pod, why)
+        for pod, why in placements(snapshot, pods, allow_unlabeled)
+        if why is not None
+    ]
+
+
+def placements(
+    snapshot: Snapshot, pods: Iterable[BoundPod], allow_unlabeled: bool = False
+) -> Iterator[tuple[BoundPod, str | None]]:
+    """Each pod judged by where it runs, with why it is outside its pool (None: within it).
 
     A pod's bucket is held by the roles bound in its namespace (or cluster-wide) that grant
     creating pods and either carry a permission entry for pods that permits its labels or
@@ -568,7 +588,6 @@ def misplaced(
     leaves unplaced, or that no role's bucket holds (``audit``'s orphans), are not judged here.
     """
     writers: dict[str, list[CompiledRole]] = {}
-    found: list[Misplaced] = []
     for pod in pods:
         if not pod.node:
             continue
@@ -581,18 +600,18 @@ def misplaced(
             continue
         node = snapshot.nodes.get(pod.node)
         if node is None:
-            found.append(Misplaced(pod, f'node "{pod.node}" is not known'))
+            yield pod, f'node "{pod.node}" is not known'
             continue
         places = [r for r in bucket if r.placement is not None]
         if any(
             r.placement is not None and r.placement.node_misfit(node.labels) is None for r in places
         ):
+            yield pod, None
             continue
         where = "; ".join(
             f"{r.ref} places it on {r.placement.describe()}" for r in places if r.placement
         )
-        found.append(Misplaced(pod, f'node "{pod.node}" is outside its pool ({where})'))
-    return found
+        yield pod, f'node "{pod.node}" is outside its pool ({where})'
 
 
 def _holds(role: CompiledRole, labels: Mapping[str, str], allow_unlabeled: bool) -> bool:

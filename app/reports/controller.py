@@ -11,6 +11,12 @@ namespace and one cluster report (``app.reports.render``), and writes the report
 changed with server-side apply, at most ``writes_per_second``. System namespaces and the
 reporter's own are left out unless asked for (``Options.excluded``).
 
+While some role carries a placement (``app.engine.reverse.places_pods``), the pods bound to a
+node are watched too, whole (a pod's node is in its spec), keeping of each only what the
+placement audit reads (``app.source.listing.bound_pod``: namespace, name, uid, labels, node);
+the Nodes' labels are the cluster source's. A pod bound, relabelled or deleted marks its
+namespace; a Node whose labels change marks the namespaces of the pods bound to it.
+
 What is written is reconciled with what is **stored**, not with what was last sent: a
 metadata-only watch of the reports carrying the reporter's label tells every change. A report
 changed by anyone else (its resourceVersion is not the one the reporter's write returned),
@@ -38,12 +44,20 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from app.engine.incremental import CATEGORIES, ROLES, Change, LiveSnapshot
+from app.engine.incremental import CATEGORIES, NODES, ROLES, Change, LiveSnapshot
 from app.engine.kinds import KindSpec
 from app.engine.model import Resource
 from app.engine.params import ALL, touched
-from app.engine.rbac import RoleRef
-from app.engine.reverse import AuditCache, Existing, audit, is_restricted
+from app.engine.rbac import RoleRef, Snapshot
+from app.engine.reverse import (
+    PODS,
+    AuditCache,
+    BoundPod,
+    Existing,
+    audit,
+    is_restricted,
+    places_pods,
+)
 from app.reports.render import (
     MANAGED_BY,
     MAX_BYTES,
@@ -62,9 +76,9 @@ from app.reports.render import (
 from app.settings import Settings
 from app.source.api import ApiError, KubeClient, KubeError, object_path
 from app.source.cluster import ClusterSource
-from app.source.informer import Tuning
+from app.source.informer import Informer, Tuning
 from app.source.lease import LeaderLease
-from app.source.listing import ApiResource, discover
+from app.source.listing import ApiResource, bound_pod, discover
 from app.source.metadata import MetadataInformer, _labels
 
 log = logging.getLogger("label_rbac.report")
@@ -179,6 +193,30 @@ class AuditedInformer(MetadataInformer):
         ]
 
 
+class BoundPods(Informer):
+    """The pods bound to a node, listed and watched whole (the node is in the spec) but kept
+    as ``BoundPod`` only: what the placement audit reads."""
+
+    def __init__(self, client: KubeClient, tuning: Tuning,
+                 on_update: Callable[[Any, Any], None]) -> None:  # fmt: skip
+        spec = KindSpec("bound pods", "", "pods", lambda _c, o: bound_pod(o))
+        super().__init__(spec, client, bound_pod, _nothing, tuning, on_update=on_update,
+                         field_selector="spec.nodeName!=")  # fmt: skip
+
+    def pods(self, namespaces: frozenset[str] | None = None) -> list[BoundPod]:
+        """The cached pods, in ``namespaces`` when given."""
+        with self._lock:
+            found = [cached.value for cached in self._items.values()]
+        return [
+            pod for pod in found
+            if isinstance(pod, BoundPod) and (namespaces is None or pod.namespace in namespaces)
+        ]  # fmt: skip
+
+    def namespaces_on(self, nodes: frozenset[str]) -> set[str]:
+        """The namespaces of the pods bound to ``nodes``."""
+        return {pod.namespace for pod in self.pods() if pod.node in nodes}
+
+
 class RateLimit:
     """At most ``per_second`` calls of ``wait`` return per second (a plain spacing)."""
 
@@ -217,6 +255,10 @@ class Reporter:
             client, settings.compiler, tuning=self._tuning, on_applied=self._applied
         )
         self._informers: dict[Resource, AuditedInformer] = {}
+        self._pods: BoundPods | None = None  # while some role carries a placement
+        # The snapshot the last batch of changes made, set with the namespaces it marks: a pass
+        # never judges them with the snapshot before (the source publishes it just after).
+        self._latest: Snapshot | None = None
         self._served: list[ApiResource] = []
         self._reports_served: set[tuple[str, str]] = set()  # (api version, resource)
         self._discovered_at = -DISCOVERY_INTERVAL
@@ -242,10 +284,21 @@ class Reporter:
     def _applied(self, live: LiveSnapshot, changes: list[Change]) -> None:
         """After each batch of RBAC changes: the namespaces whose findings they may alter."""
         found = set(touched(live, changes))
+        nodes: set[str] = set()
         for kind, old, new in changes:
             if CATEGORIES.get(kind) == ROLES:  # a role's own annotation finding
                 found.update(role.ref.namespace for role in (old, new) if role is not None)
+            elif CATEGORIES.get(kind) == NODES:  # (name, KnownNode): told only when it changed
+                nodes.update(node[0] for node in (old, new) if node is not None)
+        pods = self._pods
+        if nodes and pods is not None:
+            found |= pods.namespaces_on(frozenset(nodes))
+        with self._lock:
+            self._latest = live.snapshot
         self._mark(found)
+
+    def _pod_changed(self, old: BoundPod | None, new: BoundPod | None) -> None:
+        self._mark(pod.namespace for pod in (old, new) if pod is not None)
 
     def _object_changed(self, old: Labeled | None, new: Labeled | None) -> None:
         self._mark(value.namespace for value in (old, new) if value is not None)
@@ -257,6 +310,8 @@ class Reporter:
         self.source.stop()
         for informer in [*self._informers.values(), *self._stored.values()]:
             informer.stop()
+        if self._pods is not None:
+            self._pods.stop()
 
     def _stored_changed(self, old: Stored | None, new: Stored | None) -> None:
         """A stored report changed: unless it is our own last write, a pass compares it again
@@ -342,17 +397,45 @@ class Reporter:
             informer.start()
             log.info("auditing %s (metadata-only list/watch)", resource)
 
+    def _watch_pods(self) -> None:
+        """Watch the bound pods while some role carries a placement; drop them once none does
+        (no pod can be misplaced then)."""
+        snapshot = self.source.snapshot()
+        if snapshot is None:
+            return
+        placing = places_pods(snapshot)
+        if placing and self._pods is None:
+            self._pods = BoundPods(self._client, self._tuning, self._pod_changed)
+            self._pods.start()
+            log.info("auditing where pods run (list/watch of the pods bound to a node)")
+            self._mark(ALL)
+        elif not placing and self._pods is not None:
+            self._pods.stop()
+            self._pods = None
+            self._mark(ALL)
+
     def _unreadable(self) -> dict[Resource, str] | None:
         """The resources that cannot be listed (and why); None while an informer is still
         making its first list."""
         found = {}
-        for resource, informer in self._informers.items():
+        watched: list[tuple[Resource, Informer]] = list(self._informers.items())
+        if self._pods is not None:
+            watched.append((PODS, self._pods))
+        for resource, informer in watched:
             if not informer.synced:
                 if not informer.last_error:
                     return None
                 # Forbidden or failing: said in the cluster report, never silently skipped.
                 found[resource] = informer.last_error
         return found
+
+    def _bound_pods(self, namespaces: frozenset[str] | None) -> list[BoundPod]:
+        """The pods bound to a node (in ``namespaces`` when given), but those of excluded
+        namespaces; none unless some role carries a placement."""
+        pods = self._pods
+        if pods is None or not pods.synced:
+            return []
+        return [pod for pod in pods.pods(namespaces) if pod.namespace not in self._options.excluded]
 
     def _objects(self, namespaces: frozenset[str] | None) -> list[Existing]:
         """The watched objects (in ``namespaces`` when given), from the caches, but those of
@@ -397,20 +480,19 @@ class Reporter:
 
     def render(self) -> Due | None:
         """Judge the namespaces marked since the last pass; every report due."""
-        snapshot = self.source.snapshot()
         unreadable = self._unreadable()
-        if snapshot is None or unreadable is None:
-            return None
         with self._lock:
+            snapshot = self._latest if self._latest is not None else self.source.snapshot()
+            if snapshot is None or unreadable is None:
+                return None
             pending, self._pending = self._pending, set()
         everything = bool(pending & ALL)
         namespaces = None if everything else frozenset(pending)
         again = list(self._rendered) if everything else [*pending, ""]
         self._previous = self._rendered_sightings(again)
         objects = self._objects(namespaces)
-        report = audit(
-            snapshot, objects, self._settings.allow_unlabeled, with_buckets=False, cache=self._cache
-        )
+        report = audit(snapshot, objects, self._settings.allow_unlabeled, with_buckets=False,
+                       cache=self._cache, pods=self._bound_pods(namespaces))  # fmt: skip
         most = self._options.max_passes
         uids = self._role_uids(snapshot)
         fresh = findings(snapshot, report, self._first_seen, most, lambda ref: uids.get(ref, ""))
@@ -471,6 +553,7 @@ class Reporter:
         self._discover()
         self._watch_reports()
         known = len(self._informers)
+        self._watch_pods()
         self._watch_restricted()
         if len(self._informers) != known:
             self._mark(ALL)  # a resource newly restricted: its objects are new to every scope

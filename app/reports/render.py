@@ -4,13 +4,15 @@
 
 A result per finding ``audit`` makes (``app.engine.reverse``): an object only admins may still
 write (rule ``writable-by-holders``), an object whose labels are in no bucket
-(``labels-in-a-bucket``), and a role whose permission annotation is invalid
-(``valid-annotation``). Objects and roles without a finding get a ``pass`` result each, up to
-``max_passes`` a scope (Policy Reporter counts results, not the summary); past it they are
-counted in the summary only, which is exact. Every text a result carries that a tenant shapes
-(labels, what the bound roles permit, a role's annotation error) is cut, so a result has a
-bounded size. A scope whose results exceed ``max_results`` or ``max_bytes`` is split into
-several reports (``label-rbac``, ``label-rbac-2``...), as Kyverno splits its own.
+(``labels-in-a-bucket``), a role whose permission annotation is invalid
+(``valid-annotation``), and a running pod bound to a node outside the pool its bucket is placed
+on (``placement``). Objects, roles and placed pods without a finding get a ``pass`` result
+each, up to ``max_passes`` a scope (Policy Reporter counts results, not the summary); past it
+they are counted in the summary only, which is exact. Every text a result carries that a tenant
+shapes (labels, what the bound roles permit, a role's annotation error, why a pod is outside
+its pool) is cut, so a result has a bounded size. A scope whose results exceed ``max_results``
+or ``max_bytes`` is split into several reports (``label-rbac``, ``label-rbac-2``...), as
+Kyverno splits its own.
 
 Each result names its object with its ``uid``: Policy Reporter hashes name and uid into a
 result's id, so an object deleted and created again is a new result, not the old one's.
@@ -27,7 +29,7 @@ from typing import Any
 from app.engine.catalog import BUILTIN, Catalog
 from app.engine.model import Resource
 from app.engine.rbac import RBAC_GROUP, RoleRef, Snapshot
-from app.engine.reverse import Existing, Report
+from app.engine.reverse import PODS, BoundPod, Existing, Report
 
 SOURCE = "label-rbac"
 POLICY = "label-rbac"
@@ -113,6 +115,10 @@ def _reference(obj: Existing) -> dict[str, str]:
     return ref
 
 
+def _pod_reference(pod: BoundPod) -> dict[str, str]:
+    return _reference(Existing(PODS, pod.namespace, pod.name, pod.labels, pod.uid))
+
+
 def _result(
     rule: str,
     message: str,
@@ -195,6 +201,20 @@ def findings(
                 },
             )
         )
+    for found in report.misplaced:
+        pod = found.pod
+        scopes[pod.namespace].results.append(
+            _result(
+                "placement",
+                f"pod {pod.namespace}/{pod.name}: {cut(found.why, MAX_TEXT)}; delete it to "
+                "have it scheduled again within its pool (its controller creates it anew), or "
+                "ask an admin to label the node into the pool",
+                _pod_reference(pod),
+                "high",
+                first_seen,
+                {"node": pod.node, "labels": _labels(pod.labels)},
+            )
+        )
     for role in snapshot.roles.values():
         scope = scopes[role.ref.namespace]
         ref = {"apiVersion": f"{RBAC_GROUP}/v1", "kind": role.ref.kind, "name": role.ref.name}
@@ -242,7 +262,8 @@ def count_passes(
     first_seen: Callable[[str], int],
     max_passes: int = MAX_PASSES,
 ) -> None:
-    """A pass for every audited object without a finding, in its namespace's scope."""
+    """A pass for every audited object without a finding, and for every pod judged by where it
+    runs that runs within its pool, in its namespace's scope."""
     flagged = {(o.obj.resource, o.obj.namespace, o.obj.name) for o in report.orphans}
     flagged |= {(o.resource, o.namespace, o.name) for o in report.unbucketed}
     for obj in objects:
@@ -253,6 +274,11 @@ def count_passes(
             "labels-in-a-bucket",
             f"{obj}: a bound role may write it within its label limits, or no role restricts "
             "it", _reference(obj), "high", first_seen, outcome="pass"))  # fmt: skip
+    for pod in report.placed:
+        scope = scopes.setdefault(pod.namespace, Scope(max_passes=max_passes))
+        scope.add_pass(lambda pod=pod: _result(  # type: ignore[misc]
+            "placement", f'pod {pod.namespace}/{pod.name} runs on node "{pod.node}", within its '
+            "pool", _pod_reference(pod), "high", first_seen, outcome="pass"))  # fmt: skip
 
 
 def cut(text: str, limit: int) -> str:

@@ -110,8 +110,8 @@ def list_labels(client: KubeClient, resource: ApiResource, namespace: str = "") 
 
 def bound_pods(client: KubeClient, namespace: str = "") -> list[BoundPod]:
     """Every pod bound to a node (in ``namespace``, else in all): where it is, its labels, its
-    node. Pods are listed whole (the node is in the spec), page by page, and only those four
-    are kept of each."""
+    node. Pods are listed whole (the node is in the spec), page by page, and only what
+    ``bound_pod`` keeps is kept of each."""
     path = object_path("", "v1", "pods", namespace)
     bound = (("fieldSelector", "spec.nodeName!="),)
     found, _ = client.list_each(path, PAGE, TIMEOUT, bound_pod, selector=bound)
@@ -119,10 +119,13 @@ def bound_pods(client: KubeClient, namespace: str = "") -> list[BoundPod]:
 
 
 def bound_pod(item: Mapping[str, Any]) -> BoundPod | None:
-    """A pod as the placement audit reads it; None when it is bound to no node."""
+    """A pod as the placement audit reads it (namespace, name, labels, node, uid); None when it
+    is bound to no node."""
     meta, spec = item.get("metadata") or {}, item.get("spec") or {}
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
     if not (isinstance(node, str) and node and isinstance(meta, Mapping)):
         return None
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    return BoundPod(namespace, name, dict(labels_of(item)), node)
+    uid = meta.get("uid")
+    uid = uid if isinstance(uid, str) else ""
+    return BoundPod(namespace, name, dict(labels_of(item)), node, uid)

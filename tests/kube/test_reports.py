@@ -387,3 +387,78 @@ def test_a_new_leader_keeps_first_sightings(reporters: Reporters) -> None:
     assert log.count("is not served") == 2  # reports and clusterreports, once each
     assert "CustomResourceDefinition reports.openreports.io is installed" in log
     assert "could not write" not in log and "HTTP 404" not in log
+
+
+POOL = "node-restriction.kubernetes.io/pool"
+
+
+def test_a_pod_bound_outside_its_pool_fails_until_its_node_joins_the_pool(
+    cluster: ControlPlane,
+) -> None:
+    """Two pools of Nodes and a role placing team=a pods on pool a (docs/placement.md): a pod
+    on pool a's Node passes; an admin binds another team=a pod to pool b's Node through
+    pods/binding (no scheduler, no webhook: nothing stops an admin); the report fails it within
+    an interval or two, naming the pod by its uid, and passes it once the Node is relabelled
+    into pool a."""
+    cp = cluster
+    ns = "placed"
+    cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    cp.apply(ADMIN, [
+        *({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": f"pool-{p}", "labels": {POOL: p}}} for p in ("a", "b")),
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "default", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "team-a", "namespace": ns, "annotations": {
+             "labelrbac.io/permissions": json.dumps({"pods": {"team": ["a"]}}),
+             "labelrbac.io/placement": json.dumps({"nodeLabels": {POOL: ["a"]}})}},
+         "rules": [{"apiGroups": [""], "resources": ["pods", "pods/binding"], "verbs": ["*"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "team-a", "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "team-a"},
+         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}]},
+    ])  # fmt: skip
+
+    def pod(name: str, **spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "labels": {"team": "a"}},
+                "spec": {"automountServiceAccountToken": False,
+                         "containers": [{"name": "c", "image": "nginx"}], **spec}}  # fmt: skip
+
+    path = f"{WG}/namespaces/{ns}/policyreports/label-rbac"
+
+    def placements() -> dict[str, str]:
+        results = (report(cp, path) or {}).get("results") or []
+        return {r["resources"][0]["name"]: r["result"] for r in results
+                if r["rule"] == "placement"}  # fmt: skip
+
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    assert cp.request(ADMIN, "POST", pods, pod("home", nodeName="pool-a"))[0] == 201
+    wait_for(lambda: placements() == {"home": "pass"}, "the placed pod's pass", timeout=10)
+    status, created = cp.request(ADMIN, "POST", pods, pod("stray"))
+    assert status == 201, created
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "stray"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "pool-b"}}  # fmt: skip
+    status, bound = cp.request(ADMIN, "POST", f"{pods}/stray/binding", binding)
+    assert status == 201, bound
+    lag = wait_for(lambda: failing(report(cp, path)).get("stray") == "placement",
+                   "the misplaced pod's result", timeout=10)  # fmt: skip
+    print(f"pods/binding -> fail result: {lag * 1000:.0f} ms (interval {INTERVAL * 1000:.0f} ms)")
+    found = report(cp, path)
+    assert found is not None
+    (result,) = [r for r in found["results"]
+                 if r["rule"] == "placement" and r["resources"][0]["name"] == "stray"]  # fmt: skip
+    uid = created["metadata"]["uid"]
+    assert result["resources"][0] == {"apiVersion": "v1", "kind": "Pod", "name": "stray",
+                                      "namespace": ns, "uid": uid}  # fmt: skip
+    assert result["message"].startswith(
+        f'pod {ns}/stray: node "pool-b" is outside its pool (role {ns}/team-a places it on '
+    )
+    assert "delete it to have it scheduled again within its pool" in result["message"]
+    assert result["properties"] == {"node": "pool-b", "labels": "team=a"}
+    relabel = {"metadata": {"labels": {POOL: "a"}}}
+    status, _ = cp.request(ADMIN, "PATCH", "/api/v1/nodes/pool-b", relabel, content_type=MERGE)
+    assert status == 200
+    lag = wait_for(lambda: placements() == {"home": "pass", "stray": "pass"},
+                   "the pod's pass once its node joins the pool", timeout=10)  # fmt: skip
+    print(f"node relabel -> pass result: {lag * 1000:.0f} ms")

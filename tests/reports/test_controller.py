@@ -9,9 +9,18 @@ from typing import Any
 import pytest
 
 from app.engine.model import Resource
-from app.reports.controller import SYSTEM_NAMESPACES, Labeled, Options, Reporter, Stored
+from app.engine.reverse import BoundPod
+from app.reports.controller import (
+    SYSTEM_NAMESPACES,
+    BoundPods,
+    Labeled,
+    Options,
+    Reporter,
+    Stored,
+)
 from app.settings import Settings
 from app.source.api import KubeClient
+from app.source.informer import Tuning
 from tests.support import binding, role, rule, snapshot
 
 CONFIGMAPS = Resource("", "configmaps")
@@ -279,3 +288,126 @@ def test_a_pass_cut_short_by_the_lease_is_taken_up_again() -> None:
     found._dirty.clear()
     found._write({T1: ({"metadata": {}}, b"digest")})
     assert client.sent == [] and found._dirty.is_set()
+
+
+# -- Where pods run: the bound pods' watch, and the Nodes' labels ---------------------------------
+
+POOL = "node-restriction.kubernetes.io/pool"
+
+
+def placed_snapshot(b1_pool: str = "b", placement: bool = True) -> Any:
+    """Nodes a1 (pool a) and b1; in t1 and t2, team=a pods placed on pool a."""
+    nodes = [("Node", {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": name, "uid": f"uid-{name}", "labels": {POOL: pool}}})
+        for name, pool in (("a1", "a"), ("b1", b1_pool))]  # fmt: skip
+    where = {"nodeLabels": {POOL: ["a"]}} if placement else None
+    return snapshot(*nodes, *(item for ns in ("t1", "t2") for item in (
+        role("team-a", ns, [rule("*", "pods")], {"pods": {"team": ["a"]}}, placement=where),
+        binding("alice", "team-a", "User:alice", namespace=ns),
+    )))  # fmt: skip
+
+
+def pod_event(kind: str, namespace: str, name: str, node: str, version: str = "1") -> Any:
+    """A watch event of a pod bound to ``node``, as the API server sends it (whole)."""
+    return {"type": kind, "object": {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                     "resourceVersion": version, "labels": {"team": "a"}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": "Running", "podIP": f"10.0.0.{version}"}}}  # fmt: skip
+
+
+def placement(due: dict[Any, Any], namespace: str) -> dict[str, str]:
+    """Pod name → its placement result, in ``namespace``'s report."""
+    found = [v for k, v in due.items() if k[1] == namespace and "policyreports" in k[0]]
+    return {r["resources"][0]["name"]: r["result"] for body, _ in found
+            for r in body["results"] if r["rule"] == "placement"}  # fmt: skip
+
+
+@pytest.fixture
+def placing(reporter: tuple[Reporter, StubInformer]) -> tuple[Reporter, StubInformer, BoundPods]:
+    """The reporter with a listed watch of bound pods (fed its events by hand)."""
+    found, informer = reporter
+    current = placed_snapshot()
+    found.source.snapshot = lambda: current  # type: ignore[method-assign]
+    pods = BoundPods(found._client, Tuning(), found._pod_changed)
+    pods.synced = True
+    found._pods = pods
+    return found, informer, pods
+
+
+def test_a_binding_and_a_node_relabel_rejudge_only_the_namespaces_they_touch(
+    placing: tuple[Reporter, StubInformer, BoundPods],
+) -> None:
+    found, informer, pods = placing
+    pods._handle(pod_event("ADDED", "t2", "home", "a1"))
+    first = found.render()
+    assert first is not None and placement(first, "t2") == {"home": "pass"}
+    pods._handle(pod_event("ADDED", "t1", "stray", "b1"))  # bound to the other pool's node
+    second = found.render()
+    assert second is not None and informer.asked[-1] == frozenset({"t1"})
+    assert placement(second, "t1") == {"stray": "fail"}
+    (body, _), *_ = [v for k, v in second.items() if k[1] == "t1" and "policyreports" in k[0]]
+    (result,) = [r for r in body["results"] if r["rule"] == "placement"]
+    assert result["resources"][0] == {"apiVersion": "v1", "kind": "Pod", "name": "stray",
+                                      "namespace": "t1", "uid": "uid-stray"}  # fmt: skip
+    # b1 relabelled into pool a: the namespaces of its pods only (t1), with the new labels.
+    before, after = placed_snapshot(), placed_snapshot(b1_pool="a")
+    node = ("Node", ("b1", before.nodes["b1"]), ("b1", after.nodes["b1"]))
+    found._applied(type("Live", (), {"snapshot": after})(), [node])  # type: ignore[arg-type]
+    third = found.render()
+    assert third is not None and informer.asked[-1] == frozenset({"t1"})
+    assert placement(third, "t1") == {"stray": "pass"}
+    pods._handle(pod_event("DELETED", "t1", "stray", "b1", "2"))
+    fourth = found.render()
+    assert fourth is not None and placement(fourth, "t1") == {}
+
+
+def test_a_pods_status_update_marks_nothing(
+    placing: tuple[Reporter, StubInformer, BoundPods],
+) -> None:
+    """Pods churn: only a change of what is kept (labels, node) makes a namespace judged."""
+    found, _, pods = placing
+    pods._handle(pod_event("ADDED", "t1", "home", "a1"))
+    assert found.render() is not None and found._pending == set()
+    pods._handle(pod_event("MODIFIED", "t1", "home", "a1", version="2"))
+    assert found._pending == set()
+    kept = pods.pods()
+    assert kept == [BoundPod("t1", "home", {"team": "a"}, "a1", "uid-home")]
+
+
+def test_pods_are_watched_only_while_a_role_places_them(
+    reporter: tuple[Reporter, StubInformer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found, _ = reporter
+    started: list[BoundPods] = []
+    monkeypatch.setattr(BoundPods, "start", lambda self: started.append(self))
+    current = [placed_snapshot(placement=False)]
+    found.source.snapshot = lambda: current[0]  # type: ignore[method-assign]
+    found._watch_pods()
+    assert found._pods is None and started == []
+    current[0] = placed_snapshot()
+    found._pending.clear()
+    found._watch_pods()
+    assert found._pods is not None and started == [found._pods]
+    assert found._pending == {"*"}  # every scope judged once the pods are listed
+    assert found._pods._selector == (("fieldSelector", "spec.nodeName!="),)
+    current[0] = placed_snapshot(placement=False)
+    found._pending.clear()
+    found._watch_pods()
+    assert found._pods is None and found._pending == {"*"}  # their results leave every scope
+
+
+def test_a_pass_waits_for_the_pods_list_and_says_when_it_fails(
+    placing: tuple[Reporter, StubInformer, BoundPods],
+) -> None:
+    found, _, pods = placing
+    pods.synced = False
+    assert found.render() is None  # listing: judged once listed, never half
+    pods.last_error = "403 Forbidden"
+    due = found.render()
+    assert due is not None
+    (body, _), *_ = [v for k, v in due.items() if k[1] == "" and "clusterpolicy" in k[0]]
+    (error,) = [r for r in body["results"] if r["result"] == "error"]
+    assert error["rule"] == "audited" and error["resources"] == [{"name": "pods"}]
+    assert "403 Forbidden" in error["message"]

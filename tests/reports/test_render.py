@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from app.engine.model import Resource
-from app.engine.reverse import Existing, audit
+from app.engine.rbac import Snapshot
+from app.engine.reverse import BoundPod, Existing, audit
 from app.reports.render import (
     MAX_BYTES,
+    MAX_MESSAGE,
     MAX_RESULTS,
     OPENREPORTS,
     WGPOLICY,
@@ -242,3 +244,83 @@ def test_an_audit_cache_serves_one_snapshot_only(monkeypatch: pytest.MonkeyPatch
     kept = cache.writers
     audit(other, OBJECTS, cache=cache)
     assert cache.writers is not kept  # past the bound: dropped and computed again
+
+
+# -- Pods running outside the pool their bucket is placed on (rule ``placement``) ----------------
+
+POOL = "node-restriction.kubernetes.io/pool"
+
+
+def pool_node(name: str, pool: str) -> tuple[str, dict[str, Any]]:
+    meta = {"name": name, "uid": f"uid-{name}", "labels": {POOL: pool}}
+    return ("Node", {"apiVersion": "v1", "kind": "Node", "metadata": meta})
+
+
+def placed(placement: dict[str, Any] | None = None) -> Snapshot:
+    """Nodes a1 (pool a) and b1 (pool b); t1's team=a pods placed on pool a."""
+    return snapshot(
+        pool_node("a1", "a"),
+        pool_node("b1", "b"),
+        role("team-a", "t1", [rule("*", "pods")], {"pods": {"team": ["a"]}},
+             placement=placement or {"nodeLabels": {POOL: ["a"]}}),
+        binding("alice", "team-a", "User:alice", namespace="t1"),
+    )  # fmt: skip
+
+
+def pod_on(name: str, node: str, team: str = "a", **labels: str) -> BoundPod:
+    return BoundPod("t1", name, {"team": team, **labels}, node, uid=f"uid-{name}")
+
+
+def placement_results(snap: Snapshot, pods: list[BoundPod], most: int = 1000) -> list[Any]:
+    report = audit(snap, [], pods=pods)
+    found = findings(snap, report, lambda key: 0, most)
+    count_passes([], report, found, lambda key: 0, most)
+    scope = found.get("t1", Scope())
+    return [r for r in scope.results + scope.passes if r["rule"] == "placement"]
+
+
+@pytest.mark.parametrize(("pod", "outcome", "says"), [
+    pytest.param(pod_on("stray", "b1"), "fail", 'node "b1" is outside its pool', id="other-pool"),
+    pytest.param(pod_on("lost", "gone"), "fail", 'node "gone" is not known', id="unknown-node"),
+    pytest.param(pod_on("home", "a1"), "pass", 'runs on node "a1", within its pool', id="placed"),
+    pytest.param(pod_on("loose", "b1", "z"), None, "", id="no-bucket-holds-it"),
+])  # fmt: skip
+def test_a_pod_is_judged_by_where_it_runs(pod: BoundPod, outcome: str | None, says: str) -> None:
+    results = placement_results(placed(), [pod])
+    if outcome is None:
+        assert results == []
+        return
+    (result,) = results
+    assert result["result"] == outcome and result["severity"] == "high"
+    assert result["resources"] == [{"apiVersion": "v1", "kind": "Pod", "name": pod.name,
+                                    "namespace": "t1", "uid": pod.uid}]  # fmt: skip
+    assert says in result["message"]
+    if outcome == "fail":  # what the tenant can do about it
+        assert result["message"].startswith(f"pod t1/{pod.name}: {says}")
+        assert "delete it to have it scheduled again within its pool" in result["message"]
+        assert result["properties"] == {"node": pod.node, "labels": "team=a"}
+
+
+def test_a_misplaced_pods_texts_are_cut() -> None:
+    """What a tenant shapes (a pod's labels) and an admin's long placement: a bounded result."""
+    many = {f"k{i}": "v" * 60 for i in range(2000)}
+    long_pool = {"nodeLabels": {POOL: [f"{i:03d}" + "p" * 59 for i in range(64)]}}
+    (result,) = placement_results(placed(long_pool), [pod_on("stray", "b1", **many)])
+    assert result["result"] == "fail" and len(result["message"]) <= MAX_MESSAGE
+    assert "..." in result["message"] and result["properties"]["labels"].endswith("...")
+    assert len(json.dumps(result)) < 2_500
+
+
+@pytest.mark.parametrize(("pods", "most", "listed"), [
+    pytest.param(3, 10, 3, id="all-listed"),
+    pytest.param(30, 10, 9, id="bounded"),  # the team-a role's pass is listed first
+])  # fmt: skip
+def test_placed_pods_pass_within_the_pass_bound(pods: int, most: int, listed: int) -> None:
+    snap = placed()
+    report = audit(snap, [], pods=[pod_on(f"p{i:02d}", "a1") for i in range(pods)])
+    found = findings(snap, report, lambda key: 0, most)
+    count_passes([], report, found, lambda key: 0, most)
+    reported = reports("t1", found["t1"])
+    passes = [r for r in reported for r in r["results"] if r["rule"] == "placement"]
+    assert len(passes) == listed and {r["result"] for r in passes} == {"pass"}
+    assert sum(r["summary"]["pass"] for r in reported) == pods + 1  # exact: every pod, the role
