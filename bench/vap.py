@@ -41,6 +41,21 @@ two increments); ``cpu_vs_trivial`` divides whole CPU figures, and the ratio of 
 ``added_vs_trivial``, is kept too but divides two small differences of noisy figures. The load
 average is printed with each size; ``--json FILE`` writes the rows.
 
+``--cluster-grants K[,K...]`` adds K restricted ClusterRoles (seven resources each, each its
+own label values) bound cluster-wide, each to a user of its own, and measures each size: the
+compiled policy (``compiled``) then reads them copied into the namespace's parameters, as
+shipped. ``constant`` (only with ``--setups``) is the layout that stores each grant once: the
+namespace's parameters (``label-rbac-own``) hold only its own RoleBindings' part, and the
+cluster-wide part (subjects, roles, grants) is one CEL constant in the policy's variables,
+which every judged write reads (match conditions cannot read variables: the one that decides
+whether a write may be refused binds the constant again for itself): what such a constant
+costs each write as K grows. ``literal`` and ``flat-literal`` are the trivial policy reading that
+constant on every write, as ``constant`` writes it (every value ``dyn``: the API server's CEL
+refuses a literal mixing types) or flattened to one map of strings to lists of strings: whether
+the API server builds the constant again on every call (it does not). The API server refuses
+an expression of more than 100,000 code points, so the constant holds about 170 of these grants
+at most (the run stops there).
+
 ``--globs N`` binds alice to one more Role, first in binding order, restricting configmaps by N
 value globs spread over ``--glob-keys`` label keys (``--glob-shape general``: none a literal, a
 prefix or a suffix, the shape the policy can only test with a regular expression; ``prefix``:
@@ -50,6 +65,7 @@ that role on every write before the next role permits it. It is what a role anot
 writes and binds to alice costs her writes.
 
     python -m bench vap --bindings 10,5000 --connections 1,8 --seconds 5 --rounds 5
+    python -m bench vap --bindings 10 --setups compiled,constant --cluster-grants 0,50,100
 
 ``--profile DIR`` writes the API server's CPU profile of each setup's first run
 (``go tool pprof -top DIR/full-10-c8.pprof``): what to look at before changing the policy.
@@ -70,17 +86,18 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from app.compiled.admission_policy import COMPILER
+from app.compiled.admission_policy import COMPILER, _bind
 from app.compiled.registration import COMPILED_ENTRY, CONDITION
 from app.engine.context import Options
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
-from app.engine.params import MARK, NAME, PLURAL, Target, render
+from app.engine.params import MARK, Target, render, spec_text
 from app.settings import Settings
 from bench.core.kube import Webhook, documents, kustomize, start_compiler, webhook_configuration
 from bench.core.processes import process_cpu
@@ -103,12 +120,15 @@ PARTS = {
     "unlisted": "!variables.unlisted",
     "denied": "!variables.denied",
 }
-EXTRA = (*PARTS, "split", *MODES)
+# ``--cluster-grants``: the trivial policy reading the cluster-wide part as one constant, as the
+# ``constant`` setup writes it (every value ``dyn``) or flattened to strings only (one type).
+LITERALS = ("literal", "flat-literal")
+EXTRA = (*PARTS, "split", *MODES, "constant", *LITERALS)
 # The setups that register the split webhook configuration, and those the compiler's mark and
 # conditions are waited for.
 SPLIT = ("split", "full", "full-modes")
 # The setups a write of a forbidden label is refused under.
-REFUSING = ("rule", "compiled", "webhook", "denied", "file", *MODES, "full")
+REFUSING = ("rule", "compiled", "webhook", "denied", "file", *MODES, "full", "constant")
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
 TRIVIAL = [
@@ -217,6 +237,141 @@ def role_binding(name: str, role_name: str, user: str) -> dict[str, Any]:
     }
 
 
+# ``--cluster-grants``: the resources each ClusterRole restricts (and the API server serves).
+CLUSTER_RESOURCES = ("configmaps", "secrets", "services", "endpoints", "persistentvolumeclaims",
+                     "limitranges", "resourcequotas")  # fmt: skip
+# ``constant``: the parameters of the namespace's own part, beside the shipped ones.
+OWN = "label-rbac-own"
+
+
+def cluster_grant(index: int) -> list[dict[str, Any]]:
+    """A ClusterRole restricting CLUSTER_RESOURCES by label values of its own, bound
+    cluster-wide to a user of its own."""
+    name = f"bench-cluster-{index}"
+    # One label rule for all seven: one grant, as a role restricting a set of resources alike.
+    permissions = {r: {"team": [f"c{index}"], "tier": [f"t{index}-*"]} for r in CLUSTER_RESOURCES}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name,
+                         "annotations": {"labelrbac.io/permissions": json.dumps(permissions)}},
+            "rules": [{"apiGroups": [""], "resources": list(CLUSTER_RESOURCES), "verbs": ["*"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": f"cluster-user-{index}"}],
+        },
+    ]  # fmt: skip
+
+
+def split_cluster_part(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``spec`` as (the namespace's own part, the cluster-wide part): the ClusterRoleBindings'
+    subjects and the roles and grants only they refer to."""
+    cluster_roles = {i for key in ("clusterUsers", "clusterGroups")
+                     for ids in spec[key].values() for i in ids}  # fmt: skip
+    own_roles = {i for key in ("users", "groups") for ids in spec[key].values() for i in ids}
+    roles = cluster_roles - own_roles
+
+    def grants_of(ids: set[str]) -> set[str]:
+        return {g for i in ids for ops in spec["roles"][i].values() for g in ops.values()}
+
+    grants = grants_of(roles) - grants_of(own_roles)
+    cluster = {
+        "clusterUsers": spec["clusterUsers"],
+        "clusterGroups": spec["clusterGroups"],
+        "roles": {i: spec["roles"][i] for i in sorted(roles)},
+        "grants": {g: spec["grants"][g] for g in sorted(grants)},
+    }
+    own = {**spec, "clusterUsers": {}, "clusterGroups": {},
+           "roles": {i: r for i, r in spec["roles"].items() if i not in roles},
+           "grants": {g: v for g, v in spec["grants"].items() if g not in grants}}  # fmt: skip
+    return own, cluster
+
+
+def cel_literal(value: Any) -> str:
+    """``value`` (JSON) as a CEL literal: every map value and list element ``dyn``, since the
+    API server's CEL refuses a literal mixing types (a grant's strings, lists and booleans)."""
+    if isinstance(value, dict):
+        items = ",".join(f"{json.dumps(k)}:dyn({cel_literal(v)})" for k, v in value.items())
+        return "{" + items + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(f"dyn({cel_literal(v)})" for v in value) + "]"
+    return json.dumps(value)
+
+
+def either_part(expression: str, cluster: str) -> str:
+    """``expression`` reading a role or grant id that ``params`` lacks from ``cluster`` (a CEL
+    map of the cluster-wide part), and the subjects of ClusterRoleBindings only from there."""
+    for key in ("clusterUsers", "clusterGroups"):
+        expression = expression.replace(f"params.spec.?{key}", f"{cluster}.?{key}")
+    for field in ("roles", "grants"):
+        found, at = [], 0
+        lookup = f"params.spec.{field}["
+        while (start := expression.find(lookup, at)) >= 0:
+            found.append(expression[at:start])
+            depth, end = 1, start + len(lookup)
+            while depth:  # the lookup's closing bracket
+                depth += {"[": 1, "]": -1}.get(expression[end], 0)
+                end += 1
+            key = either_part(expression[start + len(lookup) : end - 1], cluster)
+            bare = key.removeprefix("?")
+            either = f"(({bare}) in params.spec.{field} ? params.spec.{field} : {cluster}.{field})"
+            found.append(f"{either}[{key}]")
+            at = end
+        expression = "".join(found) + expression[at:]
+    return expression
+
+
+def flat(value: Any, path: str = "") -> dict[str, list[str]]:
+    """``value`` (JSON) as one map of strings to lists of strings: its leaves by path."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in flat(item, f"{path}/{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{path}/{i}").items()}
+    return {path: [json.dumps(value)]}
+
+
+def literal_policy(literal: str) -> list[dict[str, Any]]:
+    """The trivial policy, its validation reading ``literal`` (a map) on every write."""
+    docs = copy.deepcopy(TRIVIAL)
+    docs[0]["spec"]["variables"] = [{"name": "cluster", "expression": literal}]
+    docs[0]["spec"]["validations"] = [
+        {"expression": "!(request.userInfo.username in variables.cluster)"}
+    ]
+    return docs
+
+
+def constant_policy(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    """The compiled policy reading the cluster-wide part from one constant of its variables
+    and the namespace's own part from ``OWN``. Match conditions cannot read variables: each
+    binds the constant for itself."""
+    docs = documents("policy.yaml")
+    literal = cel_literal(cluster)
+    for doc in docs:
+        if doc["kind"] == "ValidatingAdmissionPolicy" and doc["metadata"]["name"] == "label-rbac":
+            for condition in doc["spec"].get("matchConditions", []):
+                changed = either_part(condition["expression"], "lrc")
+                if changed != condition["expression"]:
+                    condition["expression"] = _bind("lrc", literal, changed)
+            for part in doc["spec"]["variables"] + doc["spec"]["validations"]:
+                for field in ("expression", "messageExpression"):
+                    if field in part:
+                        part[field] = either_part(part[field], "variables.cluster")
+            doc["spec"]["variables"].insert(0, {"name": "cluster", "expression": literal})
+        if (
+            doc["kind"] == "ValidatingAdmissionPolicyBinding"
+            and doc["spec"]["policyName"] == "label-rbac"
+        ):
+            doc["spec"]["paramRef"]["name"] = OWN
+    return docs
+
+
 def ok(cp: ControlPlane, user: str, method: str, path: str, body: Any = None) -> Any:
     status, answer = cp.request(user, method, path, body)
     if status >= 300 and status != 409:
@@ -235,8 +390,9 @@ def grow_bindings(cp: ControlPlane, total: int) -> None:
         list(pool.map(lambda b: ok(cp, ADMIN, "POST", path, b), todo))
 
 
-def write_params(cp: ControlPlane) -> int:
-    """Compile the namespace as the compiler does and write it as the compiler; its bytes."""
+def write_params(cp: ControlPlane, served: tuple[str, ...] = ("configmaps",)) -> Written:
+    """Compile the namespace as the compiler does and write it as the compiler, and its own
+    part apart (``OWN``); its bytes, and the cluster-wide part."""
     objects = [
         (kind, item)
         for kind, path in (
@@ -249,27 +405,38 @@ def write_params(cp: ControlPlane) -> int:
         for item in ok(cp, ADMIN, "GET", path)["items"]
     ]
     snapshot = snapshot_from_objects(objects, Settings().compiler)
-    target = Target.of([Resource("", "configmaps")], Options())
-    size = 0
+    target = Target.of([Resource("", r) for r in served], Options())
+    written = Written(0, 0, {})
     for namespace in sorted(snapshot.namespaces):
         rendered = render(snapshot, namespace, target)
-        body = yaml.safe_dump(rendered.manifest())
-        path = f"/apis/labelrbac.io/v1alpha1/namespaces/{namespace}/{PLURAL}/{NAME}"
-        done = cp.kubectl(
-            COMPILER,
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=label-rbac-compiler",
-            "-f",
-            "-",
-            input=body,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"apply {path}: {done.stderr}")
-        if namespace == NS:
-            size = rendered.size
-    return size
+        if namespace != NS:
+            apply_params(cp, rendered.manifest())
+            continue
+        own, cluster = split_cluster_part(dict(rendered.spec))
+        apply_params(cp, rendered.manifest())
+        apply_params(cp, {**rendered.manifest(), "spec": own,
+                          "metadata": {"name": OWN, "namespace": NS}})  # fmt: skip
+        written = Written(rendered.size, len(spec_text(own).encode()), cluster)
+    return written
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``write_params`` wrote in the measured namespace: the parameters' bytes as shipped,
+    the bytes of its own part alone, and the cluster-wide part."""
+
+    size: int
+    own_size: int
+    cluster: dict[str, Any]
+
+
+def apply_params(cp: ControlPlane, manifest: dict[str, Any]) -> None:
+    """Server-side apply ``manifest`` as the compiler."""
+    body = yaml.safe_dump(manifest)
+    done = cp.kubectl(COMPILER, "apply", "--server-side", "--force-conflicts",
+                      "--field-manager=label-rbac-compiler", "-f", "-", input=body)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"apply {manifest['metadata']}: {done.stderr}")
 
 
 def part_of_policy(expression: str) -> list[dict[str, Any]]:
@@ -330,9 +497,11 @@ def configure(
     webhook: Webhook,
     other: str | None = None,
     registration: Any = None,
+    cluster: dict[str, Any] | None = None,
 ) -> None:
     """Admit with exactly ``setup`` (``file``: the YAML ``other``; ``registration``: the split
-    registration as the compiler keeps it); wait until the API server applies it."""
+    registration as the compiler keeps it; ``cluster``: the constant of ``constant``); wait until
+    the API server applies it."""
     clear(cp)
     if setup == "trivial":
         cp.apply(ADMIN, TRIVIAL)
@@ -346,6 +515,12 @@ def configure(
         cp.apply(ADMIN, shipped_policies() + documents("modes/policy.yaml"))
     elif setup in PARTS:
         cp.apply(ADMIN, part_of_policy(PARTS[setup]))
+    elif setup == "constant":
+        cp.apply(ADMIN, constant_policy(cluster or {}))
+    elif setup == "literal":
+        cp.apply(ADMIN, literal_policy(cel_literal(cluster or {})))
+    elif setup == "flat-literal":
+        cp.apply(ADMIN, literal_policy(json.dumps(flat(cluster or {}))))
     elif setup == "file" and other is not None:
         cp.apply(ADMIN, other)
     elif setup == "webhook":
@@ -479,6 +654,10 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="another policy.yaml (an earlier release's, say), measured as setup file",
     )
+    parser.add_argument(
+        "--cluster-grants",
+        help="numbers K of restricted ClusterRoles bound cluster-wide, measured in turn (0,50,200)",
+    )
     parser.add_argument("--globs", type=int, default=0, help="value globs of a role bound to alice")
     parser.add_argument("--glob-keys", type=int, default=1, help="label keys they are spread over")
     parser.add_argument("--glob-shape", choices=sorted(SHAPES), default="general")
@@ -533,16 +712,28 @@ def main(argv: list[str] | None = None) -> int:
         if set(SPLIT) & set(setups):
             compiler = start_compiler(cp, workdir)
             registration = installed_registration(cp, webhook)
-        for total in (int(n) for n in args.bindings.split(",")):
+        served = CLUSTER_RESOURCES if args.cluster_grants else ("configmaps",)
+        grants = [int(k) for k in (args.cluster_grants or "0").split(",")]
+        sizes = [(int(n), k) for n in args.bindings.split(",") for k in grants]
+        for total, k in sizes:
             clear(cp)
             grow_bindings(cp, total)
-            size = write_params(cp)
-            print(f"bindings={total}: load average {os.getloadavg()[0]:.2f}", flush=True)
+            if k:
+                cp.apply(ADMIN, [o for i in range(k) for o in cluster_grant(i)])
+            for i in range(k, max(grants)):  # fewer than the size before: unbind the rest
+                cp.kubectl(ADMIN, "delete", "clusterrolebinding", f"bench-cluster-{i}",
+                           "--ignore-not-found")  # fmt: skip
+            written = write_params(cp, served)
+            size = written.size
+            constant = len(json.dumps(written.cluster, separators=(",", ":")))
+            print(f"bindings={total} cluster grants={k}: params {size} B, own part "
+                  f"{written.own_size} B, cluster part {constant} B; load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
             results: dict[tuple[str, int], list[dict[str, float]]] = {}
             for n in range(args.rounds):
                 # Every other round in reverse order, so that no setup always runs first.
                 for setup in setups if n % 2 == 0 else setups[::-1]:
-                    configure(cp, setup, webhook, other, registration)
+                    configure(cp, setup, webhook, other, registration, written.cluster)
                     for c in connections:
                         profile = None
                         if args.profile is not None and n == 0:
@@ -552,11 +743,14 @@ def main(argv: list[str] | None = None) -> int:
                         results.setdefault((setup, c), []).append(run)
             for c in connections:
                 for row in summarize(results, total, size, c, setups):
+                    row.update(cluster_grants=k, own_params_bytes=written.own_size,
+                               constant_bytes=constant)  # fmt: skip
                     rows.append(row)
                     extra = (f" + webhook {row['webhook_cpu_ms_per_create']:.2f}"
                              if row["setup"] in ("webhook", *SPLIT) else "")  # fmt: skip
                     print(
-                        f"bindings={total:<5} params={size:>8} B  C={c}  {row['setup']:<8} "
+                        f"bindings={total:<5} K={k:<4} params={size:>8} B  C={c}  "
+                        f"{row['setup']:<8} "
                         f"p50 {row['p50_ms']:6.2f} ms (+{row['added_p50_ms']:5.2f})  "
                         f"{row['rps']:7.0f} req/s ({row['throughput_ratio']:.2f}x)  "
                         f"API server CPU/create {row['cpu_ms_per_create']:.3f} ms{extra} "
