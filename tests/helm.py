@@ -26,6 +26,10 @@ ARCHIVE = ROOT.parent / "shared" / "helm" / f"helm-{VERSION}-linux-amd64.xz"
 SHA256 = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9"
 CACHE = ROOT / ".cache" / "helm"
 CHART = ROOT / "charts" / "label-rbac"
+# The optional APIs the chart uses where the cluster serves them.
+CERT_MANAGER = "cert-manager.io/v1"
+MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+PROMETHEUS_OPERATOR = tuple(f"monitoring.coreos.com/v1/{kind}" for kind in MONITORING_KINDS)
 
 
 def binary() -> Path:
@@ -78,10 +82,15 @@ def template(
     namespace: str = "label-rbac",
     upgrade: bool = False,
     sets: Sequence[str] = (),
+    api_versions: Sequence[str] = (),
+    chart: Path = CHART,
 ) -> list[dict[str, Any]]:
     """The objects ``helm template`` renders (as ``helm install``, or with ``upgrade`` as
-    ``helm upgrade``) for these values files and ``--set`` assignments."""
-    args = ["template", "label-rbac", str(CHART), "--namespace", namespace]
+    ``helm upgrade``) for these values files and ``--set`` assignments, on a cluster serving
+    the built-in APIs and ``api_versions`` (e.g. ``CERT_MANAGER``)."""
+    args = ["template", "label-rbac", str(chart), "--namespace", namespace]
+    for api in api_versions:
+        args += ["--api-versions", api]
     for path in values:
         args += ["--values", str(path)]
     for assignment in sets:

@@ -8,6 +8,7 @@ metadata:
   name: '{{ $name }}'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   paramKind:
@@ -334,6 +335,7 @@ metadata:
   name: '{{ $name }}'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}'
   validationActions:
@@ -348,6 +350,7 @@ metadata:
   name: '{{ $name }}-params'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -378,6 +381,7 @@ metadata:
   name: '{{ $name }}-params'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-params'
   validationActions:
@@ -389,6 +393,7 @@ metadata:
   name: '{{ $name }}-marks'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -422,6 +427,7 @@ metadata:
   name: '{{ $name }}-marks'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-marks'
   validationActions:
@@ -436,6 +442,7 @@ metadata:
   name: '{{ $name }}-registration'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -509,6 +516,7 @@ metadata:
   name: '{{ $name }}-registration'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-registration'
   validationActions:
@@ -523,6 +531,7 @@ metadata:
   name: '{{ $name }}-warn'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   paramKind:
@@ -828,6 +837,7 @@ metadata:
   name: '{{ $name }}-audit'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   paramKind:
@@ -1133,6 +1143,7 @@ metadata:
   name: '{{ $name }}-warn'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-warn'
   validationActions:
@@ -1147,6 +1158,7 @@ metadata:
   name: '{{ $name }}-audit'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-audit'
   validationActions:
@@ -1164,6 +1176,7 @@ metadata:
   name: '{{ $name }}-subresources'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -1326,6 +1339,7 @@ metadata:
   name: '{{ $name }}-subresources'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-subresources'
   validationActions:
