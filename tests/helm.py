@@ -30,6 +30,7 @@ CHART = ROOT / "charts" / "label-rbac"
 CERT_MANAGER = "cert-manager.io/v1"
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 PROMETHEUS_OPERATOR = tuple(f"monitoring.coreos.com/v1/{kind}" for kind in MONITORING_KINDS)
+POLICY_REPORTS = "wgpolicyk8s.io/v1alpha2"
 
 
 def binary() -> Path:

@@ -164,7 +164,7 @@ nulled with `--set key=null` must stay absent): those are filled only when absen
 {{- $dst := index . 0 -}}
 {{- $src := index . 1 -}}
 {{- $prefix := index . 2 -}}
-{{- $whole := list "networkPolicy.apiServer" "networkPolicy.prometheus" "webhook.resources" "compiled.resources" "reports.resources" "certificates.certManager.issuerRef" "securityContext" "podSecurityContext" -}}
+{{- $whole := list "networkPolicy.apiServer" "networkPolicy.prometheus" "webhook.resources" "compiled.resources" "reports.resources" "reports.readRules" "certificates.certManager.issuerRef" "securityContext" "podSecurityContext" -}}
 {{- range $key, $default := $src -}}
 {{- $path := printf "%s%s" $prefix $key -}}
 {{- if not (hasKey $dst $key) -}}
@@ -201,11 +201,12 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 {{- toYaml (merge $labels (.root.Values.podLabels | default dict)) -}}
 {{- end }}
 
-{{/* An object read from files/ (YAML) with the chart's labels added to its own. Argument:
+{{/* An object read from files/ (YAML) with the chart's labels added to its own (which win, its
+name label included). Argument:
 (dict "root" $ "component" "..." "text" "<the object's YAML>"). */}}
 {{- define "label-rbac.labeled" -}}
 {{- $object := .text | fromYaml -}}
-{{- $labels := include "label-rbac.commonLabels" . | fromYaml -}}
+{{- $labels := include "label-rbac.labels" . | fromYaml -}}
 {{- $_ := set $object.metadata "labels" (merge ($object.metadata.labels | default dict) $labels) -}}
 {{- toYaml $object -}}
 {{- end }}
