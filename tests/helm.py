@@ -8,6 +8,7 @@ tests skip; in CI (``$CI=true`` or ``$LABEL_RBAC_REQUIRE_KUBE=1``) they fail ins
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 from collections.abc import Sequence
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
 from tests.kube.controlplane import Unavailable, unpack
 from tests.support import ROOT
@@ -99,3 +102,23 @@ def template(
     if upgrade:
         args.append("--is-upgrade")
     return [doc for doc in yaml.safe_load_all(run(*args)) if doc]
+
+
+def verifies(bundle: bytes, cert_pem: bytes, hostname: str) -> None:
+    """``cert_pem`` (PEM) was signed by a CA of ``bundle`` (PEM certificates), is valid now and
+    names ``hostname``: what the API server checks of the webhook's serving certificate."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    now = datetime.datetime.now(datetime.UTC)
+    assert cert.not_valid_before_utc <= now < cert.not_valid_after_utc
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert hostname in names.get_values_for_type(x509.DNSName)
+    signers = []
+    for ca in x509.load_pem_x509_certificates(bundle):
+        try:
+            cert.verify_directly_issued_by(ca)  # the names match and the CA's key signed it
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        assert ca.not_valid_before_utc <= now < ca.not_valid_after_utc
+        signers.append(ca)
+    assert signers, "no CA of the bundle signed the serving certificate"

@@ -7,7 +7,6 @@ APIs (cert-manager, the prometheus-operator) used where served and refused by na
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 import re
 import shutil
@@ -19,7 +18,6 @@ from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
 
 import app
 from tests import helm
@@ -312,20 +310,6 @@ def test_generated_files_agree_with_values() -> None:
 # --- optional APIs ------------------------------------------------------------------------
 
 
-def verifies(bundle: bytes, cert_pem: bytes, hostname: str) -> None:
-    """``cert_pem`` is signed by a CA of ``bundle``, valid now, and names ``hostname``."""
-    cert = x509.load_pem_x509_certificate(cert_pem)
-    now = datetime.datetime.now(datetime.UTC)
-    assert cert.not_valid_before_utc <= now < cert.not_valid_after_utc
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert hostname in names.get_values_for_type(x509.DNSName)
-    issuers = [c for c in x509.load_pem_x509_certificates(bundle) if c.subject == cert.issuer]
-    assert issuers, "no CA of the bundle issued the serving certificate"
-    (issuer,) = issuers
-    cert.verify_directly_issued_by(issuer)  # raises unless the CA's key signed it
-    assert issuer.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-
-
 def test_bare_cluster_gets_the_charts_own_certificates() -> None:
     """Without cert-manager, auto: the CA and serving certificate in Secrets, the registration's
     every entry carrying the CA bundle that verifies the serving certificate; no cert-manager
@@ -342,7 +326,7 @@ def test_bare_cluster_gets_the_charts_own_certificates() -> None:
     assert len(bundles) == 1
     bundle = base64.b64decode(bundles.pop())
     assert bundle == tls["ca.crt"]
-    verifies(bundle, tls["tls.crt"], "label-rbac.label-rbac.svc")
+    helm.verifies(bundle, tls["tls.crt"], "label-rbac.label-rbac.svc")
     (webhook,) = [
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "label-rbac"
     ]

@@ -18,9 +18,12 @@ docs/install.md says stays.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import shlex
+import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from app.compiled.registration import COMPILED_ENTRY
 from app.webhook.certs import CertPaths, generate
@@ -43,6 +47,7 @@ from tests.process import Server, free_port, launch, stop
 from tests.support import ROOT
 
 RELEASE = "label-rbac"
+CHART = helm.CHART
 COMPILER = service_account("label-rbac", "label-rbac-compiler")
 RENAMED_WEBHOOK = service_account("policy", "acme-lr")
 RENAMED_COMPILER = service_account("policy", "acme-lr-compiler")
@@ -51,7 +56,13 @@ HOOKS = (
     service_account("label-rbac", "label-rbac-enforce"),
     service_account("policy", "acme-lr-enforce"),
 )
-USERS: tuple[User, ...] = (*DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS)
+# The install on a cluster without cert-manager (its own namespace).
+BARE_WEBHOOK = service_account("bare", "label-rbac")
+USERS: tuple[User, ...] = (
+    *DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS, BARE_WEBHOOK
+)  # fmt: skip
+# The previous release of the chart (0.1.0), which `helm upgrade --reuse-values` upgrades from.
+PREVIOUS_RELEASE = "64d1f540d7da1cc94a2a000170f287fdf5f2b366"
 
 
 @dataclass
@@ -103,18 +114,33 @@ class Install:
             finish(process)
         return process
 
-    def install(self, *extra: str, background: bool = False) -> subprocess.Popen[str]:
+    def install(
+        self, *extra: str, background: bool = False, chart: Path = CHART
+    ) -> subprocess.Popen[str]:
         sets = [a for v in self.values() for a in ("--set", v)]
         return self.helm(
-            "install", RELEASE, str(helm.CHART), "--create-namespace", "--wait",
+            "install", RELEASE, str(chart), "--create-namespace", "--wait",
             "--timeout", "120s", *sets, *extra, background=background,
         )  # fmt: skip
 
-    def upgrade(self, *extra: str, background: bool = False) -> subprocess.Popen[str]:
+    def upgrade(
+        self, *extra: str, background: bool = False, chart: Path = CHART
+    ) -> subprocess.Popen[str]:
         return self.helm(
-            "upgrade", RELEASE, str(helm.CHART), "--reuse-values", "--wait",
+            "upgrade", RELEASE, str(chart), "--reuse-values", "--wait",
             "--timeout", "120s", *extra, background=background,
         )  # fmt: skip
+
+    def rolled_out(self, process: subprocess.Popen[str]) -> str:
+        """``helm ... --wait`` in ``process`` finished, each new revision of a Deployment
+        reported available as its controller would once its pods are ready."""
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:
+            # A write of helm's in between (409): again, next round.
+            with contextlib.suppress(AssertionError):
+                self.mark_ready()
+            time.sleep(0.5)
+        return finish(process)
 
     def deployment(self, name: str) -> dict[str, Any]:
         status, found = self.cp.request(
@@ -133,7 +159,7 @@ class Install:
         self.start_webhook()
         self.start_compiler()
 
-    def start_webhook(self) -> None:
+    def start_webhook(self, wait: bool = True) -> None:
         rendered = self.args(self.name)
         assert rendered[0] == "serve"
         # TLS and the address are the process's own (launch); no drain in a test.
@@ -145,7 +171,8 @@ class Install:
             tls=(self.tls.ca, self.tls.cert, self.tls.key), port=self.port,
             log_name=f"webhook-{self.name}.log",
         )  # fmt: skip
-        self.webhook.wait_ready()
+        if wait:
+            self.webhook.wait_ready()
 
     def start_compiler(self) -> None:
         compiler = f"{self.name}-compiler"
@@ -532,3 +559,130 @@ def test_overlay_removal(tmp_path: Path) -> None:
                 stop(kube.webhook.process)
         assert leftovers(cp) == {}
         removed_cleanly(cp, "t1", "t1-after")
+
+
+def previous_chart(into: Path) -> Path:
+    """The chart of the previous release, from git history."""
+    archive = subprocess.run(
+        ["git", "archive", PREVIOUS_RELEASE, "charts/label-rbac"], cwd=ROOT, capture_output=True
+    )
+    if archive.returncode != 0:
+        pytest.skip(f"no git history of {PREVIOUS_RELEASE[:7]}: {archive.stderr.decode()}")
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "charts" / "label-rbac"
+
+
+def test_upgrade_from_the_previous_release(cp: ControlPlane, tmp_path: Path) -> None:
+    """The previous release installed as docs/install.md says, then ``helm upgrade
+    --reuse-values`` (its values, the new chart) under load: no write refused, still failing
+    closed and judging, the new chart's objects (labeled with its version) in place."""
+    new_namespace(cp, "t3")
+    tenants(cp, "t3")
+    release = Install(cp, tmp_path, "label-rbac", "label-rbac")
+    try:
+        installing = release.install(background=True, chart=previous_chart(tmp_path / "old"))
+        wait_for(lambda: release_deployed(cp, release), "the Deployments", timeout=60)
+        release.start()
+        release.mark_ready()
+        release.run_hook()
+        finish(installing)
+        eventually(lambda: alice_judged(cp, "t3"))
+        assert "helm.sh/chart" not in release.deployment("label-rbac")["metadata"]["labels"]
+        with Load(cp, "t3") as load:
+            release.rolled_out(release.upgrade(background=True))
+        print(f"upgrade from {PREVIOUS_RELEASE[:7]}: {load.writes} writes")
+        assert load.writes > 5 and load.failures == [], load.failures
+        version = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())["version"]
+        for name in ("label-rbac", "label-rbac-compiler"):
+            labels = release.deployment(name)["metadata"]["labels"]
+            assert labels["helm.sh/chart"] == f"label-rbac-{version}", name
+        assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
+        # The previous release's values kept: the CA bundle of its existing Secret.
+        path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/label-rbac"
+        _, config = cp.request(ADMIN, "GET", path)
+        ca = base64.b64encode(release.tls.ca.read_bytes()).decode()
+        assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {ca}
+        alice_judged(cp, "t3")
+        skips(cp, "label-rbac", "services")
+        with Load(cp, "t3") as load:
+            release.helm("uninstall", RELEASE, "--wait")
+        assert load.failures == [], load.failures
+    finally:
+        release.stop()
+    assert leftovers(cp) == {}
+
+
+def generated_tls(cp: ControlPlane, namespace: str) -> tuple[bytes, dict[str, bytes]]:
+    """The registration's CA bundle (the same in every entry) and the Secret <name>-tls."""
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/label-rbac"
+    _, config = cp.request(ADMIN, "GET", path)
+    (bundle,) = {w["clientConfig"]["caBundle"] for w in config["webhooks"]}
+    status, secret = cp.request(
+        ADMIN, "GET", f"/api/v1/namespaces/{namespace}/secrets/label-rbac-tls"
+    )
+    assert status == 200, secret
+    return base64.b64decode(bundle), {k: base64.b64decode(v) for k, v in secret["data"].items()}
+
+
+def test_install_on_a_cluster_without_cert_manager(cp: ControlPlane, tmp_path: Path) -> None:
+    """The default certificates (auto) where no cert-manager API is served: the install goes
+    through (no cert-manager object); the registration's CA bundle verifies the Secret's serving
+    certificate, and the webhook serving that Secret passes a TLS handshake checked against
+    the bundle; upgrades keep both, and re-issue them within renewBeforeDays of expiry, the
+    bundle keeping the previous CA beside a new one."""
+    namespace, host = "bare", "label-rbac.bare.svc"
+    release = Install(cp, tmp_path, namespace, "label-rbac")
+    # Fail open: nothing here routes the API server to the Service.
+    sets = ["--set", "webhook.failurePolicy=Ignore", "--set", "narrowing.enabled=false"]
+    try:
+        release.helm("install", RELEASE, str(helm.CHART), "--create-namespace", *sets)
+        bundle, tls = generated_tls(cp, namespace)
+        assert tls["ca.crt"] == bundle
+        helm.verifies(bundle, tls["tls.crt"], host)
+        # The webhook serving the Secret, as its pods would: a handshake as the API server
+        # makes it (the bundle as the only trust, the Service's name).
+        files = tmp_path / "secret"
+        files.mkdir()
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            (files / key).write_bytes(tls[key])
+        release.tls = CertPaths(files / "ca.crt", files / "tls.crt", files / "tls.key")
+        release.start_webhook(wait=False)  # (its readiness check dials 127.0.0.1 by name)
+        context = ssl.create_default_context(cadata=bundle.decode())
+        address = ("127.0.0.1", release.port)
+
+        def handshake() -> None:
+            try:
+                with (
+                    socket.create_connection(address, timeout=5) as raw,
+                    context.wrap_socket(raw, server_hostname=host) as conn,
+                ):
+                    assert conn.version() in ("TLSv1.2", "TLSv1.3")
+            except OSError as exc:  # not listening yet, or (last) the verification's failure
+                raise AssertionError(f"TLS to {host} at {address}: {exc}") from exc
+
+        eventually(handshake, timeout=60)
+        release.stop()
+        release.webhook = None
+
+        # An upgrade keeps them (the Secrets are read back, not issued again).
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values")
+        assert generated_tls(cp, namespace) == (bundle, tls)
+        # Within renewBeforeDays of the serving certificate's expiry: a new one, the same CA.
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values",
+                     "--set", "certificates.generated.renewBeforeDays=1000")  # fmt: skip
+        renewed_bundle, renewed = generated_tls(cp, namespace)
+        assert renewed["tls.crt"] != tls["tls.crt"] and renewed_bundle == bundle
+        helm.verifies(renewed_bundle, renewed["tls.crt"], host)
+        # Within it of the CA's: a new CA too, the bundle with both, so the pods still serving
+        # the previous certificate stay verifiable until their volume is refreshed.
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values",
+                     "--set", "certificates.generated.renewBeforeDays=4000")  # fmt: skip
+        rotated_bundle, rotated = generated_tls(cp, namespace)
+        assert rotated_bundle != bundle and bundle in rotated_bundle
+        helm.verifies(rotated_bundle, rotated["tls.crt"], host)
+        helm.verifies(rotated_bundle, renewed["tls.crt"], host)
+        release.helm("uninstall", RELEASE, "--wait")
+    finally:
+        release.stop()
+    assert leftovers(cp) == {}
