@@ -40,6 +40,7 @@ from app.compiled.registration import COMPILED_ENTRY
 from app.webhook.certs import CertPaths, generate
 from tests import helm
 from tests.kube.cluster import Compilers, LabelRbacCluster
+from tests.kube.cluster import kustomize as cluster_kustomize
 from tests.kube.conftest import require, require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, DEFAULT_USERS, ControlPlane, User, service_account
 from tests.kube.support import eventually, example_tenants
@@ -688,3 +689,45 @@ def test_install_on_a_cluster_without_cert_manager(cp: ControlPlane, tmp_path: P
         release.stop()
     # (The CRD an earlier test's compiled install left, as docs/install.md says, aside.)
     assert {k: v for k, v in leftovers(cp).items() if k != "CustomResourceDefinition"} == {}
+
+
+def test_enforce_overlay_is_narrow(tmp_path: Path) -> None:
+    """manifests/enforce runs the compiler in its registration-only mode (as the chart's
+    default does): with its arguments and identity, it keeps the label rule off what no
+    annotation restricts, so with the webhook down a write to an unrestricted resource passes
+    and a restricted one is refused, rather than every write in the cluster."""
+    require_control_plane()
+    with LabelRbacCluster(tmp_path, users=(*DEFAULT_USERS, COMPILER), overlay="enforce") as kube:
+        cp = kube.control_plane
+        new_namespace(cp, "t1")
+        tenants(cp, "t1")
+        eventually(lambda: alice_judged(cp, "t1"))
+        docs = {(d["kind"], d["metadata"]["name"]): d for d in cluster_kustomize("enforce")}
+        (container,) = docs[("Deployment", "label-rbac-compiler")]["spec"]["template"]["spec"][
+            "containers"
+        ]
+        identity = "--identity=$(POD_NAME)"
+        args = [a for a in container["args"][1:] if a != identity]
+        assert "--registration-only" in args
+        probes = free_port()
+        args = [a if not a.startswith("--probe-bind=") else f"--probe-bind=127.0.0.1:{probes}"
+                for a in args]  # fmt: skip
+        compilers = Compilers(cp, tmp_path, COMPILER.name)
+        compilers.start("compiler-0", *args)
+        try:
+            eventually(lambda: skips(cp, "label-rbac", "services"), timeout=30)
+            # The guard holds it to its conditions: it may not drop an entry.
+            patch = '[{"op": "remove", "path": "/webhooks/1"}]'
+            done = cp.kubectl(COMPILER.name, "patch", "validatingwebhookconfiguration/label-rbac",
+                              "--type=json", f"--patch={patch}")  # fmt: skip
+            assert done.returncode != 0 and "label-rbac-registration" in done.stderr, done.stderr
+            assert kube.webhook is not None
+            stop(kube.webhook.process)
+            kube.webhook = None
+            service = {"metadata": {"generateName": "s-"}, "spec": {"ports": [{"port": 80}]}}
+            status, answer = cp.request(ADMIN, "POST", "/api/v1/namespaces/t1/services", service)
+            assert status == 201, answer
+            refused = configmap(cp, ADMIN, "t1", {})
+            assert refused.startswith("500") and "failed calling webhook" in refused, refused
+        finally:
+            compilers.stop_all()
