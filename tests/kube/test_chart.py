@@ -25,6 +25,7 @@ import shlex
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -59,8 +60,10 @@ HOOKS = (
 )
 # The install on a cluster without cert-manager (its own namespace).
 BARE_WEBHOOK = service_account("bare", "label-rbac")
+# The `helm test` Pod's (templates/tests/webhook-test.yaml).
+TESTER = service_account("label-rbac", "label-rbac-test")
 USERS: tuple[User, ...] = (
-    *DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS, BARE_WEBHOOK
+    *DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS, BARE_WEBHOOK, TESTER
 )  # fmt: skip
 # The previous release of the chart (0.1.0), which `helm upgrade --reuse-values` upgrades from.
 PREVIOUS_RELEASE = "64d1f540d7da1cc94a2a000170f287fdf5f2b366"
@@ -239,6 +242,32 @@ class Install:
         }
         status, answer = self.cp.request(ADMIN, "PUT", f"{path}/status", job)
         assert status == 200, answer
+
+    def helm_test(self, timeout: float = 120) -> str:
+        """``helm test``, its Pod run as a kubelet would: the init container (kubectl) and the
+        container's command (the image's python, here the repository's) in order, as the
+        Pod's ServiceAccount, then its phase Succeeded; helm's output."""
+        testing = self.helm("test", RELEASE, "--timeout", f"{int(timeout)}s", background=True)
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{self.name}-test"
+        wait_for(lambda: self.cp.request(ADMIN, "GET", path)[0] == 200, "the test Pod", timeout)
+        _, pod = self.cp.request(ADMIN, "GET", path)
+        spec = pod["spec"]
+        user = f"system:serviceaccount:{self.namespace}:{spec['serviceAccountName']}"
+        for init in spec["initContainers"]:
+            done = self.cp.kubectl(user, *init["args"], timeout=timeout)
+            assert done.returncode == 0, (init["name"], done.stderr)
+        (container,) = spec["containers"]
+        assert container["command"] == ["/opt/label-rbac/bin/python", "-c"]
+        ran = subprocess.run(
+            [sys.executable, "-c", *container["args"]],
+            capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, "KUBECONFIG": str(self.cp.kubeconfig(user))},
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        pod["status"] = {"phase": "Succeeded"}
+        status, answer = self.cp.request(ADMIN, "PUT", f"{path}/status", pod)
+        assert status == 200, answer
+        return finish(testing) + ran.stdout
 
     def stop(self) -> None:
         """The pods gone (after ``helm uninstall`` deleted their Deployments)."""
@@ -606,6 +635,17 @@ def test_upgrade_from_the_previous_release(cp: ControlPlane, tmp_path: Path) -> 
         assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {ca}
         alice_judged(cp, "t3")
         skips(cp, "label-rbac", "services")
+        # helm test: the webhook available, an unlabeled ConfigMap refused to the test's
+        # label-restricted ServiceAccount, a labeled one allowed; its objects gone after.
+        output = release.helm_test()
+        assert "refused as expected" in output and "Succeeded" in output, output
+        assert "labels.labelrbac.io" in output, output
+        roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/label-rbac-test"
+
+        def removed() -> None:
+            assert cp.request(ADMIN, "GET", roles)[0] == 404
+
+        eventually(removed)
         with Load(cp, "t3") as load:
             release.helm("uninstall", RELEASE, "--wait")
         assert load.failures == [], load.failures
