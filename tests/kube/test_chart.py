@@ -62,9 +62,14 @@ HOOKS = (
 BARE_WEBHOOK = service_account("bare", "label-rbac")
 # The `helm test` Pod's (templates/tests/webhook-test.yaml).
 TESTER = service_account("label-rbac", "label-rbac-test")
+REPORTER = service_account("label-rbac", "label-rbac-reporter")
 USERS: tuple[User, ...] = (
-    *DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS, BARE_WEBHOOK, TESTER
+    *DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS, BARE_WEBHOOK, TESTER,
+    REPORTER,
 )  # fmt: skip
+# The report CRDs (wgpolicyk8s.io), as Policy Reporter's chart installs them.
+REPORT_CRDS = ROOT.parent / "shared" / "fixtures" / "policy-reports"
+CLUSTER_REPORT = "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/label-rbac"
 # The previous release of the chart (0.1.0), which `helm upgrade --reuse-values` upgrades from.
 PREVIOUS_RELEASE = "64d1f540d7da1cc94a2a000170f287fdf5f2b366"
 
@@ -771,3 +776,79 @@ def test_enforce_overlay_is_narrow(tmp_path: Path) -> None:
             assert refused.startswith("500") and "failed calling webhook" in refused, refused
         finally:
             compilers.stop_all()
+
+
+def run_reporter(release: Install, workdir: Path, log: str) -> subprocess.Popen[str]:
+    """The reporter as its pods would run it: the Deployment's arguments (its identity and
+    metrics port the process's own), as its ServiceAccount."""
+    (container,) = release.deployment("label-rbac-reporter")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    own = ("--identity=", "--metrics-port=")
+    args = [a for a in container["args"] if not a.startswith(own)]
+    assert args[0] == "report"
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", *args, "--kubeconfig",
+         str(release.cp.kubeconfig(REPORTER.name)), "--identity", "one", "--interval", "0.2"],
+        cwd=ROOT, stdout=(workdir / log).open("w"), stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "KUBECONFIG": ""}, start_new_session=True,
+    )  # fmt: skip
+
+
+def unaudited(cp: ControlPlane) -> dict[str, str]:
+    """The ClusterPolicyReport's `audited` errors: resource → message (absent report: raise)."""
+    status, found = cp.request(ADMIN, "GET", CLUSTER_REPORT)
+    assert status == 200, found
+    return {r["resources"][0]["name"]: r["message"] for r in found.get("results") or []
+            if r["result"] == "error" and r["rule"] == "audited"}  # fmt: skip
+
+
+def test_reporter_reads_every_restricted_resource(cp: ControlPlane, tmp_path: Path) -> None:
+    """reports.enabled: the reporter's rights cover every resource an annotation can restrict
+    (the example platform-ops role restricts every resource, "*"): its cluster report has no
+    `audited` error. Narrowed to ConfigMaps (reports.readRules), the same reporter reports the
+    resources it cannot list: the rights are what decides."""
+    if not REPORT_CRDS.is_dir():
+        pytest.skip(f"no report CRDs in {REPORT_CRDS}")
+    crds = [d for path in sorted(REPORT_CRDS.glob("*.yaml"))
+            for d in yaml.safe_load_all(path.read_text()) if d]  # fmt: skip
+    cp.apply(ADMIN, crds)
+    wait_for(lambda: cp.request(ADMIN, "GET", CLUSTER_REPORT.rsplit("/", 1)[0])[0] == 200, "CRD")
+    examples = ROOT / "manifests" / "examples"
+    for name in ("namespaces.yaml", "tenants.yaml", "cluster.yaml"):
+        cp.apply(ADMIN, (examples / name).read_text())
+    narrowed = [
+        "reports.readRules[0].apiGroups[0]=", "reports.readRules[0].resources[0]=configmaps",
+        "reports.readRules[0].verbs={list,watch}",
+    ]  # fmt: skip
+    release = Install(
+        cp, tmp_path, "label-rbac", "label-rbac",
+        sets=["reports.enabled=true", "webhook.failurePolicy=Ignore", "narrowing.enabled=false",
+              *narrowed],
+    )  # fmt: skip
+    sets = [a for v in release.values() for a in ("--set", v)]
+    reporter: subprocess.Popen[str] | None = None
+    try:
+        release.helm("install", RELEASE, str(CHART), "--create-namespace", *sets)
+        reporter = run_reporter(release, tmp_path, "reporter-narrowed.log")
+        eventually(lambda: "services" in unaudited(cp), timeout=60)
+        assert "configmaps" not in unaudited(cp)
+        stop(reporter)
+        cp.request(ADMIN, "DELETE", CLUSTER_REPORT)
+        # The default rights (every resource, list and watch).
+        release.helm("upgrade", RELEASE, str(CHART), "--reuse-values",
+                     "--set", "reports.readRules[0].apiGroups[0]=*",
+                     "--set", "reports.readRules[0].resources[0]=*",
+                     "--set", "reports.readRules[0].verbs={list,watch}")  # fmt: skip
+        reporter = run_reporter(release, tmp_path, "reporter.log")
+
+        def reported_without_errors() -> None:
+            status, found = cp.request(ADMIN, "GET", CLUSTER_REPORT)
+            assert status == 200 and found["summary"]["pass"] >= 1, found
+            assert unaudited(cp) == {} and found["summary"].get("error", 0) == 0, found
+
+        eventually(reported_without_errors, timeout=60)
+        release.helm("uninstall", RELEASE, "--wait")
+    finally:
+        if reporter is not None:
+            stop(reporter)
