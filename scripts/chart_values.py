@@ -50,14 +50,10 @@ def _comments(lines: list[str], index: int) -> str:
     return " ".join(found)
 
 
-def rows(text: str) -> list[tuple[str, str, str]]:
-    """(key path, default as JSON, description) for every leaf of values.yaml, in file order.
-    A leaf is a scalar, a list, or a map with nothing below it in the file (``{}``)."""
-    values = yaml.safe_load(text)
-    lines = text.splitlines()
-    described: dict[str, str] = {}
+def _described(lines: list[str]) -> dict[tuple[str, ...], str]:
+    """The comment above each key of values.yaml, by its path."""
+    described: dict[tuple[str, ...], str] = {}
     stack: list[tuple[int, str]] = []
-    order: list[str] = []
     for index, line in enumerate(lines):
         stripped = line.lstrip()
         if not stripped or stripped.startswith(("#", "-")) or ":" not in stripped:
@@ -66,21 +62,41 @@ def rows(text: str) -> list[tuple[str, str, str]]:
         key = stripped.split(":", 1)[0].strip()
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        path = ".".join([k for _, k in stack] + [key])
-        described[path] = _comments(lines, index)
-        order.append(path)
+        described[(*(k for _, k in stack), key)] = _comments(lines, index)
         stack.append((indent, key))
-    found: list[tuple[str, str, str]] = []
-    for path in order:
-        value: Any = values
-        for part in path.split("."):
-            if not isinstance(value, dict) or part not in value:
-                break
-            value = value[part]
+    return described
+
+
+def _leaves(values: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every leaf's path, in file order: a scalar, a list, an empty map, or a map of label-like
+    keys (with "." or "/": a selector, given whole)."""
+    found: list[tuple[str, ...]] = []
+    for key, value in values.items():
+        path = (*prefix, key)
+        if isinstance(value, dict) and value and not any("." in k or "/" in k for k in value):
+            found += _leaves(value, path)
         else:
-            if isinstance(value, dict) and value:
-                continue
-            found.append((path, json.dumps(value), described[path]))
+            found.append(path)
+    return found
+
+
+def rows(text: str) -> list[tuple[str, str, str]]:
+    """(key path, default as JSON, description) for every leaf of values.yaml, in file order;
+    a leaf without a comment of its own, first in its section, takes the section's."""
+    values = yaml.safe_load(text)
+    described = _described(text.splitlines())
+    found: list[tuple[str, str, str]] = []
+    seen: set[tuple[str, ...]] = set()
+    for path in _leaves(values):
+        value: Any = values
+        for part in path:
+            value = value[part]
+        description = described.get(path, "")
+        parent = path[:-1]
+        if not description and parent and parent not in seen:
+            description = described.get(parent, "")
+        seen.add(parent)
+        found.append((".".join(path), json.dumps(value), description))
     return found
 
 
