@@ -60,12 +60,13 @@ HOOKS = (
 )
 # The install on a cluster without cert-manager (its own namespace).
 BARE_WEBHOOK = service_account("bare", "label-rbac")
+BARE_ROTATION = service_account("bare", "label-rbac-certs")
 # The `helm test` Pod's (templates/tests/webhook-test.yaml).
 TESTER = service_account("label-rbac", "label-rbac-test")
 REPORTER = service_account("label-rbac", "label-rbac-reporter")
 USERS: tuple[User, ...] = (
-    *DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS, BARE_WEBHOOK, TESTER,
-    REPORTER,
+    *DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS, BARE_WEBHOOK,
+    BARE_ROTATION, TESTER, REPORTER,
 )  # fmt: skip
 # The report CRDs (wgpolicyk8s.io), as Policy Reporter's chart installs them.
 REPORT_CRDS = ROOT.parent / "shared" / "fixtures" / "policy-reports"
@@ -672,6 +673,24 @@ def generated_tls(cp: ControlPlane, namespace: str) -> tuple[bytes, dict[str, by
     return base64.b64decode(bundle), {k: base64.b64decode(v) for k, v in secret["data"].items()}
 
 
+def rotation(cp: ControlPlane, namespace: str, *extra: str) -> str:
+    """The chart's CronJob's command, as its ServiceAccount: its last line of output."""
+    path = f"/apis/batch/v1/namespaces/{namespace}/cronjobs/label-rbac-certs"
+    status, cronjob = cp.request(ADMIN, "GET", path)
+    assert status == 200, cronjob
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["/opt/label-rbac/bin/python", "-m", "app.webhook.rotation"]
+    user = f"system:serviceaccount:{namespace}:{pod['serviceAccountName']}"
+    done = subprocess.run(
+        [sys.executable, "-m", "app.webhook.rotation", *container["args"], *extra,
+         "--kubeconfig", str(cp.kubeconfig(user))],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stderr.strip().splitlines()[-1].split(": ", 1)[1]
+
+
 def test_install_on_a_cluster_without_cert_manager(cp: ControlPlane, tmp_path: Path) -> None:
     """The default certificates (auto) where no cert-manager API is served: the install goes
     through (no cert-manager object); the registration's CA bundle verifies the Secret's serving
@@ -729,6 +748,27 @@ def test_install_on_a_cluster_without_cert_manager(cp: ControlPlane, tmp_path: P
         assert rotated_bundle != bundle and bundle in rotated_bundle
         helm.verifies(rotated_bundle, rotated["tls.crt"], host)
         helm.verifies(rotated_bundle, renewed["tls.crt"], host)
+
+        # Back to the default threshold: nothing due, nothing issued.
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values",
+                     "--set", "certificates.generated.renewBeforeDays=180")  # fmt: skip
+        assert generated_tls(cp, namespace) == (rotated_bundle, rotated)
+        # Between upgrades, the CronJob renews them: its command, as its ServiceAccount.
+        assert rotation(cp, namespace) == "renewed: nothing (not due)"
+        assert generated_tls(cp, namespace) == (rotated_bundle, rotated)
+        assert rotation(cp, namespace, "--renew-before-days=1000") == "renewed: serving"
+        bundle, tls = generated_tls(cp, namespace)
+        assert bundle == rotated_bundle and tls["tls.crt"] != rotated["tls.crt"]
+        assert tls["ca.crt"] == bundle
+        helm.verifies(bundle, tls["tls.crt"], host)
+        assert rotation(cp, namespace, "--renew-before-days=4000") == "renewed: ca, serving"
+        bundle, renewed = generated_tls(cp, namespace)
+        assert rotated_bundle in bundle and len(bundle) > len(rotated_bundle)
+        helm.verifies(bundle, renewed["tls.crt"], host)
+        helm.verifies(bundle, tls["tls.crt"], host)  # the pods not yet refreshed
+        # And the next upgrade keeps what the CronJob wrote.
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values")
+        assert generated_tls(cp, namespace) == (bundle, renewed)
         release.helm("uninstall", RELEASE, "--wait")
     finally:
         release.stop()
