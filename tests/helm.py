@@ -101,7 +101,27 @@ def template(
         args += ["--set", assignment]
     if upgrade:
         args.append("--is-upgrade")
-    return [doc for doc in yaml.safe_load_all(run(*args)) if doc]
+    documents = [doc for doc in yaml.safe_load_all(run(*args)) if doc]
+    for document in documents:
+        labeled(document)
+    return documents
+
+
+# Helm's and Kubernetes' recommended labels, on every object the chart renders.
+CONVENTIONS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+               "app.kubernetes.io/component", "app.kubernetes.io/part-of",
+               "app.kubernetes.io/managed-by", "helm.sh/chart")  # fmt: skip
+
+
+def labeled(document: dict[str, Any]) -> None:
+    """``document`` and its pod template (a Deployment's, a Job's, a CronJob's) carry every
+    label of ``CONVENTIONS``: checked on every render of every test."""
+    where = (document["kind"], document["metadata"]["name"])
+    spec = document.get("spec") or {}
+    templates = [spec.get("template"), spec.get("jobTemplate", {}).get("spec", {}).get("template")]
+    for meta in [document["metadata"], *(t["metadata"] for t in templates if t)]:
+        missing = set(CONVENTIONS) - set(meta.get("labels") or {})
+        assert not missing, f"{where}: no {sorted(missing)}"
 
 
 def verifies(bundle: bytes, cert_pem: bytes, hostname: str) -> None:

@@ -213,9 +213,7 @@ def test_versions_agree() -> None:
 
 # --- conventions ----------------------------------------------------------------------------
 
-CONVENTIONS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
-               "app.kubernetes.io/component", "app.kubernetes.io/part-of",
-               "app.kubernetes.io/managed-by", "helm.sh/chart")  # fmt: skip
+CONVENTIONS = helm.CONVENTIONS
 
 
 @pytest.mark.parametrize(
