@@ -426,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)  # fmt: skip
         namespaces, _ = layout(args.objects)
         started = time.monotonic()
-        webhook = Webhook(cp, workdir)  # (its manifests first: the policy would refuse them)
+        # (the webhook's manifests first: the policy would refuse them)
+        webhook = Webhook(cp, workdir, full_compiler=True)
         cp.apply(ADMIN, [dormant(webhook.config)])
         compiler = start_compiler(cp, workdir)
         out["webhook_ready_s"] = round(time.monotonic() - started, 1)

@@ -707,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.globs:  # bound before team-a (binding-name order): tried first on every write
             cp.apply(ADMIN, [glob_role(args.globs, args.glob_keys, args.glob_shape)])
             cp.apply(ADMIN, [role_binding("0-globs", "globs", "alice")])
-        webhook = Webhook(cp, workdir)
+        webhook = Webhook(cp, workdir, full_compiler=True)
         registration = None
         if set(SPLIT) & set(setups):
             compiler = start_compiler(cp, workdir)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.compiled.admission_policy import COMPILER
+from app.compiled.admission_policy import COMPILER, registration_guard
 from app.engine.context import Context
 from app.engine.node import check_node
 from app.engine.rbac import Snapshot
@@ -61,7 +61,10 @@ def kustomize(directory: Path) -> Objects:
 
 
 def only(objects: Objects, kind: str) -> dict[str, Any]:
-    (found,) = [obj for (k, _), obj in objects.items() if k == kind]
+    """The one object of ``kind``, the narrowing's compiler's (``*-compiler``) aside."""
+    (found,) = [
+        obj for (k, name), obj in objects.items() if k == kind and not name.endswith("-compiler")
+    ]
     return found
 
 
@@ -451,6 +454,16 @@ def test_namespace_and_names_are_configured_in_one_place(configured: Path) -> No
         objects = kustomize(configured / overlay)
         check_wiring(objects, "platform-admission")
         assert only(objects, "Service")["metadata"]["name"] == "acme-label-rbac"
+        (compiler,) = objects[("Deployment", "acme-label-rbac-compiler")]["spec"]["template"][
+            "spec"
+        ]["containers"]
+        assert {
+            "--lease-namespace=platform-admission",
+            "--lease-name=acme-label-rbac-compiler",
+            "--webhook-configuration=acme-label-rbac",
+        } <= set(compiler["args"])
+        role = objects[("ClusterRole", "acme-label-rbac-compiler")]
+        assert role["rules"][2]["resourceNames"] == ["acme-label-rbac"]
         text = yaml.safe_dump_all(list(objects.values()))
         # Nothing still names the default namespace as a namespace.
         assert not re.search(r"namespace: label-rbac\b|label-rbac\.svc|\.label-rbac\.svc", text)
@@ -845,3 +858,23 @@ def test_monitoring_follows_the_configured_namespace(configured: Path) -> None:
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     json.loads(dashboard["data"]["label-rbac.json"])
     only(objects, "PrometheusRule")
+
+
+def test_the_narrowing_is_in_every_overlay_and_its_guard_the_generated_one() -> None:
+    """manifests/deploy and manifests/enforce run the compiler in its registration-only mode
+    under the registration guard (the same as manifests/compiled's); enforce-compiled replaces
+    it with the full compiler, one of each object."""
+    guard = [d for d in yaml.safe_load_all((DEPLOY / "registration-guard.yaml").read_text()) if d]
+    assert guard == registration_guard()
+    for overlay in (DEPLOY, ENFORCE):
+        objects = kustomize(overlay)
+        (container,) = objects[("Deployment", "label-rbac-compiler")]["spec"]["template"]["spec"][
+            "containers"
+        ]
+        assert container["args"][0] == "compile" and "--registration-only" in container["args"]
+        assert ("ValidatingAdmissionPolicy", "label-rbac-registration") in objects
+    compiled = kustomize(MANIFESTS / "enforce-compiled")
+    (container,) = compiled[("Deployment", "label-rbac-compiler")]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert "--registration-only" not in container["args"]

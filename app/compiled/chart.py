@@ -43,6 +43,11 @@ TEMPLATE_FILE = TEMPLATE / "_compiled.tpl"
 # Stand-ins while dumping (no spaces, so a folded line never splits one), then Helm variables.
 _NAME, _NAMESPACE = "@@name@@", "@@namespace@@"
 _VARIABLES = {_NAME: "{{ $name }}", _NAMESPACE: "{{ $namespace }}"}
+_PRODUCT_LABEL = "\n  labels:\n    app.kubernetes.io/name: label-rbac\n"
+_CHART_LABELS = (
+    '    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy")'
+    " | nindent 4 }}\n"
+)
 (_OWN_NAMESPACE,) = [v for e in JUDGED["matchExpressions"] for v in e["values"] if v == POLICY]
 
 
@@ -87,7 +92,8 @@ def _documents(documents: list[dict[str, Any]]) -> str:
         raise ValueError("a generated expression contains a template delimiter")
     for stand_in, variable in _VARIABLES.items():
         text = text.replace(stand_in, variable)
-    return text
+    # The chart's labels beside the product's (which the overlays' removal selects on).
+    return text.replace(_PRODUCT_LABEL, _PRODUCT_LABEL + _CHART_LABELS)
 
 
 def _plain(value: Any) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -55,10 +55,10 @@ class Authority:
     key: CertificateIssuerPrivateKeyTypes
 
     @classmethod
-    def create(cls, days: int = 365) -> Authority:
+    def create(cls, days: int = 365, common_name: str = "label-rbac development CA") -> Authority:
         now = datetime.datetime.now(datetime.UTC)
         key = ec.generate_private_key(ec.SECP256R1())
-        name = _name("label-rbac development CA")
+        name = _name(common_name)
         cert = (
             x509.CertificateBuilder()
             .subject_name(name)
@@ -86,8 +86,27 @@ class Authority:
         )
         return cls(cert, key)
 
+    @classmethod
+    def load(cls, cert_pem: bytes, key_pem: bytes) -> Authority:
+        """A CA kept as PEM (the chart's Secret ``<name>-ca``); ``ValueError`` if it is not one
+        whose key signs."""
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
+            raise ValueError("the CA's key is neither EC nor RSA")
+        if _public(key.public_key()) != _public(cert.public_key()):
+            raise ValueError("the CA's key does not belong to its certificate")
+        return cls(cert, key)
+
     def pem(self) -> bytes:
         return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    def key_pem(self) -> bytes:
+        return self.key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
 
     def issue(self, dns_names: list[str], days: int = 365) -> tuple[bytes, bytes]:
         """A serving certificate for ``dns_names``: (certificate PEM, private key PEM)."""

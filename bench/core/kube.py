@@ -36,6 +36,14 @@ SERVICE_NAME = "label-rbac.label-rbac.svc"
 # What a cluster runs instead of the manifests' Deployment, Service and cert-manager objects.
 NOT_APPLIED = {"Deployment", "Service", "Certificate", "Issuer", "ServiceMonitor",
                "ValidatingWebhookConfiguration"}  # fmt: skip
+# manifests/deploy's registration-only compiler and its guard, which manifests/compiled replaces
+# under the same names (manifests/without-narrowing removes them for manifests/enforce-compiled).
+NARROWING = frozenset(
+    (d["kind"], d["metadata"]["name"])
+    for name in ("narrowing.yaml", "registration-guard.yaml")
+    for d in yaml.safe_load_all((ROOT / "manifests" / "deploy" / name).read_text())
+    if d
+)
 
 
 def documents(name: str) -> list[dict[str, Any]]:
@@ -65,10 +73,14 @@ class Webhook:
     """label-rbac's webhook as a cluster runs it: the shipped RBAC and registration, the real
     ``python -m app serve`` process as its ServiceAccount; registered only while measured."""
 
-    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
+    def __init__(self, cp: ControlPlane, workdir: Path, *, full_compiler: bool = False) -> None:
+        """``full_compiler``: manifests/compiled's compiler runs (its RBAC applied already), so
+        the registration-only compiler's objects of the same names are left out."""
         self.cp = cp
         self.docs = kustomize("enforce")
-        cp.apply(ADMIN, [d for d in self.docs if d["kind"] not in NOT_APPLIED])
+        skipped = NARROWING if full_compiler else frozenset()
+        cp.apply(ADMIN, [d for d in self.docs if d["kind"] not in NOT_APPLIED
+                         and (d["kind"], d["metadata"]["name"]) not in skipped])  # fmt: skip
         self.tls: CertPaths = generate(workdir / "webhook-tls",
                                        [SERVICE_NAME, "127.0.0.1", "localhost"])  # fmt: skip
         kubeconfig = str(cp.kubeconfig(WEBHOOK_USER.name))

@@ -18,10 +18,14 @@ docs/install.md says stays.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import shlex
+import socket
+import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -31,11 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from app.compiled.registration import COMPILED_ENTRY
 from app.webhook.certs import CertPaths, generate
 from tests import helm
 from tests.kube.cluster import Compilers, LabelRbacCluster
+from tests.kube.cluster import kustomize as cluster_kustomize
 from tests.kube.conftest import require, require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, DEFAULT_USERS, ControlPlane, User, service_account
 from tests.kube.support import eventually, example_tenants
@@ -43,6 +49,7 @@ from tests.process import Server, free_port, launch, stop
 from tests.support import ROOT
 
 RELEASE = "label-rbac"
+CHART = helm.CHART
 COMPILER = service_account("label-rbac", "label-rbac-compiler")
 RENAMED_WEBHOOK = service_account("policy", "acme-lr")
 RENAMED_COMPILER = service_account("policy", "acme-lr-compiler")
@@ -51,7 +58,21 @@ HOOKS = (
     service_account("label-rbac", "label-rbac-enforce"),
     service_account("policy", "acme-lr-enforce"),
 )
-USERS: tuple[User, ...] = (*DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS)
+# The install on a cluster without cert-manager (its own namespace).
+BARE_WEBHOOK = service_account("bare", "label-rbac")
+BARE_ROTATION = service_account("bare", "label-rbac-certs")
+# The `helm test` Pod's (templates/tests/webhook-test.yaml).
+TESTER = service_account("label-rbac", "label-rbac-test")
+REPORTER = service_account("label-rbac", "label-rbac-reporter")
+USERS: tuple[User, ...] = (
+    *DEFAULT_USERS, COMPILER, RENAMED_WEBHOOK, RENAMED_COMPILER, *HOOKS, BARE_WEBHOOK,
+    BARE_ROTATION, TESTER, REPORTER,
+)  # fmt: skip
+# The report CRDs (wgpolicyk8s.io), as Policy Reporter's chart installs them.
+REPORT_CRDS = ROOT.parent / "shared" / "fixtures" / "policy-reports"
+CLUSTER_REPORT = "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/label-rbac"
+# The previous release of the chart (0.1.0), which `helm upgrade --reuse-values` upgrades from.
+PREVIOUS_RELEASE = "64d1f540d7da1cc94a2a000170f287fdf5f2b366"
 
 
 @dataclass
@@ -103,18 +124,33 @@ class Install:
             finish(process)
         return process
 
-    def install(self, *extra: str, background: bool = False) -> subprocess.Popen[str]:
+    def install(
+        self, *extra: str, background: bool = False, chart: Path = CHART
+    ) -> subprocess.Popen[str]:
         sets = [a for v in self.values() for a in ("--set", v)]
         return self.helm(
-            "install", RELEASE, str(helm.CHART), "--create-namespace", "--wait",
+            "install", RELEASE, str(chart), "--create-namespace", "--wait",
             "--timeout", "120s", *sets, *extra, background=background,
         )  # fmt: skip
 
-    def upgrade(self, *extra: str, background: bool = False) -> subprocess.Popen[str]:
+    def upgrade(
+        self, *extra: str, background: bool = False, chart: Path = CHART
+    ) -> subprocess.Popen[str]:
         return self.helm(
-            "upgrade", RELEASE, str(helm.CHART), "--reuse-values", "--wait",
+            "upgrade", RELEASE, str(chart), "--reuse-values", "--wait",
             "--timeout", "120s", *extra, background=background,
         )  # fmt: skip
+
+    def rolled_out(self, process: subprocess.Popen[str]) -> str:
+        """``helm ... --wait`` in ``process`` finished, each new revision of a Deployment
+        reported available as its controller would once its pods are ready."""
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:
+            # A write of helm's in between (409): again, next round.
+            with contextlib.suppress(AssertionError):
+                self.mark_ready()
+            time.sleep(0.5)
+        return finish(process)
 
     def deployment(self, name: str) -> dict[str, Any]:
         status, found = self.cp.request(
@@ -133,7 +169,7 @@ class Install:
         self.start_webhook()
         self.start_compiler()
 
-    def start_webhook(self) -> None:
+    def start_webhook(self, wait: bool = True) -> None:
         rendered = self.args(self.name)
         assert rendered[0] == "serve"
         # TLS and the address are the process's own (launch); no drain in a test.
@@ -145,7 +181,8 @@ class Install:
             tls=(self.tls.ca, self.tls.cert, self.tls.key), port=self.port,
             log_name=f"webhook-{self.name}.log",
         )  # fmt: skip
-        self.webhook.wait_ready()
+        if wait:
+            self.webhook.wait_ready()
 
     def start_compiler(self) -> None:
         compiler = f"{self.name}-compiler"
@@ -211,6 +248,32 @@ class Install:
         }
         status, answer = self.cp.request(ADMIN, "PUT", f"{path}/status", job)
         assert status == 200, answer
+
+    def helm_test(self, timeout: float = 120) -> str:
+        """``helm test``, its Pod run as a kubelet would: the init container (kubectl) and the
+        container's command (the image's python, here the repository's) in order, as the
+        Pod's ServiceAccount, then its phase Succeeded; helm's output."""
+        testing = self.helm("test", RELEASE, "--timeout", f"{int(timeout)}s", background=True)
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{self.name}-test"
+        wait_for(lambda: self.cp.request(ADMIN, "GET", path)[0] == 200, "the test Pod", timeout)
+        _, pod = self.cp.request(ADMIN, "GET", path)
+        spec = pod["spec"]
+        user = f"system:serviceaccount:{self.namespace}:{spec['serviceAccountName']}"
+        for init in spec["initContainers"]:
+            done = self.cp.kubectl(user, *init["args"], timeout=timeout)
+            assert done.returncode == 0, (init["name"], done.stderr)
+        (container,) = spec["containers"]
+        assert container["command"] == ["/opt/label-rbac/bin/python", "-c"]
+        ran = subprocess.run(
+            [sys.executable, "-c", *container["args"]],
+            capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, "KUBECONFIG": str(self.cp.kubeconfig(user))},
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        pod["status"] = {"phase": "Succeeded"}
+        status, answer = self.cp.request(ADMIN, "PUT", f"{path}/status", pod)
+        assert status == 200, answer
+        return finish(testing) + ran.stdout
 
     def stop(self) -> None:
         """The pods gone (after ``helm uninstall`` deleted their Deployments)."""
@@ -532,3 +595,300 @@ def test_overlay_removal(tmp_path: Path) -> None:
                 stop(kube.webhook.process)
         assert leftovers(cp) == {}
         removed_cleanly(cp, "t1", "t1-after")
+
+
+def previous_chart(into: Path) -> Path:
+    """The chart of the previous release, from git history."""
+    archive = subprocess.run(
+        ["git", "archive", PREVIOUS_RELEASE, "charts/label-rbac"], cwd=ROOT, capture_output=True
+    )
+    if archive.returncode != 0:
+        pytest.skip(f"no git history of {PREVIOUS_RELEASE[:7]}: {archive.stderr.decode()}")
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "charts" / "label-rbac"
+
+
+def test_upgrade_from_the_previous_release(cp: ControlPlane, tmp_path: Path) -> None:
+    """The previous release installed as docs/install.md says, then ``helm upgrade
+    --reuse-values`` (its values, the new chart) under load: no write refused, still failing
+    closed and judging, the new chart's objects (labeled with its version) in place."""
+    new_namespace(cp, "t3")
+    tenants(cp, "t3")
+    release = Install(cp, tmp_path, "label-rbac", "label-rbac")
+    try:
+        installing = release.install(background=True, chart=previous_chart(tmp_path / "old"))
+        wait_for(lambda: release_deployed(cp, release), "the Deployments", timeout=60)
+        release.start()
+        release.mark_ready()
+        release.run_hook()
+        finish(installing)
+        eventually(lambda: alice_judged(cp, "t3"))
+        assert "helm.sh/chart" not in release.deployment("label-rbac")["metadata"]["labels"]
+        with Load(cp, "t3") as load:
+            release.rolled_out(release.upgrade(background=True))
+        print(f"upgrade from {PREVIOUS_RELEASE[:7]}: {load.writes} writes")
+        assert load.writes > 5 and load.failures == [], load.failures
+        version = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())["version"]
+        for name in ("label-rbac", "label-rbac-compiler"):
+            labels = release.deployment(name)["metadata"]["labels"]
+            assert labels["helm.sh/chart"] == f"label-rbac-{version}", name
+        assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
+        # The previous release's values kept: the CA bundle of its existing Secret.
+        path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/label-rbac"
+        _, config = cp.request(ADMIN, "GET", path)
+        ca = base64.b64encode(release.tls.ca.read_bytes()).decode()
+        assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {ca}
+        alice_judged(cp, "t3")
+        skips(cp, "label-rbac", "services")
+        # helm test: the webhook available, an unlabeled ConfigMap refused to the test's
+        # label-restricted ServiceAccount, a labeled one allowed; its objects gone after.
+        output = release.helm_test()
+        assert "refused as expected" in output and "Succeeded" in output, output
+        assert "labels.labelrbac.io" in output, output
+        roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/label-rbac-test"
+
+        def removed() -> None:
+            assert cp.request(ADMIN, "GET", roles)[0] == 404
+
+        eventually(removed)
+        with Load(cp, "t3") as load:
+            release.helm("uninstall", RELEASE, "--wait")
+        assert load.failures == [], load.failures
+    finally:
+        release.stop()
+    # (The CRD an earlier test's compiled install left, as docs/install.md says, aside.)
+    assert {k: v for k, v in leftovers(cp).items() if k != "CustomResourceDefinition"} == {}
+
+
+def generated_tls(cp: ControlPlane, namespace: str) -> tuple[bytes, dict[str, bytes]]:
+    """The registration's CA bundle (the same in every entry) and the Secret <name>-tls."""
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/label-rbac"
+    _, config = cp.request(ADMIN, "GET", path)
+    (bundle,) = {w["clientConfig"]["caBundle"] for w in config["webhooks"]}
+    status, secret = cp.request(
+        ADMIN, "GET", f"/api/v1/namespaces/{namespace}/secrets/label-rbac-tls"
+    )
+    assert status == 200, secret
+    return base64.b64decode(bundle), {k: base64.b64decode(v) for k, v in secret["data"].items()}
+
+
+def rotation(cp: ControlPlane, namespace: str, *extra: str) -> str:
+    """The chart's CronJob's command, as its ServiceAccount: its last line of output."""
+    path = f"/apis/batch/v1/namespaces/{namespace}/cronjobs/label-rbac-certs"
+    status, cronjob = cp.request(ADMIN, "GET", path)
+    assert status == 200, cronjob
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["/opt/label-rbac/bin/python", "-m", "app.webhook.rotation"]
+    user = f"system:serviceaccount:{namespace}:{pod['serviceAccountName']}"
+    done = subprocess.run(
+        [sys.executable, "-m", "app.webhook.rotation", *container["args"], *extra,
+         "--kubeconfig", str(cp.kubeconfig(user))],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stderr.strip().splitlines()[-1].split(": ", 1)[1]
+
+
+def test_install_on_a_cluster_without_cert_manager(cp: ControlPlane, tmp_path: Path) -> None:
+    """The default certificates (auto) where no cert-manager API is served: the install goes
+    through (no cert-manager object); the registration's CA bundle verifies the Secret's serving
+    certificate, and the webhook serving that Secret passes a TLS handshake checked against
+    the bundle; upgrades keep both, and re-issue them within renewBeforeDays of expiry, the
+    bundle keeping the previous CA beside a new one."""
+    namespace, host = "bare", "label-rbac.bare.svc"
+    release = Install(cp, tmp_path, namespace, "label-rbac")
+    # Fail open: nothing here routes the API server to the Service.
+    sets = ["--set", "webhook.failurePolicy=Ignore", "--set", "narrowing.enabled=false"]
+    try:
+        release.helm("install", RELEASE, str(helm.CHART), "--create-namespace", *sets)
+        bundle, tls = generated_tls(cp, namespace)
+        assert tls["ca.crt"] == bundle
+        helm.verifies(bundle, tls["tls.crt"], host)
+        # The webhook serving the Secret, as its pods would: a handshake as the API server
+        # makes it (the bundle as the only trust, the Service's name).
+        files = tmp_path / "secret"
+        files.mkdir()
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            (files / key).write_bytes(tls[key])
+        release.tls = CertPaths(files / "ca.crt", files / "tls.crt", files / "tls.key")
+        release.start_webhook(wait=False)  # (its readiness check dials 127.0.0.1 by name)
+        context = ssl.create_default_context(cadata=bundle.decode())
+        address = ("127.0.0.1", release.port)
+
+        def handshake() -> None:
+            try:
+                with (
+                    socket.create_connection(address, timeout=5) as raw,
+                    context.wrap_socket(raw, server_hostname=host) as conn,
+                ):
+                    assert conn.version() in ("TLSv1.2", "TLSv1.3")
+            except OSError as exc:  # not listening yet, or (last) the verification's failure
+                raise AssertionError(f"TLS to {host} at {address}: {exc}") from exc
+
+        eventually(handshake, timeout=60)
+        release.stop()
+        release.webhook = None
+
+        # An upgrade keeps them (the Secrets are read back, not issued again).
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values")
+        assert generated_tls(cp, namespace) == (bundle, tls)
+        # Within renewBeforeDays of the serving certificate's expiry: a new one, the same CA.
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values",
+                     "--set", "certificates.generated.renewBeforeDays=1000")  # fmt: skip
+        renewed_bundle, renewed = generated_tls(cp, namespace)
+        assert renewed["tls.crt"] != tls["tls.crt"] and renewed_bundle == bundle
+        helm.verifies(renewed_bundle, renewed["tls.crt"], host)
+        # Within it of the CA's: a new CA too, the bundle with both, so the pods still serving
+        # the previous certificate stay verifiable until their volume is refreshed.
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values",
+                     "--set", "certificates.generated.renewBeforeDays=4000")  # fmt: skip
+        rotated_bundle, rotated = generated_tls(cp, namespace)
+        assert rotated_bundle != bundle and bundle in rotated_bundle
+        helm.verifies(rotated_bundle, rotated["tls.crt"], host)
+        helm.verifies(rotated_bundle, renewed["tls.crt"], host)
+
+        # Back to the default threshold: nothing due, nothing issued.
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values",
+                     "--set", "certificates.generated.renewBeforeDays=180")  # fmt: skip
+        assert generated_tls(cp, namespace) == (rotated_bundle, rotated)
+        # Between upgrades, the CronJob renews them: its command, as its ServiceAccount.
+        assert rotation(cp, namespace) == "renewed: nothing (not due)"
+        assert generated_tls(cp, namespace) == (rotated_bundle, rotated)
+        assert rotation(cp, namespace, "--renew-before-days=1000") == "renewed: serving"
+        bundle, tls = generated_tls(cp, namespace)
+        assert bundle == rotated_bundle and tls["tls.crt"] != rotated["tls.crt"]
+        assert tls["ca.crt"] == bundle
+        helm.verifies(bundle, tls["tls.crt"], host)
+        assert rotation(cp, namespace, "--renew-before-days=4000") == "renewed: ca, serving"
+        bundle, renewed = generated_tls(cp, namespace)
+        assert rotated_bundle in bundle and len(bundle) > len(rotated_bundle)
+        helm.verifies(bundle, renewed["tls.crt"], host)
+        helm.verifies(bundle, tls["tls.crt"], host)  # the pods not yet refreshed
+        # And the next upgrade keeps what the CronJob wrote.
+        release.helm("upgrade", RELEASE, str(helm.CHART), "--reuse-values")
+        assert generated_tls(cp, namespace) == (bundle, renewed)
+        release.helm("uninstall", RELEASE, "--wait")
+    finally:
+        release.stop()
+    # (The CRD an earlier test's compiled install left, as docs/install.md says, aside.)
+    assert {k: v for k, v in leftovers(cp).items() if k != "CustomResourceDefinition"} == {}
+
+
+def test_enforce_overlay_is_narrow(tmp_path: Path) -> None:
+    """manifests/enforce runs the compiler in its registration-only mode (as the chart's
+    default does): with its arguments and identity, it keeps the label rule off what no
+    annotation restricts, so with the webhook down a write to an unrestricted resource passes
+    and a restricted one is refused, rather than every write in the cluster."""
+    require_control_plane()
+    with LabelRbacCluster(tmp_path, users=(*DEFAULT_USERS, COMPILER), overlay="enforce") as kube:
+        cp = kube.control_plane
+        new_namespace(cp, "t1")
+        tenants(cp, "t1")
+        eventually(lambda: alice_judged(cp, "t1"))
+        docs = {(d["kind"], d["metadata"]["name"]): d for d in cluster_kustomize("enforce")}
+        (container,) = docs[("Deployment", "label-rbac-compiler")]["spec"]["template"]["spec"][
+            "containers"
+        ]
+        identity = "--identity=$(POD_NAME)"
+        args = [a for a in container["args"][1:] if a != identity]
+        assert "--registration-only" in args
+        probes = free_port()
+        args = [a if not a.startswith("--probe-bind=") else f"--probe-bind=127.0.0.1:{probes}"
+                for a in args]  # fmt: skip
+        compilers = Compilers(cp, tmp_path, COMPILER.name)
+        compilers.start("compiler-0", *args)
+        try:
+            eventually(lambda: skips(cp, "label-rbac", "services"), timeout=30)
+            # The guard holds it to its conditions: it may not drop an entry.
+            patch = '[{"op": "remove", "path": "/webhooks/1"}]'
+            done = cp.kubectl(COMPILER.name, "patch", "validatingwebhookconfiguration/label-rbac",
+                              "--type=json", f"--patch={patch}")  # fmt: skip
+            assert done.returncode != 0 and "label-rbac-registration" in done.stderr, done.stderr
+            assert kube.webhook is not None
+            stop(kube.webhook.process)
+            kube.webhook = None
+            service = {"metadata": {"generateName": "s-"}, "spec": {"ports": [{"port": 80}]}}
+            status, answer = cp.request(ADMIN, "POST", "/api/v1/namespaces/t1/services", service)
+            assert status == 201, answer
+            refused = configmap(cp, ADMIN, "t1", {})
+            assert refused.startswith("500") and "failed calling webhook" in refused, refused
+        finally:
+            compilers.stop_all()
+
+
+def run_reporter(release: Install, workdir: Path, log: str) -> subprocess.Popen[str]:
+    """The reporter as its pods would run it: the Deployment's arguments (its identity and
+    metrics port the process's own), as its ServiceAccount."""
+    (container,) = release.deployment("label-rbac-reporter")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    own = ("--identity=", "--metrics-port=")
+    args = [a for a in container["args"] if not a.startswith(own)]
+    assert args[0] == "report"
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", *args, "--kubeconfig",
+         str(release.cp.kubeconfig(REPORTER.name)), "--identity", "one", "--interval", "0.2"],
+        cwd=ROOT, stdout=(workdir / log).open("w"), stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "KUBECONFIG": ""}, start_new_session=True,
+    )  # fmt: skip
+
+
+def unaudited(cp: ControlPlane) -> dict[str, str]:
+    """The ClusterPolicyReport's `audited` errors: resource → message (absent report: raise)."""
+    status, found = cp.request(ADMIN, "GET", CLUSTER_REPORT)
+    assert status == 200, found
+    return {r["resources"][0]["name"]: r["message"] for r in found.get("results") or []
+            if r["result"] == "error" and r["rule"] == "audited"}  # fmt: skip
+
+
+def test_reporter_reads_every_restricted_resource(cp: ControlPlane, tmp_path: Path) -> None:
+    """reports.enabled: the reporter's rights cover every resource an annotation can restrict
+    (the example platform-ops role restricts every resource, "*"): its cluster report has no
+    `audited` error. Narrowed to ConfigMaps (reports.readRules), the same reporter reports the
+    resources it cannot list: the rights are what decides."""
+    if not REPORT_CRDS.is_dir():
+        pytest.skip(f"no report CRDs in {REPORT_CRDS}")
+    crds = [d for path in sorted(REPORT_CRDS.glob("*.yaml"))
+            for d in yaml.safe_load_all(path.read_text()) if d]  # fmt: skip
+    cp.apply(ADMIN, crds)
+    wait_for(lambda: cp.request(ADMIN, "GET", CLUSTER_REPORT.rsplit("/", 1)[0])[0] == 200, "CRD")
+    examples = ROOT / "manifests" / "examples"
+    for name in ("namespaces.yaml", "tenants.yaml", "cluster.yaml"):
+        cp.apply(ADMIN, (examples / name).read_text())
+    narrowed = [
+        "reports.readRules[0].apiGroups[0]=", "reports.readRules[0].resources[0]=configmaps",
+        "reports.readRules[0].verbs={list,watch}",
+    ]  # fmt: skip
+    release = Install(
+        cp, tmp_path, "label-rbac", "label-rbac",
+        sets=["reports.enabled=true", "webhook.failurePolicy=Ignore", "narrowing.enabled=false",
+              *narrowed],
+    )  # fmt: skip
+    sets = [a for v in release.values() for a in ("--set", v)]
+    reporter: subprocess.Popen[str] | None = None
+    try:
+        release.helm("install", RELEASE, str(CHART), "--create-namespace", *sets)
+        reporter = run_reporter(release, tmp_path, "reporter-narrowed.log")
+        eventually(lambda: "services" in unaudited(cp), timeout=60)
+        assert "configmaps" not in unaudited(cp)
+        stop(reporter)
+        cp.request(ADMIN, "DELETE", CLUSTER_REPORT)
+        # The default rights (every resource, list and watch).
+        release.helm("upgrade", RELEASE, str(CHART), "--reuse-values",
+                     "--set", "reports.readRules[0].apiGroups[0]=*",
+                     "--set", "reports.readRules[0].resources[0]=*",
+                     "--set", "reports.readRules[0].verbs={list,watch}")  # fmt: skip
+        reporter = run_reporter(release, tmp_path, "reporter.log")
+
+        def reported_without_errors() -> None:
+            status, found = cp.request(ADMIN, "GET", CLUSTER_REPORT)
+            assert status == 200 and found["summary"]["pass"] >= 1, found
+            assert unaudited(cp) == {} and found["summary"].get("error", 0) == 0, found
+
+        eventually(reported_without_errors, timeout=60)
+        release.helm("uninstall", RELEASE, "--wait")
+    finally:
+        if reporter is not None:
+            stop(reporter)

@@ -8,6 +8,7 @@ metadata:
   name: '{{ $name }}'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   paramKind:
@@ -525,6 +526,7 @@ metadata:
   name: '{{ $name }}'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}'
   validationActions:
@@ -539,6 +541,7 @@ metadata:
   name: '{{ $name }}-params'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -569,6 +572,7 @@ metadata:
   name: '{{ $name }}-params'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-params'
   validationActions:
@@ -580,6 +584,7 @@ metadata:
   name: '{{ $name }}-marks'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -613,6 +618,7 @@ metadata:
   name: '{{ $name }}-marks'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-marks'
   validationActions:
@@ -624,6 +630,7 @@ metadata:
   name: '{{ $name }}-mark-owner'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -657,6 +664,7 @@ metadata:
   name: '{{ $name }}-mark-owner'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-mark-owner'
   validationActions:
@@ -668,6 +676,7 @@ metadata:
   name: '{{ $name }}-params-visible'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -707,6 +716,7 @@ metadata:
   name: '{{ $name }}-params-visible'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-params-visible'
   validationActions:
@@ -721,6 +731,7 @@ metadata:
   name: '{{ $name }}-terminating'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -853,6 +864,7 @@ metadata:
   name: '{{ $name }}-terminating'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-terminating'
   validationActions:
@@ -867,6 +879,7 @@ metadata:
   name: '{{ $name }}-registration'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -940,6 +953,7 @@ metadata:
   name: '{{ $name }}-registration'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-registration'
   validationActions:
@@ -954,6 +968,7 @@ metadata:
   name: '{{ $name }}-warn'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   paramKind:
@@ -1450,6 +1465,7 @@ metadata:
   name: '{{ $name }}-audit'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   paramKind:
@@ -1945,6 +1961,7 @@ metadata:
   name: '{{ $name }}-warn'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-warn'
   validationActions:
@@ -1959,6 +1976,7 @@ metadata:
   name: '{{ $name }}-audit'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-audit'
   validationActions:
@@ -1976,6 +1994,7 @@ metadata:
   name: '{{ $name }}-subresources'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   failurePolicy: Fail
   matchConstraints:
@@ -2138,6 +2157,7 @@ metadata:
   name: '{{ $name }}-subresources'
   labels:
     app.kubernetes.io/name: label-rbac
+    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
   policyName: '{{ $name }}-subresources'
   validationActions:

@@ -76,6 +76,9 @@ webhook would. */}}
 {{- range .Values.annotationKeys }}
 - --annotation-key={{ . }}
 {{- end }}
+{{- range .Values.placementKeys }}
+- --placement-key={{ . }}
+{{- end }}
 {{- with .Values.defaultLabelKey }}
 - --default-label-key={{ . }}
 {{- end }}
@@ -147,4 +150,137 @@ refused rather than changed. */}}
 {{- $ops = append $ops (dict "op" "replace" "path" (printf "/webhooks/%d/failurePolicy" $i) "value" "Fail") -}}
 {{- end -}}
 {{- toJson $ops -}}
+{{- end }}
+
+{{/*
+Every key of the chart's defaults (_defaults.tpl) a values file lacks, filled in .Values before a
+template reads it: `helm upgrade --reuse-values` renders this chart with the values of the
+release it upgrades, which lack every key added since. Each template calls it first (it is
+idempotent). A map is filled key by key, but for the sections a user sets as a whole (where a key
+nulled with `--set key=null` must stay absent): those are filled only when absent.
+*/}}
+{{- define "label-rbac.fill" -}}
+{{- include "label-rbac.fillMap" (list .Values.AsMap (include "label-rbac.defaults" . | fromJson) "") -}}
+{{- end }}
+
+{{- define "label-rbac.fillMap" -}}
+{{- $dst := index . 0 -}}
+{{- $src := index . 1 -}}
+{{- $prefix := index . 2 -}}
+{{- $whole := list "networkPolicy.apiServer" "networkPolicy.prometheus" "webhook.resources" "compiled.resources" "reports.resources" "reports.readRules" "certificates.certManager.issuerRef" "securityContext" "podSecurityContext" -}}
+{{- range $key, $default := $src -}}
+{{- $path := printf "%s%s" $prefix $key -}}
+{{- if not (hasKey $dst $key) -}}
+{{- $_ := set $dst $key (deepCopy $default) -}}
+{{- else if and (kindIs "map" $default) (kindIs "map" (index $dst $key)) (not (has $path $whole)) -}}
+{{- include "label-rbac.fillMap" (list (index $dst $key) $default (printf "%s." $path)) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The labels of every object: app.kubernetes.io/name (the argument's "name", default the name
+prefix: the selectors use it, so it stays what earlier releases set) and the rest, which no
+selector reads ("label-rbac.commonLabels": instance, version, component, part-of, managed-by,
+helm.sh/chart). Argument: (dict "root" $ "component" "webhook" ["name" "..."]).
+*/}}
+{{- define "label-rbac.labels" -}}
+app.kubernetes.io/name: {{ .name | default (include "label-rbac.name" .root) }}
+{{ include "label-rbac.commonLabels" . }}
+{{- end }}
+
+{{- define "label-rbac.commonLabels" -}}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/part-of: label-rbac
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/* A pod template's labels: "label-rbac.labels" and podLabels (which cannot replace them). */}}
+{{- define "label-rbac.podLabels" -}}
+{{- $labels := include "label-rbac.labels" . | fromYaml -}}
+{{- toYaml (merge $labels (.root.Values.podLabels | default dict)) -}}
+{{- end }}
+
+{{/* An object read from files/ (YAML) with the chart's labels added to its own (which win, its
+name label included). Argument:
+(dict "root" $ "component" "..." "text" "<the object's YAML>"). */}}
+{{- define "label-rbac.labeled" -}}
+{{- $object := .text | fromYaml -}}
+{{- $labels := include "label-rbac.labels" . | fromYaml -}}
+{{- $_ := set $object.metadata "labels" (merge ($object.metadata.labels | default dict) $labels) -}}
+{{- toYaml $object -}}
+{{- end }}
+
+{{/*
+Where the webhook's certificate comes from: certificates.source, with "auto" resolved to
+certManager where the cluster serves cert-manager's API, else generated. certManager asked for
+where that API is not served fails here, with what to do, rather than at Helm's "no matches
+for kind".
+*/}}
+{{- define "label-rbac.certSource" -}}
+{{- $source := .Values.certificates.source -}}
+{{- $served := .Capabilities.APIVersions.Has "cert-manager.io/v1" -}}
+{{- if eq $source "auto" -}}
+{{ ternary "certManager" "generated" $served }}
+{{- else -}}
+{{- if and (eq $source "certManager") (not $served) -}}
+{{- fail "certificates.source=certManager, but this cluster serves no cert-manager.io/v1: install cert-manager (https://cert-manager.io/docs/installation/), or set certificates.source to auto or generated (the chart's own CA), or existingSecret" -}}
+{{- end -}}
+{{ $source }}
+{{- end -}}
+{{- end }}
+
+{{/*
+With certificates.source generated: the CA and the serving certificate, as a dict (caCert,
+caKey, caNotAfter, cert, key, notAfter, bundle; PEM, notAfter in Unix seconds), those of the
+Secrets "<name>-ca" and "<name>-tls" when they exist and expire later than renewBeforeDays from
+now, else new ones. A new CA is issued with a new serving certificate, and the bundle keeps the
+previous CA beside it, so the pods still serving the previous certificate (until the kubelet
+refreshes their Secret volume) stay verifiable. Outside a cluster (helm template) every render
+issues new ones.
+*/}}
+{{- define "label-rbac.generatedTLS" -}}
+{{- $name := include "label-rbac.name" . -}}
+{{- $namespace := include "label-rbac.namespace" . -}}
+{{- $settings := .Values.certificates.generated -}}
+{{- $now := now | unixEpoch | int64 -}}
+{{- $horizon := add $now (mul (int $settings.renewBeforeDays) 86400) -}}
+{{- $caSecret := lookup "v1" "Secret" $namespace (printf "%s-ca" $name) -}}
+{{- $tlsSecret := lookup "v1" "Secret" $namespace (printf "%s-tls" $name) -}}
+{{- $found := dict -}}
+{{- $caKept := false -}}
+{{- with $caSecret -}}
+{{- $until := index (.metadata.annotations | default dict) "labelrbac.io/not-after" | default "0" | int64 -}}
+{{- if and .data (gt $until $horizon) -}}
+{{- $ca := buildCustomCert (index .data "tls.crt") (index .data "tls.key") -}}
+{{- $found = dict "caCert" $ca.Cert "caKey" $ca.Key "caNotAfter" $until -}}
+{{- $caKept = true -}}
+{{- end -}}
+{{- end -}}
+{{- $previousCA := "" -}}
+{{- if not $caKept -}}
+{{- with $caSecret }}{{ with .data }}{{ $previousCA = index . "tls.crt" | b64dec }}{{ end }}{{ end -}}
+{{- $ca := genCA (printf "%s-ca" $name) (int $settings.caDays) -}}
+{{- $found = dict "caCert" $ca.Cert "caKey" $ca.Key "caNotAfter" (add $now (mul (int $settings.caDays) 86400)) -}}
+{{- end -}}
+{{- $certKept := false -}}
+{{- if $caKept -}}
+{{- with $tlsSecret -}}
+{{- $until := index (.metadata.annotations | default dict) "labelrbac.io/not-after" | default "0" | int64 -}}
+{{- if and .data (gt $until $horizon) -}}
+{{- $_ := merge $found (dict "cert" (index .data "tls.crt" | b64dec) "key" (index .data "tls.key" | b64dec) "notAfter" $until "bundle" (index .data "ca.crt" | b64dec)) -}}
+{{- $certKept = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $certKept -}}
+{{- $ca := buildCustomCert ($found.caCert | b64enc) ($found.caKey | b64enc) -}}
+{{- $dns := list (printf "%s.%s.svc" $name $namespace) (printf "%s.%s.svc.cluster.local" $name $namespace) -}}
+{{- $cert := genSignedCert (first $dns) nil $dns (int $settings.days) $ca -}}
+{{- $_ := merge $found (dict "cert" $cert.Cert "key" $cert.Key "notAfter" (add $now (mul (int $settings.days) 86400)) "bundle" (printf "%s%s" $found.caCert $previousCA)) -}}
+{{- end -}}
+{{- toYaml $found -}}
 {{- end }}
