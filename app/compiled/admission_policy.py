@@ -52,7 +52,7 @@ from __future__ import annotations
 import copy
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,18 +135,13 @@ WEBHOOK_YAML = Path(__file__).resolve().parents[2] / "manifests" / "deploy" / "w
 
 
 def _role_ids() -> str:
-    """The ids of the roles bound to the user, in the webhook's order: the namespace's bindings
-    (the user, then each group), then the cluster's. The optional chains stay inline (a variable
+    """The ids of the roles the namespace's RoleBindings bind to the user, in the webhook's
+    order: the user's, then each group's (the ClusterRoleBindings' come after them, from the
+    policy's constants: ``_cluster_found``). The optional chains stay inline (a variable
     holding an optional would lose ``?.`` semantics)."""
-    user = "params.spec.?{}[?request.userInfo.username].orValue([])"
-    groups = "request.userInfo.groups.map(g, params.spec.?{}[?g].orValue([])).flatten()"
-    return " + ".join(
-        (
-            user.format("users"),
-            groups.format("groups"),
-            user.format("clusterUsers"),
-            groups.format("clusterGroups"),
-        )
+    return (
+        "params.spec.?users[?request.userInfo.username].orValue([]) + "
+        "request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten()"
     )
 
 
@@ -193,25 +188,57 @@ def _entries(key: str) -> str:
     )
 
 
-def _granting(entries: str, found: str, op: str, requested: str) -> str:
-    """The grants that grant the request. A rule with resourceNames grants a create only to a
-    user who may also update or patch that name (a PUT or an apply creating it):
-    model.authorizations."""
+# The cluster part's constants (``app.engine.params.cluster_chunks``), as one list.
+CHUNKS = "clusterChunks"
+
+
+def _cluster_found(op: str, key: str) -> str:
+    """The grants for ``op`` of the roles the ClusterRoleBindings bind to the user (the user's,
+    then each group's, each subject in one chunk): read from the policy's constants, only when
+    the resource is indexed."""
+
+    def found(subjects: str) -> str:
+        entry = f"c.roles[r][?{key}].orValue(c.roles[r][?'{DEFAULT}'].orValue({{}}))"
+        per_chunk = (
+            f"c.{subjects}.orValue([]).map(r, {entry})"
+            f".filter(m, {op} in m).map(m, c.grants[m[{op}]])"
+        )
+        return f"variables.{CHUNKS}.map(c, {per_chunk}).flatten()"
+
+    user = found("users[?request.userInfo.username]")
+    groups = f"request.userInfo.groups.map(g, {found('groups[?g]')}).flatten()"
+    return f"{user} + {groups}"
+
+
+def _found(op: str, key: str, cluster: bool) -> str:
+    """The grants for ``op`` of the user's roles (``entries``: the namespace's), and with
+    ``cluster`` those of the ClusterRoleBindings'."""
+    own = _grants("entries", op)
+    return f"({own} + {_cluster_found(op, key)})" if cluster else own
+
+
+def _granting(found: str, updates: str, op: str, requested: str) -> str:
+    """The grants that grant the request (``found``: for its operation; ``updates``: for
+    UPDATE). A rule with resourceNames grants a create only to a user who may also update or
+    patch that name (a PUT or an apply creating it): model.authorizations."""
     return (
         f"{op} != 'CREATE' ? "
         f"{found}.filter(g, !has(g.names) || {requested} in g.names) : "
         f"{found}.filter(g, !has(g.names)) + "
         f"({found}.exists(g, has(g.names) && {requested} in g.names) && "
-        f"{_grants(entries, repr('UPDATE'))}.exists(g, !has(g.names) || {requested} in g.names) ? "
+        f"({updates}).exists(g, !has(g.names) || {requested} in g.names) ? "
         f"{found}.filter(g, has(g.names) && {requested} in g.names) : [])"
     )
 
 
-def _bound_granting(op: str = _op("requested")) -> str:
+def _bound_granting(op: str = _op("requested"), cluster: bool = True) -> str:
     """``granting`` in one program: the request's parts bound, not read from variables. ``op``:
-    the operation judged (the request's, or the DELETE a write stands for: ``deleteGranting``)."""
-    granting = _granting("entries", "found", "op", "requested")
-    found = _bind("found", _grants("entries", "op"), granting)
+    the operation judged (the request's, or the DELETE a write stands for: ``deleteGranting``);
+    without ``cluster``, the namespace's grants only (a match condition, which cannot read the
+    policy's constants)."""
+    updates = _found(repr("UPDATE"), "key", cluster)
+    granting = _granting("found", updates, "op", "requested")
+    found = _bind("found", _found("op", "key", cluster), granting)
     indexed = f"!({_indexed('key')}) ? [] : " + _bind("entries", _entries("key"), found)
     return _bind("requested", _REQUESTED, _bind("op", op, _bind("key", _KEY, indexed)))
 
@@ -492,18 +519,33 @@ def _allowed(mode: str) -> str:
 
 def _may_refuse(mode: str) -> str:
     """CEL: the policy's match condition, variables spelled out: whether ``_allowed`` may be
-    false. A kubelet is judged by its labels as anyone (what the webhook's node rules decide of
-    the resources the policy judges, the compiled entry sends the webhook: ``NODE_RESOURCES``);
+    false. It reads the namespace's parameters only (a match condition cannot read the
+    policy's constants, which hold the ClusterRoleBindings' grants), so it matches every write
+    those could decide: one no role of the namespace grants (``granting`` empty, the resource
+    indexed), and one they refuse whatever the mode (a grant of the cluster's may permit it, or
+    enforce what they soften). Adding grants never turns a write the namespace's grants permit
+    into a refusal (the label rule is a union), so what it lets pass, the validation would.
+    A kubelet is judged by its labels as anyone (what the webhook's node rules decide of the
+    resources the policy judges, the compiled entry sends the webhook: ``NODE_RESOURCES``);
     ``granting`` is computed once, after the checks that do not need it. A match condition
     cannot see the namespace, so delegated parameters match and the validation reads the
     namespace's mark."""
-    granting = frozenset({"granting"})
+    indexed = _inline("variables.indexed")
+    denied = _inline(_DEFINITIONS["denied"], frozenset({"granting"}))
     refused = _bind(
-        "granting", _inline("variables.granting"), _inline(_refusals(mode, False), granting)
+        "granting",
+        _bound_granting(cluster=False),
+        f"granting.size() == 0 ? {indexed} : {denied}",
     )
     # A write the fast path allows may still stand for a delete the user may not make: judged
     # first, and only when the write changes owner references or finalizers (``changed``).
-    deletes = _inline(_delete_refusal(mode))
+    deletes = _bind(
+        "granting",
+        _bound_granting(repr("DELETE"), cluster=False),
+        f"granting.size() == 0 ? {indexed} : "
+        + _refused_labels("granting", "granting.filter(g, has(g.labels))"),
+    )
+    deletes = f"({_inline('variables.changed')}) && ({deletes})"
     if mode != ENFORCE:
         # Nothing softened in the namespace (the usual case): one field read and done.
         return f"has(params.spec.softened) && ({deletes} || !({fast_allowed()}) && {refused})"
@@ -535,8 +577,9 @@ def _role_allows(role: str) -> str:
 
 
 def fast_allowed() -> str:
-    """CEL: a write some single role bound to the user permits by itself, found by key lookups
-    and short-circuiting ``exists`` (no list built): the allowed path of a match condition.
+    """CEL: a write some single role the namespace binds to the user permits by itself, found
+    by key lookups and short-circuiting ``exists`` (no list built): the allowed path of a match
+    condition (the ClusterRoleBindings' roles are the validation's: ``_may_refuse``).
 
     It implies ``!denied && !unlisted``: a grant of the user's for the request, unrestricted or
     whose requirements permit the labels before and after, is granting and permits both. The
@@ -550,8 +593,6 @@ def fast_allowed() -> str:
         (
             f"params.spec.?users[?{user}].orValue([]).exists(id, {role})",
             f"{groups}.exists(s, params.spec.?groups[?s].orValue([]).exists(id, {role}))",
-            f"params.spec.?clusterUsers[?{user}].orValue([]).exists(id, {role})",
-            f"{groups}.exists(s, params.spec.?clusterGroups[?s].orValue([]).exists(id, {role}))",
         )
     )
 
@@ -776,7 +817,22 @@ def _excluded() -> list[dict[str, Any]]:
     return _rules({GROUP: ["*"], **_by_group(WEBHOOK_RESOURCES)}, ["*"])
 
 
-def policy(name: str) -> dict[str, Any]:
+def cluster_variables(chunks: Sequence[str]) -> list[dict[str, str]]:
+    """The policy's constants holding the ClusterRoleBindings' part (``ClusterPart.chunks``),
+    and their list, which ``_cluster_found`` reads: the API server builds a constant once per
+    policy, not per write, and refuses an expression over 100,000 code points, hence several."""
+    names = [f"cluster{i}" for i in range(len(chunks))]
+    listed = "[" + ", ".join(f"variables.{n}" for n in names) + "]"
+    return [
+        *({"name": n, "expression": c} for n, c in zip(names, chunks, strict=True)),
+        {"name": CHUNKS, "expression": listed if names else "dyn([])"},
+    ]
+
+
+def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
+    """The policy ``name`` (one of ``ACTIONS``) with the ClusterRoleBindings' part ``chunks``:
+    the compiler writes it (``app.compiled.compiler.PolicyWriter``); without ``chunks`` it
+    knows no grant of theirs, and refuses the writes only those would permit."""
     mode, _ = ACTIONS[name]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -785,22 +841,31 @@ def policy(name: str) -> dict[str, Any]:
         "spec": {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": API_VERSION, "kind": KIND},
-            "matchConstraints": {
-                "namespaceSelector": copy.deepcopy(JUDGED),
-                "resourceRules": [
-                    {
-                        "apiGroups": ["*"],
-                        "apiVersions": ["*"],
-                        "operations": list(OPERATIONS),
-                        "resources": ["*"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "excludeResourceRules": _excluded(),
-            },
-            "variables": [{"name": n, "expression": e} for n, e in VARIABLES],
+            "matchConstraints": _judged(),
+            "variables": [
+                *cluster_variables(chunks),
+                *({"name": n, "expression": e} for n, e in VARIABLES),
+            ],
             **_judgement(mode),
         },
+    }
+
+
+def _judged() -> dict[str, Any]:
+    """What the policies reading parameters match, and their bindings too: the binding's own
+    copy keeps the policy, which the compiler writes, from reaching anything else."""
+    return {
+        "namespaceSelector": copy.deepcopy(JUDGED),
+        "resourceRules": [
+            {
+                "apiGroups": ["*"],
+                "apiVersions": ["*"],
+                "operations": list(OPERATIONS),
+                "resources": ["*"],
+                "scope": "Namespaced",
+            }
+        ],
+        "excludeResourceRules": _excluded(),
     }
 
 
@@ -813,6 +878,7 @@ def binding(name: str) -> dict[str, Any]:
         "spec": {
             "policyName": name,
             "validationActions": [action],
+            "matchResources": _judged(),
             # No parameters: the policy stands aside (``policy_scope``'s docstring says why
             # that leaves no write unjudged, and how a namespace being deleted is held).
             "paramRef": {"name": NAME, "parameterNotFoundAction": "Allow"},
@@ -1106,19 +1172,21 @@ def registration_guard() -> list[dict[str, Any]]:
 
 
 def manifests() -> list[dict[str, Any]]:
-    """``manifests/compiled/policy.yaml``: the enforcing policy and binding, then the guards."""
-    return [policy(POLICY), binding(POLICY), *guard(), *registration_guard()]
+    """``manifests/compiled/policy.yaml``: the enforcing policy's binding, then the guards. The
+    policy itself is the compiler's to write (``PolicyWriter``): it holds the
+    ClusterRoleBindings' part, which changes with them."""
+    return [binding(POLICY), *guard(), *registration_guard()]
 
 
 def mode_manifests() -> list[dict[str, Any]]:
-    """``manifests/compiled/modes/policy.yaml``: the warn and audit policies and bindings.
+    """``manifests/compiled/modes/policy.yaml``: the warn and audit policies' bindings (the
+    compiler run with ``--compile-softened`` writes the policies).
 
     Optional: each policy bound costs the API server its own evaluation on every write it
     matches. Without them a denial that a mode softens is allowed, as by the webhook, but
     without the policy's warning or audit annotation.
     """
-    soft = [name for name in ACTIONS if name != POLICY]
-    return [policy(name) for name in soft] + [binding(name) for name in soft]
+    return [binding(name) for name in ACTIONS if name != POLICY]
 
 
 def shipped_webhook() -> dict[str, Any]:

@@ -13,17 +13,21 @@ agree on which roles grant a request and what they permit. ``spec``::
     unjudged: [secrets, services]         # the served ones no annotation restricts: allowed
     users: {alice: ["0"]}                 # subject → role ids, from the namespace's RoleBindings
     groups: {tenants: ["1"]}
-    clusterUsers: {}                      # ... and from the ClusterRoleBindings
-    clusterGroups: {ops: [c0]}
     roles:                                # role id → resource → operation → grant id
       "0": {configmaps: {CREATE: a, UPDATE: a, DELETE: a, DELETECOLLECTION: a}}
-      c0: {"*": {CREATE: c0, UPDATE: c0, ...}}    # "*": every indexed resource not named
+      "1": {"*": {CREATE: b, UPDATE: b, ...}}     # "*": every indexed resource not named
     grants:
       a: {role: role t1/team-a, mode: enforce, allows: "role t1/team-a allows team in [a]",
           labels: [{key: team, exact: [a], prefixes: [], suffixes: [], patterns: []}],
           names: [...]}
-      c0: {role: clusterrole edit, unrestricted: true}
-      b: {role: role t1/broken, invalid: "role t1/broken grants nothing here: ..."}
+      b: {role: clusterrole edit, unrestricted: true}
+      c: {role: role t1/broken, invalid: "role t1/broken grants nothing here: ..."}
+
+The ClusterRoleBindings' part (``ClusterPart``: their subjects, the roles they bind and those
+roles' grants, in the same shape) is the same for every namespace, so it is stored once: in the
+policy itself, as CEL constants (``cluster_chunks``), which the API server builds once per
+policy, not per write. Copied into every namespace it made the stored bytes grow as namespaces
+times cluster-wide grants, and every ClusterRoleBinding edit a write of every namespace.
 
 A subject appears once per namespace, a role once however many subjects it is bound to, and a
 grant once however many roles' resources and operations share it; lookups are by key, so the
@@ -109,6 +113,11 @@ MAX_BYTES = 1_400_000
 # test machine (docs/compiled.md, "Size guard"), more than parameters of ``MAX_BYTES`` take; a
 # namespace of ordinary roles takes a few hundred.
 MAX_WORK = 1_000_000
+# The cluster part's CEL constants: each at most this many code points (kube-apiserver refuses an
+# expression over 100,000; the rest is kept for the policy's own text around it), and at most
+# this many of them (with the policy's own expressions, under etcd's 1.5 MiB per object).
+CHUNK_CODE_POINTS = 90_000
+MAX_CHUNKS = 12
 # Why a namespace is delegated, as its Compiled condition's reason says.
 TOO_LARGE, TOO_COMPLEX = "TooLarge", "TooComplex"
 SUBRESOURCE_ENTRIES = "SubresourceEntries"
@@ -214,6 +223,8 @@ class Target:
     indexed: tuple[Resource, ...] | None = None
     # Render a namespace whose denials a mode would soften ``delegated`` (the compiler's default).
     delegate_softened: bool = False
+    # Code points of each of the policy's constants holding the cluster part.
+    chunk_code_points: int = CHUNK_CODE_POINTS
 
     @classmethod
     def of(
@@ -476,10 +487,11 @@ def _with_default(entry: Mapping[str, Operations]) -> dict[str, Operations]:
 
 
 class _ClusterScope:
-    """The ClusterRoleBindings' part, shared by every namespace's render.
+    """The ClusterRoleBindings' part, resolved once for every namespace's render.
 
-    They are copied into every namespace's parameters, and resolving them again for each one
-    made a full render cost (namespaces) x (cluster bindings) x (resources). A part depends on
+    Every namespace's render asks for it (``render_cluster``: whether it softens a denial or
+    leaves every namespace to the webhook), and resolving it again for each one made a full
+    render cost (namespaces) x (cluster bindings) x (resources). A part depends on
     the cluster scope (the same object until a ClusterRoleBinding or a role it binds changes) and
     the indexed resources (the same in most namespaces); the last few are kept. The work of
     resolving them is spent from the budget of the namespace that needs them first (namespaces
@@ -543,8 +555,9 @@ def _index(snapshot: Snapshot, target: Target) -> tuple[Resource, ...]:
 
 
 def render(snapshot: Snapshot, namespace: str, target: Target) -> Rendered:
-    """The parameters of ``namespace``: its RoleBindings and every ClusterRoleBinding; delegated
-    past ``target.max_work`` units of work or ``target.max_bytes`` bytes."""
+    """The parameters of ``namespace``: its RoleBindings' part (the ClusterRoleBindings' is
+    ``render_cluster``'s, stored once); delegated past ``target.max_work`` units of work or
+    ``target.max_bytes`` bytes, or when the cluster part leaves every namespace to the webhook."""
     base: dict[str, Any] = {
         "mode": target.options.mode,
         "allowUnlabeled": target.options.allow_unlabeled,
@@ -568,14 +581,11 @@ def _render(
     snapshot: Snapshot, namespace: str, target: Target, base: dict[str, Any], work: Work
 ) -> Rendered:
     own_scope = snapshot.bindings.scopes.get(namespace)
-    cluster_scope = _cluster_scope(snapshot)
-    indexed = target.indexed if target.indexed is not None else _index(snapshot, target)
-    own, cluster = _Part(own_scope, indexed, "", work), cluster_scope.part(indexed, work)
+    cluster = render_cluster(snapshot, target)
+    indexed = _indexed(snapshot, target)
+    own = _Part(own_scope, indexed, "", work)
     judged = frozenset(indexed)
-    grants = {**own.grants, **cluster.grants}
-    if target.options.mode != ENFORCE or any(
-        g.get("mode", ENFORCE) != ENFORCE for g in grants.values()
-    ):
+    if cluster.softened or _softened(target, own.grants.values()):
         base["softened"] = True  # the warn and audit policies look further only then
     spec = {
         **base,
@@ -583,17 +593,18 @@ def _render(
         "unjudged": [resource_key(r) for r in target.resources if r not in judged],
         "users": own.subjects["User"],
         "groups": own.subjects["Group"],
-        "clusterUsers": cluster.subjects["User"],
-        "clusterGroups": cluster.subjects["Group"],
-        "roles": {**own.roles, **cluster.roles},
-        "grants": grants,
+        "roles": own.roles,
+        "grants": own.grants,
     }
     text = spec_text(spec)
     reason, cause = None, TOO_LARGE
-    relabelled = _relabelled(own_scope, target.resources) or cluster_scope.relabelled(
-        target.resources
-    )
-    if relabelled is not None:
+    relabelled = _relabelled(own_scope, target.resources)
+    if cluster.delegated is not None:
+        reason = (
+            f"in namespace {namespace}, {cluster.delegated}: the webhook keeps judging its writes"
+        )
+        cause = cluster.reason
+    elif relabelled is not None:
         reason = f"in namespace {namespace}, {relabelled}: the webhook keeps judging its writes"
         cause = SUBRESOURCE_ENTRIES
     elif target.delegate_softened and "softened" in base:
@@ -611,9 +622,187 @@ def _render(
     if reason is not None:
         delegated = {**base, "delegated": reason}
         return Rendered(
-            namespace, delegated, len(grants), spec_text(delegated), reason, cause, work.spent
+            namespace, delegated, len(own.grants), spec_text(delegated), reason, cause, work.spent
         )
-    return Rendered(namespace, spec, len(grants), text, work=work.spent)
+    return Rendered(namespace, spec, len(own.grants), text, work=work.spent)
+
+
+def _indexed(snapshot: Snapshot, target: Target) -> tuple[Resource, ...]:
+    return target.indexed if target.indexed is not None else _index(snapshot, target)
+
+
+def _softened(target: Target, grants: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a denial by one of ``grants`` would be softened (a warn or audit mode)."""
+    return target.options.mode != ENFORCE or any(g.get("mode", ENFORCE) != ENFORCE for g in grants)
+
+
+
+@dataclass(frozen=True)
+class ClusterPart:
+    """The ClusterRoleBindings' part of every namespace's parameters, stored once in the policy.
+
+    ``chunks`` are the CEL constants the policy holds (``cluster_chunks``); ``delegated`` says
+    why every namespace is left to the webhook instead (``reason``: as a namespace's Compiled
+    condition says it), and then ``chunks`` is empty.
+    """
+
+    chunks: tuple[str, ...]
+    grants: int
+    softened: bool
+    delegated: str | None = None
+    reason: str = ""
+    # The part as a namespace's parameters would hold it (``users``, ``groups``, ``roles``,
+    # ``grants``), what ``chunks`` spell in CEL.
+    spec: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        """Code points of the constants, as the API server counts an expression's size."""
+        return sum(len(chunk) for chunk in self.chunks)
+
+
+_last_cluster: tuple[object, Target, ClusterPart] | None = None
+_last_cluster_lock = threading.Lock()
+
+
+def render_cluster(snapshot: Snapshot, target: Target) -> ClusterPart:
+    """The ClusterRoleBindings' part for ``target``: the last one kept, as every namespace's
+    render asks for it (it only changes with a ClusterRoleBinding or a role one binds)."""
+    global _last_cluster
+    cluster_scope = _cluster_scope(snapshot)
+    indexed = _indexed(snapshot, target)
+    key = (cluster_scope, indexed)
+    with _last_cluster_lock:
+        last = _last_cluster
+        if last is not None and last[0] == key and last[1] == target:
+            return last[2]
+    part = _render_cluster(cluster_scope, indexed, target)
+    with _last_cluster_lock:
+        _last_cluster = (key, target, part)
+    return part
+
+
+def _render_cluster(
+    cluster_scope: _ClusterScope, indexed: tuple[Resource, ...], target: Target
+) -> ClusterPart:
+    work = Work(target.max_work)
+    try:
+        part = cluster_scope.part(indexed, work)
+    except OverBudget:
+        reason = (
+            f"the ClusterRoleBindings' part of the parameters would take more than "
+            f"{target.max_work} units of work to compile"
+        )
+        return ClusterPart((), 0, False, reason, TOO_COMPLEX)
+    softened = _softened(target, part.grants.values())
+    relabelled = cluster_scope.relabelled(target.resources)
+    if relabelled is not None:
+        return ClusterPart((), len(part.grants), softened, relabelled, SUBRESOURCE_ENTRIES)
+    if target.delegate_softened and softened:
+        reason = (
+            "a denial would be softened (a role's labelrbac.io/mode, or the global mode, is "
+            "warn or audit)"
+        )
+        return ClusterPart((), len(part.grants), softened, reason, SOFTENED)
+    chunks = cluster_chunks(part, target.chunk_code_points)
+    spec = {"users": part.subjects["User"], "groups": part.subjects["Group"],
+            "roles": part.roles, "grants": part.grants}  # fmt: skip
+    if chunks is None:
+        reason = (
+            "the ClusterRoleBindings' part of the parameters would take more than "
+            f"{MAX_CHUNKS} constants of {CHUNK_CODE_POINTS} code points"
+        )
+        return ClusterPart((), len(part.grants), softened, reason, TOO_LARGE, spec)
+    return ClusterPart(tuple(chunks), len(part.grants), softened, spec=spec)
+
+
+def cluster_chunks(
+    part: _Part, limit: int = CHUNK_CODE_POINTS, most: int = MAX_CHUNKS
+) -> list[str] | None:
+    """``part`` as CEL map literals of at most ``limit`` code points each, None when it takes
+    more than ``most`` of them.
+
+    Each holds ``users``, ``groups``, ``roles`` and ``grants`` as a namespace's parameters do,
+    and is whole: a subject is in one chunk with every role it is bound to and every grant
+    those roles point to (a role or grant shared by subjects of several chunks is in each). So
+    the policy finds a subject's roles, in binding order, in the one chunk holding it, and the
+    order of subjects (the user, then each group) is the request's whatever the chunks. Sizes
+    are counted entry by entry as an upper bound of the literal's (linear in the part).
+    """
+    chunks: list[_Chunk] = [_Chunk()]
+    for kind in ("User", "Group"):
+        for subject, ids in part.subjects[kind].items():
+            if not chunks[-1].add(part, kind, subject, ids, limit):
+                chunks.append(_Chunk())
+                if not chunks[-1].add(part, kind, subject, ids, limit):
+                    return None  # one subject's roles alone are too large
+                if len(chunks) > most:
+                    return None
+    return [chunk.literal() for chunk in chunks]
+
+
+# The literal of an empty chunk, and what each entry may add to it beside its own text: a
+# separator, the quotes of its key, a colon and a ``dyn()``.
+_EMPTY_CHUNK = 80
+_PER_ENTRY = 10
+
+
+class _Chunk:
+    """One CEL constant of the cluster part, being filled (``cluster_chunks``)."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, dict[str, Any]] = {"users": {}, "groups": {}, "roles": {},
+                                                "grants": {}}  # fmt: skip
+        self.size = _EMPTY_CHUNK
+
+    def add(self, part: _Part, kind: str, subject: str, ids: list[str], limit: int) -> bool:
+        """Add ``subject`` and what it needs unless that takes the chunk past ``limit``."""
+        subjects = self.maps["users" if kind == "User" else "groups"]
+        roles = {i: part.roles[i] for i in ids if i not in self.maps["roles"]}
+        used = {g for entry in roles.values() for ops in entry.values() for g in ops.values()}
+        grants = {g: part.grants[g] for g in sorted(used) if g not in self.maps["grants"]}
+        added = [(subject, ids), *roles.items(), *grants.items()]
+        size = sum(len(k) + len(cel_literal(v)) + _PER_ENTRY for k, v in added)
+        if self.size + size > limit and (self.maps["users"] or self.maps["groups"]):
+            return False
+        if _EMPTY_CHUNK + size > limit:
+            return False
+        subjects[subject] = ids
+        self.maps["roles"].update(roles)
+        self.maps["grants"].update(grants)
+        self.size += size
+        return True
+
+    def literal(self) -> str:
+        return cel_literal(self.maps)
+
+
+def cel_literal(value: Any) -> str:
+    """``value`` (JSON: strings, booleans, integers, lists and maps with string keys) as a CEL
+    literal of the same value. The API server's CEL refuses a list or map literal whose elements
+    differ in type (a grant's strings, lists and booleans): those elements are each ``dyn``."""
+    return _cel(value)[0]
+
+
+def _cel(value: Any) -> tuple[str, str]:
+    """(``value`` as CEL, its CEL type), the type as the checker infers it."""
+    if isinstance(value, bool):
+        return ("true" if value else "false"), "bool"
+    if isinstance(value, (int, str)):
+        return json.dumps(value, ensure_ascii=False), type(value).__name__
+    if isinstance(value, Mapping):
+        items = [(json.dumps(str(k), ensure_ascii=False), *_cel(v)) for k, v in value.items()]
+        dyn = len({t for _, _, t in items}) > 1
+        body = ",".join(f"{k}:{f'dyn({v})' if dyn else v}" for k, v, _ in items)
+        inner = "dyn" if dyn or not items else items[0][2]
+        return "{" + body + "}", f"map({inner})"
+    if isinstance(value, (list, tuple)):
+        elements = [_cel(v) for v in value]
+        dyn = len({t for _, t in elements}) > 1
+        body = ",".join(f"dyn({v})" if dyn else v for v, _ in elements)
+        inner = "dyn" if dyn or not elements else elements[0][1]
+        return "[" + body + "]", f"list({inner})"
+    raise TypeError(f"{type(value).__name__} has no CEL literal here")
 
 
 def spec_text(spec: Mapping[str, Any]) -> str:
@@ -648,15 +837,19 @@ class Namespaces(AbstractSet[str]):
         return len(namespaces_of(self._snapshot))
 
 
-# Every namespace must be rendered again (a ClusterRoleBinding is copied into each).
+# Every namespace must be rendered again.
 ALL: frozenset[str] = frozenset({"*"})
+# In what ``touched`` returns: the cluster part (``render_cluster``) may have changed.
+CLUSTER = ""
 
 
 def touched(live: LiveSnapshot, changes: Iterable[Change]) -> frozenset[str]:
-    """The namespaces whose parameters ``changes`` may alter, ``ALL`` when every one's may.
+    """The namespaces whose parameters ``changes`` may alter, with ``CLUSTER`` when the cluster
+    part may change (a ClusterRoleBinding, or a ClusterRole one binds: a write of the policy,
+    not of every namespace).
 
     ``live`` is the state after the changes; a role change reaches the namespaces of the
-    bindings referring to it (a ClusterRole bound cluster-wide, every namespace).
+    bindings referring to it.
     """
     found: set[str] = set()
     for kind, old, new in changes:
@@ -668,15 +861,10 @@ def touched(live: LiveSnapshot, changes: Iterable[Change]) -> frozenset[str]:
                 found.add(value[0])
             elif category == BINDINGS:
                 binding: Binding = value
-                if not binding.namespace:
-                    return ALL
-                found.add(binding.namespace)
+                found.add(binding.namespace or CLUSTER)
             elif category == ROLES:
                 role: CompiledRole = value
-                for ns in _referring_namespaces(live, role.ref):
-                    if not ns:
-                        return ALL
-                    found.add(ns)
+                found.update(ns or CLUSTER for ns in _referring_namespaces(live, role.ref))
     return frozenset(found)
 
 

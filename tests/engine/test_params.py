@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+import celpy
 import pytest
 import re2  # type: ignore[import-untyped]
 
@@ -18,21 +19,23 @@ from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import AUDIT, WARN, Resource
 from app.engine.params import (
-    ALL,
+    CLUSTER,
     DEFAULT,
     SOFTENED,
     WEBHOOK_RESOURCES,
     Namespaces,
     Target,
+    cel_literal,
     glob_pattern,
     in_scope,
     namespaces_of,
     render,
+    render_cluster,
     touched,
     value_tests,
 )
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
-from app.engine.rbac import Compiler
+from app.engine.rbac import Compiler, Snapshot
 from tests.support import binding, role, rule, snapshot
 
 CONFIGMAPS = Resource("", "configmaps")
@@ -61,7 +64,24 @@ OBJECTS = (
 
 
 def spec_of(*objects: tuple[str, dict[str, Any]], namespace: str = "t1", **kw: Any) -> Any:
-    return render(snapshot(*objects), namespace, Target.of(TARGET.resources, **kw)).spec
+    return read_as_the_policy(snapshot(*objects), namespace, Target.of(TARGET.resources, **kw))
+
+
+def read_as_the_policy(state: Snapshot, namespace: str, target: Target) -> dict[str, Any]:
+    """The namespace's parameters with the cluster part (``render_cluster``, stored in the
+    policy) beside them: ``clusterUsers`` and ``clusterGroups``, their roles and grants (ids
+    apart: ``CLUSTER_PREFIX``)."""
+    spec = dict(render(state, namespace, target).spec)
+    if "delegated" in spec:
+        return spec
+    cluster = render_cluster(state, target).spec
+    return {
+        **spec,
+        "clusterUsers": cluster["users"],
+        "clusterGroups": cluster["groups"],
+        "roles": {**spec["roles"], **cluster["roles"]},
+        "grants": {**spec["grants"], **cluster["grants"]},
+    }
 
 
 def granted(
@@ -178,7 +198,7 @@ def test_the_served_resources_are_indexed_or_listed_unjudged(
     assert (spec["indexed"], spec["unjudged"]) == (indexed, unjudged)
 
 
-def test_cluster_role_bindings_are_copied_into_every_namespace_after_its_own() -> None:
+def test_cluster_role_bindings_are_stored_once_apart_from_every_namespace() -> None:
     objects = (
         *OBJECTS,
         role("view-a", "", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}),
@@ -188,6 +208,15 @@ def test_cluster_role_bindings_are_copied_into_every_namespace_after_its_own() -
         spec = spec_of(*objects, namespace=namespace)
         assert grant_roles(spec, "clusterGroups", "tenants") == ["clusterrole view-a"]
     assert spec_of(*objects, namespace="t2")["groups"] == {}
+    # The namespaces' own parameters hold none of it: a namespace binding nothing holds no role.
+    state = snapshot(*objects)
+    for namespace in ("t1", "t2"):
+        own = render(state, namespace, TARGET).spec
+        assert not {"clusterUsers", "clusterGroups"} & set(own)
+        assert all(g["role"] != "clusterrole view-a" for g in own["grants"].values())
+    assert render(state, "t2", TARGET).spec["roles"] == {}
+    (chunk,) = render_cluster(state, TARGET).chunks
+    assert "clusterrole view-a" in chunk
 
 
 def test_a_role_granting_every_indexed_resource_alike_is_one_default_entry() -> None:
@@ -527,7 +556,7 @@ CHANGES = [
         {"t2"},
         id="clusterrole-via-rb",
     ),
-    pytest.param(None, binding("all-a", "view-a", "Group:tenants"), ALL, id="crb-add"),
+    pytest.param(None, binding("all-a", "view-a", "Group:tenants"), {CLUSTER}, id="crb-add"),
     pytest.param(
         None,
         ("Namespace", {"kind": "Namespace", "metadata": {"name": "t5"}}),
@@ -549,15 +578,25 @@ def test_a_change_touches_the_namespaces_whose_parameters_it_may_alter(
     after = before.apply([change])
     found = touched(after, [change])
     assert found == expected
-    # Every namespace whose parameters changed, appeared or went is among those found.
+    # Every namespace whose parameters changed, appeared or went is among those found, and so
+    # is the cluster part when it changed (a write of the policy, not of every namespace).
     was, now = namespaces_of(before.snapshot), namespaces_of(after.snapshot)
     changed = (was ^ now) | {
         ns
         for ns in was & now
         if render(before.snapshot, ns, TARGET).spec != render(after.snapshot, ns, TARGET).spec
     }
-    assert found == ALL or changed <= found
-    assert changed, "the change must alter some namespace's parameters"
+    if render_cluster(before.snapshot, TARGET) != render_cluster(after.snapshot, TARGET):
+        changed.add(CLUSTER)
+    assert changed <= found
+    assert changed, "the change must alter some namespace's parameters or the cluster part"
+
+
+def test_a_cluster_role_bound_in_a_namespace_and_cluster_wide_touches_both() -> None:
+    before = live_of((*BASE, binding("all-a", "view-a", "Group:tenants")))
+    new = role("view-a", "", [rule("*", "configmaps")], {"configmaps": {"team": ["q"]}})
+    change = ("ClusterRole", compiled(BASE[8]), compiled(new))
+    assert touched(before.apply([change]), [change]) == {"t2", CLUSTER}
 
 
 CLUSTER_CHANGES = [
@@ -584,10 +623,10 @@ def test_cluster_bindings_resolved_once_follow_every_change_and_every_snapshot()
     for live in [*lives, *reversed(lives)]:
         whole = LiveSnapshot.of(live.objects)
         for namespace in sorted(namespaces_of(live.snapshot)):
-            ours = render(live.snapshot, namespace, TARGET).spec
-            assert ours == render(whole.snapshot, namespace, TARGET).spec
+            ours = read_as_the_policy(live.snapshot, namespace, TARGET)
+            assert ours == read_as_the_policy(whole.snapshot, namespace, TARGET)
     # The changes did reach the cluster-wide subjects.
-    first, last = (render(live.snapshot, "t1", TARGET).spec for live in (lives[0], lives[-1]))
+    first, last = (read_as_the_policy(live.snapshot, "t1", TARGET) for live in (lives[0], lives[-1]))
     assert "alice" not in first["clusterUsers"]
     assert grant_roles(last, "clusterUsers", "alice") == ["clusterrole edit-all"]
 
@@ -599,3 +638,77 @@ def test_the_namespaces_view_is_the_set_of_namespaces_getting_parameters() -> No
     assert all(name in view for name in namespaces_of(state))
     # The cluster scope ("") and a namespace with neither a Namespace nor a RoleBinding are not.
     assert "" not in view and "t9" not in view and len(view) == 4
+
+
+LITERALS = [
+    pytest.param({"a": ["c0"], "b": []}, id="map-of-lists"),
+    pytest.param({"role": "x", "unrestricted": True}, id="mixed-map"),
+    pytest.param(
+        {"c0": {"role": "x", "invalid": "why"}, "c1": {"role": "y", "unrestricted": True}},
+        id="maps-of-differing-types",
+    ),
+    pytest.param(["a", 1, False, [], {}], id="mixed-list"),
+    pytest.param({"quote\"d": "back\\slash\n", "ünï": "çødé"}, id="escapes"),
+    pytest.param({}, id="empty"),
+]
+
+
+@pytest.mark.parametrize("value", LITERALS)
+def test_a_cel_literal_is_the_value_and_each_aggregate_one_type(value: Any) -> None:
+    """The cluster part's constants: what CEL reads back is the JSON value, and no list or map
+    mixes element types (the API server refuses that) but through ``dyn``."""
+    literal = cel_literal(value)
+    env = celpy.Environment()
+    assert env.program(env.compile(literal)).evaluate({}) == celpy.json_to_cel(value)
+
+
+def _cluster_state(users: int) -> Snapshot:
+    """``users`` users, each bound cluster-wide to a restricted ClusterRole of their own, and
+    one ClusterRole bound to all of them."""
+    objects: list[Any] = [role("shared", "", [rule("*", "secrets")])]
+    for i in range(users):
+        objects.append(
+            role(f"c{i}", "", [rule("*", "configmaps")], {"configmaps": {"team": [f"t{i}"]}})
+        )
+        objects.append(binding(f"c{i}", f"c{i}", f"User:u{i}"))
+    objects.append(binding("shared", "shared", *(f"User:u{i}" for i in range(users))))
+    return snapshot(*objects)
+
+
+def test_the_cluster_part_is_split_whole_subjects_with_what_they_need() -> None:
+    state = _cluster_state(40)
+    whole = render_cluster(state, TARGET)
+    (one,) = whole.chunks
+    split = render_cluster(state, replace(TARGET, chunk_code_points=1500))
+    assert split.delegated is None and len(split.chunks) > 3
+    env = celpy.Environment()
+    seen: dict[str, list[str]] = {}
+    for chunk in split.chunks:
+        assert len(chunk) <= 1500
+        value = env.program(env.compile(chunk)).evaluate({})
+        for subject, ids in value["users"].items():
+            assert str(subject) not in seen, "a subject is in one chunk"
+            seen[str(subject)] = [str(i) for i in ids]
+            for i in ids:  # every role and grant a subject needs is in its chunk
+                for ops in value["roles"][i].values():
+                    assert all(g in value["grants"] for g in ops.values())
+    assert seen == whole.spec["users"]
+
+
+@pytest.mark.parametrize(
+    ("users", "code_points", "cause"),
+    [
+        pytest.param(200, 2000, "TooLarge", id="too-many-chunks"),
+        pytest.param(1, 100, "TooLarge", id="a-subject-larger-than-a-chunk"),
+    ],
+)
+def test_a_cluster_part_too_large_leaves_every_namespace_to_the_webhook(
+    users: int, code_points: int, cause: str
+) -> None:
+    state = _cluster_state(users)
+    target = replace(TARGET, chunk_code_points=code_points)
+    part = render_cluster(state, target)
+    assert part.chunks == () and part.reason == cause
+    rendered = render(state, "t9", target)
+    assert rendered.reason == cause and rendered.delegated is not None
+    assert "ClusterRoleBindings" in rendered.delegated

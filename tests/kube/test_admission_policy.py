@@ -19,18 +19,27 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.compiled.admission_policy import COMPILER
+from app.compiled.admission_policy import ACTIONS, COMPILER, policy
 from app.engine.context import Context, Options
 from app.engine.decide import evaluate
 from app.engine.kinds import KINDS, snapshot_from_objects
 from app.engine.model import AUDIT, WARN, Resource, labels_of
-from app.engine.params import NAME, PLURAL, Target, in_scope, namespaces_of, render
+from app.engine.params import (
+    CHUNK_CODE_POINTS,
+    NAME,
+    PLURAL,
+    Target,
+    in_scope,
+    namespaces_of,
+    render,
+    render_cluster,
+)
 from app.engine.rbac import Snapshot
 from app.settings import Settings
 from app.webhook.wire import parse_review
@@ -64,6 +73,7 @@ USERS = (
     User("gina"),  # team-a and a role with a broken annotation
     User("hank"),  # the broken role only
     User("ivan", ("platform",)),  # a ClusterRole bound cluster-wide: team x? on every resource
+    User("uma", ("platform",)),  # team-a here and team x? cluster-wide: labels from both
     User("zed"),  # bound after the parameters were rendered
     User("nora"),  # writes configmaps without limits, deletes only team-a's
     BUILDER,  # team-b through a ServiceAccount subject
@@ -107,6 +117,7 @@ RBAC = [
     binding("erin-w", "team-w", "User:erin", namespace=NS),
     binding("frank-u", "team-u", "User:frank", namespace=NS),
     binding("gina-a", "team-a", "User:gina", namespace=NS),
+    binding("uma-a", "team-a", "User:uma", namespace=NS),
     binding("gina-broken", "broken", "User:gina", namespace=NS),
     binding("hank-broken", "broken", "User:hank", namespace=NS),
     binding("platform", "platform-x", "Group:platform"),
@@ -196,9 +207,15 @@ def cluster_snapshot(cp: ControlPlane) -> Snapshot:
     return snapshot_from_objects(objects, Settings().compiler)
 
 
-def write_params(cp: ControlPlane, snapshot: Snapshot, options: Options) -> None:
-    """Render every namespace and apply it server-side as the compiler."""
+def write_params(
+    cp: ControlPlane, snapshot: Snapshot, options: Options, chunk: int = CHUNK_CODE_POINTS
+) -> None:
+    """Render every namespace and the cluster part (in constants of ``chunk`` code points),
+    and apply them server-side as the compiler does: the policies holding the cluster part,
+    and the parameters."""
     target = Target.of([Resource("", "configmaps"), Resource("", "secrets")], options)
+    chunks = render_cluster(snapshot, replace(target, chunk_code_points=chunk)).chunks
+    cp.apply(ADMIN, [policy(name, chunks) for name in ACTIONS])
     for namespace in sorted(namespaces_of(snapshot)):
         rendered = render(snapshot, namespace, target)
         path = (
@@ -407,6 +424,24 @@ def test_the_api_server_decides_every_generated_write_as_the_webhook(
     cluster: ControlPlane, compiled: Snapshot
 ) -> None:
     failures = run_table(cluster, compiled, Options())
+    assert not failures, "\n".join(failures)
+
+
+def test_a_cluster_part_in_several_constants_decides_as_one(
+    cluster: ControlPlane, compiled: Snapshot
+) -> None:
+    """The ClusterRoleBindings' part split a subject per constant (the policy's constants are
+    bounded in size): the same verdicts and messages, in the same order."""
+    target = Target.of([Resource("", "configmaps"), Resource("", "secrets")])
+    one = render_cluster(compiled, target)
+    several = render_cluster(compiled, replace(target, chunk_code_points=600))
+    assert len(one.chunks) == 1 < len(several.chunks), (len(one.chunks), len(several.chunks))
+    write_params(cluster, compiled, Options(), chunk=600)
+    time.sleep(2)  # the policy cache of the API server follows its informer
+    try:
+        failures = run_table(cluster, compiled, Options())
+    finally:
+        write_params(cluster, compiled, Options())
     assert not failures, "\n".join(failures)
 
 
