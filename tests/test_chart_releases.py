@@ -172,7 +172,13 @@ def test_chart_changes_bump_its_version(tmp_path: Path) -> None:
     or its version is higher than that commit's."""
     # Main's own history: a branch merged there counts as changed where main took it in.
     log = git(
-        "log", "--first-parent", "-m", "-G", r"^version:", "--format=%H", "--",
+        "log",
+        "--first-parent",
+        "-m",
+        "-G",
+        r"^version:",
+        "--format=%H",
+        "--",
         f"{CHART_DIR}/Chart.yaml",
     )
     last = log.split()[0]

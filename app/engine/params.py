@@ -636,7 +636,6 @@ def _softened(target: Target, grants: Iterable[Mapping[str, Any]]) -> bool:
     return target.options.mode != ENFORCE or any(g.get("mode", ENFORCE) != ENFORCE for g in grants)
 
 
-
 @dataclass(frozen=True)
 class ClusterPart:
     """The ClusterRoleBindings' part of every namespace's parameters, stored once in the policy.

@@ -626,7 +626,9 @@ def test_cluster_bindings_resolved_once_follow_every_change_and_every_snapshot()
             ours = read_as_the_policy(live.snapshot, namespace, TARGET)
             assert ours == read_as_the_policy(whole.snapshot, namespace, TARGET)
     # The changes did reach the cluster-wide subjects.
-    first, last = (read_as_the_policy(live.snapshot, "t1", TARGET) for live in (lives[0], lives[-1]))
+    first, last = (
+        read_as_the_policy(live.snapshot, "t1", TARGET) for live in (lives[0], lives[-1])
+    )
     assert "alice" not in first["clusterUsers"]
     assert grant_roles(last, "clusterUsers", "alice") == ["clusterrole edit-all"]
 
@@ -648,7 +650,7 @@ LITERALS = [
         id="maps-of-differing-types",
     ),
     pytest.param(["a", 1, False, [], {}], id="mixed-list"),
-    pytest.param({"quote\"d": "back\\slash\n", "ünï": "çødé"}, id="escapes"),
+    pytest.param({'quote"d': "back\\slash\n", "ünï": "çødé"}, id="escapes"),
     pytest.param({}, id="empty"),
 ]
 
@@ -678,7 +680,7 @@ def _cluster_state(users: int) -> Snapshot:
 def test_the_cluster_part_is_split_whole_subjects_with_what_they_need() -> None:
     state = _cluster_state(40)
     whole = render_cluster(state, TARGET)
-    (one,) = whole.chunks
+    assert len(whole.chunks) == 1
     split = render_cluster(state, replace(TARGET, chunk_code_points=1500))
     assert split.delegated is None and len(split.chunks) > 3
     env = celpy.Environment()
