@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from app.compiled.admission_policy import ACTIONS, POLICY, policy
+from app.compiled.admission_policy import ACTIONS, POLICY, PROBE_LABEL, PROBE_MESSAGE, policy
 from app.compiled.health import CompilerHealth
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
@@ -81,9 +81,9 @@ FIELD_MANAGER = "label-rbac-compiler"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 # The API server's refusal of an update of parameters its informer does not hold yet, and the
-# pauses before trying again (``ParamsWriter._seen``): at most 0.175 s of a writer's time.
+# pauses before probing again (``ParamsWriter._probe``): at most 0.775 s of a writer's time.
 NOT_SEEN = "no params found"
-SEEN_RETRIES = (0.025, 0.05, 0.1)
+SEEN_RETRIES = (0.025, 0.05, 0.1, 0.2, 0.4)
 # The Namespace mark is merge-patched: unlike an apply, a merge patch never creates the object
 # (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
 MERGE = "application/merge-patch+json"
@@ -776,26 +776,30 @@ class ParamsWriter:
             )
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked) and self.policies.ready:
-            if previous is None:
-                self._seen(path, body)
+            self._probe(path)
             marked = self._mark(rendered.namespace, True)
         return Written(spec, delegated, marked, since, _unjudged(rendered.spec))
 
-    def _seen(self, path: str, body: Mapping[str, Any]) -> None:
-        """Parameters created just now, written again: an update, which the API server admits
-        only once the informer the policies read holds them (``label-rbac-params-visible``).
-        Marked before, the namespace's plain writes would be judged by no one for that moment:
-        the policy stands aside where it finds no parameters. That informer is a few
-        milliseconds behind: tried again a few times, then the write fails (and is retried)."""
-        for delay in SEEN_RETRIES:
+    def _probe(self, path: str) -> None:
+        """Prove, before marking a namespace compiled, that the enforcing policy judges its
+        writes: a dry-run update of its parameters carrying ``PROBE_LABEL``, which that policy
+        refuses only once the API server has loaded it (just created, it has not) and its
+        informer holds these parameters (where it finds none it stands aside;
+        ``label-rbac-params-visible`` refuses the update until then). Marked before, the
+        namespace's plain writes would be judged by no one for that moment. Tried again a few
+        times, then the write fails (and is retried)."""
+        body = {"metadata": {"labels": {PROBE_LABEL: "true"}}}
+        query = [("dryRun", "All"), ("fieldManager", FIELD_MANAGER)]
+        for delay in (*SEEN_RETRIES, 0.0):
             try:
-                self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
-                return
+                self._client.send("PATCH", path, body, query, MERGE)
             except ApiError as exc:
+                if PROBE_MESSAGE in exc.message:
+                    return
                 if NOT_SEEN not in exc.message:
                     raise
             time.sleep(delay)
-        self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+        raise ApiError(503, "NotInForce", f"the compiled policy does not judge {path} yet")
 
     def _mark(self, namespace: str, compiled: bool) -> bool:
         """Label the Namespace compiled, or take the label off; whether it now carries it."""

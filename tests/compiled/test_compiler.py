@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from app.compiled import compiler as compile_module
-from app.compiled.admission_policy import POLICY
+from app.compiled.admission_policy import POLICY, PROBE_LABEL, PROBE_MESSAGE
 from app.compiled.compiler import (
     BACKOFF_MAX,
     DISCOVERY_INTERVAL,
@@ -66,6 +66,8 @@ class Client:
         # namespace → how many updates of its parameters (writes after the first) are refused
         # as the API server refuses them while its informer does not hold them yet
         self.unseen: dict[str, int] = {}
+        self.probes: list[str] = []  # the namespaces probed (dry runs: not in ``writes``)
+        self.policy_written = False
         self._created: set[str] = set()
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
@@ -83,10 +85,12 @@ class Client:
     def send(
         self, method: str, path: str, body: Mapping[str, Any], query: Any = (), *a: Any
     ) -> Any:
+        params = path.endswith(f"/labelrbacparams/{NAME}")
+        if params and ("dryRun", "All") in list(query):
+            return self._probe(path, body)
         with self._lock:
             self.writes.append((method, path, body, list(query)))
             self.types.append(a[0] if a else "")
-        params = path.endswith(f"/labelrbacparams/{NAME}")
         if self.meet is not None and params:
             self.meet.wait()
         if params and (held := self.hold.get(path.split("/")[5])):
@@ -98,13 +102,26 @@ class Client:
             raise ApiError(404, "NotFound")
         if params and (failure := self.failing.get(path.split("/")[5])):
             raise failure
-        if params and path in self._created and self.unseen.get(path.split("/")[5], 0) > 0:
-            self.unseen[path.split("/")[5]] -= 1
-            raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
         if params:
             self._created.add(path)
+        if path == f"{POLICIES}/{POLICY}":
+            self.policy_written = True
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+        return body
+
+    def _probe(self, path: str, body: Mapping[str, Any]) -> Any:
+        """The compiler's probe (a dry-run update): refused by the enforcing policy once it is
+        written and finds the parameters, after ``unseen`` refusals of the visibility guard."""
+        assert body["metadata"]["labels"] == {PROBE_LABEL: "true"}
+        namespace = path.split("/")[5]
+        with self._lock:
+            self.probes.append(namespace)
+        if self.unseen.get(namespace, 0) > 0:
+            self.unseen[namespace] -= 1
+            raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
+        if self.policy_written and path in self._created:
+            raise ApiError(422, "Invalid", f"... denied request: {PROBE_MESSAGE}")
         return body
 
     def list_each(
@@ -113,16 +130,8 @@ class Client:
         return [each(item) for item in self.listed.get(path, [])], "1"
 
     def params_written(self) -> list[str]:
-        """The namespaces whose parameters were written, once per write: parameters just
-        created are sent twice, the same body, the second time before the mark (``story``)."""
-        found, last = [], {}
-        for _, path, body, _ in self.writes:
-            if "labelrbacparams" in path:
-                namespace = path.split("/")[5]
-                if last.get(namespace) is not body:
-                    found.append(namespace)
-                last[namespace] = body
-        return found
+        """The namespaces whose parameters were written, once per write."""
+        return [path.split("/")[5] for _, path, _, _ in self.writes if "labelrbacparams" in path]
 
 
 def live(*objects: tuple[str, dict[str, Any]]) -> LiveSnapshot:
@@ -240,9 +249,7 @@ def test_what_was_written_is_remembered_in_a_fixed_size_whatever_the_parameters(
     state = live(*OBJECTS, *many)
     params = writer(client, clock)
     params.step(state.snapshot)
-    # Sent twice (created, then again before the mark), the same body.
-    body, again = [b for _, p, b, _ in client.writes if "/namespaces/t1/labelrbacparams" in p]
-    assert again is body
+    (body,) = [b for _, p, b, _ in client.writes if "/namespaces/t1/labelrbacparams" in p]
     assert len(json.dumps(body["spec"])) > 40_000
     kept = params._written["t1"]
     assert sys.getsizeof(kept.spec) + sys.getsizeof(kept.since) < 200
@@ -320,10 +327,10 @@ def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegati
     state = live(*OBJECTS)
     params = writer(client, clock)
     params.step(state.snapshot)
-    # Marked once the policy can read what it needs; never marked again while unchanged.
-    # Created, then written again before the mark: the API server admits that update only once
-    # the policies' informer holds the parameters (label-rbac-params-visible).
-    assert story(client, "t1") == ["params", "params", "mark=true"]
+    # Marked once the policy refuses the compiler's probe (it is in force and reads them);
+    # never marked again while unchanged.
+    assert story(client, "t1") == ["params", "mark=true"]
+    assert sorted(client.probes) == ["t1", "t2"]
     client.writes.clear()
     client.types.clear()
     assert params.step(state.snapshot) == 0 and client.writes == []
@@ -341,18 +348,20 @@ def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegati
         pytest.param(len(SEEN_RETRIES) + 1, False, id="not-admitted-yet"),
     ],
 )
-def test_a_namespace_is_marked_only_once_an_update_of_its_new_parameters_is_admitted(
+def test_a_namespace_is_marked_only_once_the_policy_refuses_the_probe_of_its_parameters(
     refused: int, marked: bool
 ) -> None:
-    """The policy stands aside where the API server's informer finds no parameters: the mark
-    waits until that informer holds them, which the API server's admitting an update of them
-    proves (label-rbac-params-visible); until then the webhook judges the namespace."""
+    """The policy stands aside where the API server's informer finds no parameters, and judges
+    nothing before the API server has loaded it: the mark waits until the enforcing policy
+    refuses the compiler's probe (a dry-run update of the new parameters), which proves both
+    (label-rbac-params-visible refuses it until the informer holds them); until then the
+    webhook judges the namespace."""
     client, clock = Client(), [0.0]
     client.unseen["t1"] = refused
     writer(client, clock).step(live(*OBJECTS).snapshot)
-    told = story(client, "t1")
     tries = min(refused + 1, len(SEEN_RETRIES) + 1)
-    assert told == ["params"] * (1 + tries) + (["mark=true"] if marked else [])
+    assert client.probes.count("t1") == tries
+    assert story(client, "t1") == ["params"] + (["mark=true"] if marked else [])
 
 
 def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> None:
@@ -709,7 +718,7 @@ def test_a_namespace_over_the_work_budget_says_so_in_its_status_an_event_and_the
     (event,) = [b for _, p, b, _ in client.writes if p == "/api/v1/namespaces/t1/events"]
     assert (event["reason"], event["type"]) == ("TooComplex", "Warning")
     assert any("t1 is left to the webhook (TooComplex" in r.getMessage() for r in caplog.records)
-    assert story(client, "t2") == ["params", "params", "mark=true"]  # t2 has no role: compiled
+    assert story(client, "t2") == ["params", "mark=true"]  # t2 has no role: compiled
 
 
 def test_parameters_deleted_are_written_again() -> None:
