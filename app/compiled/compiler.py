@@ -81,7 +81,8 @@ FIELD_MANAGER = "label-rbac-compiler"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 # The API server's refusal of an update of parameters its informer does not hold yet, and the
-# pauses before probing again (``ParamsWriter._probe``): at most 0.775 s of a writer's time.
+# pauses before trying again (``ParamsWriter._seen`` and ``_probe``): at most 0.775 s of a
+# writer's time.
 NOT_SEEN = "no params found"
 SEEN_RETRIES = (0.025, 0.05, 0.1, 0.2, 0.4)
 # The Namespace mark is merge-patched: unlike an apply, a merge patch never creates the object
@@ -100,8 +101,12 @@ REPORT_EVERY = 10.0
 CONDITION = "Compiled"
 # How long a resource stays indexed after the last annotation restricting it went.
 KEEP_INDEXED = 600.0
-# Page size and (connect, read) timeouts of the lists a new leader reads.
+# Page size and (connect, read) timeouts of the lists a new leader reads, and the page size of
+# its list of the stored parameters: those are read whole (a digest of each is kept), so a page
+# is what the leader holds at once: 50 of the largest a namespace had before the cluster part was
+# stored once (158 KB with 200 restricted ClusterRoles bound cluster-wide) are 8 MB.
 LIST_PAGE = 500
+PARAMS_PAGE = 50
 LIST_TIMEOUT = (10.0, 60.0)
 # A namespace whose write failed is tried again after a delay doubling from BACKOFF_INITIAL up to
 # BACKOFF_MAX seconds, jittered (between half and all of it): an API server refusing or
@@ -290,6 +295,9 @@ class PolicyWriter:
         # name → (digest of what was applied, the resourceVersion it got)
         self._applied: dict[str, tuple[bytes, str]] = {}
         self.on_change: Callable[[], None] = _nothing
+        # Whether the API server was seen enforcing the policy since it was last created
+        # (``ParamsWriter._probe``): a policy just created is not in force until it is loaded.
+        self.proven = False
 
     @property
     def ready(self) -> bool:
@@ -300,6 +308,7 @@ class PolicyWriter:
         """Forget what was applied (a new leader writes every policy once)."""
         with self._lock:
             self._applied.clear()
+        self.proven = False
 
     def keep(self, part: ClusterPart) -> int:
         """Apply every policy whose content differs from what was last applied (or that
@@ -313,9 +322,11 @@ class PolicyWriter:
             if last is not None and last[0] == found:
                 continue
             answer = self._client.send("PATCH", f"{POLICIES}/{name}", body, _APPLY_QUERY, APPLY)
-            version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+            meta = answer.get("metadata") or {}
+            if meta.get("generation") in (None, 1) and name == POLICY:
+                self.proven = False  # created just now
             with self._lock:
-                self._applied[name] = (found, version)
+                self._applied[name] = (found, str(meta.get("resourceVersion") or ""))
             written += 1
         if written:
             log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
@@ -331,6 +342,8 @@ class PolicyWriter:
             if last is None or (isinstance(new, tuple) and new[1] == last[1]):
                 return
             del self._applied[str(name)]
+        if new is None and name == POLICY:
+            self.proven = False
         log.warning("policy %s was changed or deleted by someone else: writing it again", name)
         self.on_change()
 
@@ -579,7 +592,7 @@ class ParamsWriter:
                 selector=[("labelSelector", marked)],
             )  # fmt: skip
             stored, _ = self._client.list_each(
-                f"/apis/{API_VERSION}/{PLURAL}", LIST_PAGE, LIST_TIMEOUT, _stored_params
+                f"/apis/{API_VERSION}/{PLURAL}", PARAMS_PAGE, LIST_TIMEOUT, _stored_params
             )
         except KubeError as exc:
             log.warning("could not read the parameters written so far: %s", exc)
@@ -776,18 +789,37 @@ class ParamsWriter:
             )
             self._event(rendered)
         if not delegated and (previous is None or not previous.marked) and self.policies.ready:
-            self._probe(path)
+            if previous is None:
+                self._seen(path, body)
+            if not self.policies.proven:
+                self._probe(path)
+                self.policies.proven = True
             marked = self._mark(rendered.namespace, True)
         return Written(spec, delegated, marked, since, _unjudged(rendered.spec))
 
+    def _seen(self, path: str, body: Mapping[str, Any]) -> None:
+        """Parameters created just now, written again: an update, which the API server admits
+        only once the informer the policies read holds them (``label-rbac-params-visible``).
+        Marked before, the namespace's plain writes would be judged by no one for that moment:
+        the policy stands aside where it finds no parameters. That informer is a few
+        milliseconds behind: tried again a few times, then the write fails (and is retried)."""
+        for delay in SEEN_RETRIES:
+            try:
+                self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+                return
+            except ApiError as exc:
+                if NOT_SEEN not in exc.message:
+                    raise
+            time.sleep(delay)
+        self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+
     def _probe(self, path: str) -> None:
-        """Prove, before marking a namespace compiled, that the enforcing policy judges its
-        writes: a dry-run update of its parameters carrying ``PROBE_LABEL``, which that policy
-        refuses only once the API server has loaded it (just created, it has not) and its
-        informer holds these parameters (where it finds none it stands aside;
-        ``label-rbac-params-visible`` refuses the update until then). Marked before, the
-        namespace's plain writes would be judged by no one for that moment. Tried again a few
-        times, then the write fails (and is retried)."""
+        """Prove, before marking the first namespace compiled since the enforcing policy was
+        created, that the API server has loaded it (a marked namespace's plain writes are judged
+        by the policy alone): a dry-run update of the namespace's parameters carrying
+        ``PROBE_LABEL``, which that policy refuses once loaded, where it finds these parameters
+        and judges the namespace (``kube-system`` and the exempt ones wait for a judged one to
+        prove it). Tried again a few times, then the write fails (and is retried)."""
         body = {"metadata": {"labels": {PROBE_LABEL: "true"}}}
         query = [("dryRun", "All"), ("fieldManager", FIELD_MANAGER)]
         for delay in (*SEEN_RETRIES, 0.0):

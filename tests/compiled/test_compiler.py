@@ -66,7 +66,10 @@ class Client:
         # namespace → how many updates of its parameters (writes after the first) are refused
         # as the API server refuses them while its informer does not hold them yet
         self.unseen: dict[str, int] = {}
-        self.probes: list[str] = []  # the namespaces probed (dry runs: not in ``writes``)
+        # The compiler's probes (dry runs: not in ``writes``), and how many are not refused yet
+        # (the API server has not loaded the enforcing policy).
+        self.probes: list[str] = []
+        self.unloaded = 0
         self.policy_written = False
         self._created: set[str] = set()
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
@@ -102,6 +105,9 @@ class Client:
             raise ApiError(404, "NotFound")
         if params and (failure := self.failing.get(path.split("/")[5])):
             raise failure
+        if params and path in self._created and self.unseen.get(path.split("/")[5], 0) > 0:
+            self.unseen[path.split("/")[5]] -= 1
+            raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
         if params:
             self._created.add(path)
         if path == f"{POLICIES}/{POLICY}":
@@ -112,14 +118,13 @@ class Client:
 
     def _probe(self, path: str, body: Mapping[str, Any]) -> Any:
         """The compiler's probe (a dry-run update): refused by the enforcing policy once it is
-        written and finds the parameters, after ``unseen`` refusals of the visibility guard."""
+        written and loaded (after ``unloaded`` probes), where the parameters are."""
         assert body["metadata"]["labels"] == {PROBE_LABEL: "true"}
-        namespace = path.split("/")[5]
         with self._lock:
-            self.probes.append(namespace)
-        if self.unseen.get(namespace, 0) > 0:
-            self.unseen[namespace] -= 1
-            raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
+            self.probes.append(path.split("/")[5])
+            if self.unloaded > 0:
+                self.unloaded -= 1
+                return body
         if self.policy_written and path in self._created:
             raise ApiError(422, "Invalid", f"... denied request: {PROBE_MESSAGE}")
         return body
@@ -130,8 +135,16 @@ class Client:
         return [each(item) for item in self.listed.get(path, [])], "1"
 
     def params_written(self) -> list[str]:
-        """The namespaces whose parameters were written, once per write."""
-        return [path.split("/")[5] for _, path, _, _ in self.writes if "labelrbacparams" in path]
+        """The namespaces whose parameters were written, once per write: parameters just
+        created are sent twice, the same body, the second time before the mark (``story``)."""
+        found, last = [], {}
+        for _, path, body, _ in self.writes:
+            if "labelrbacparams" in path:
+                namespace = path.split("/")[5]
+                if last.get(namespace) is not body:
+                    found.append(namespace)
+                last[namespace] = body
+        return found
 
 
 def live(*objects: tuple[str, dict[str, Any]]) -> LiveSnapshot:
@@ -249,7 +262,9 @@ def test_what_was_written_is_remembered_in_a_fixed_size_whatever_the_parameters(
     state = live(*OBJECTS, *many)
     params = writer(client, clock)
     params.step(state.snapshot)
-    (body,) = [b for _, p, b, _ in client.writes if "/namespaces/t1/labelrbacparams" in p]
+    # Sent twice (created, then again before the mark), the same body.
+    body, again = [b for _, p, b, _ in client.writes if "/namespaces/t1/labelrbacparams" in p]
+    assert again is body
     assert len(json.dumps(body["spec"])) > 40_000
     kept = params._written["t1"]
     assert sys.getsizeof(kept.spec) + sys.getsizeof(kept.since) < 200
@@ -327,10 +342,10 @@ def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegati
     state = live(*OBJECTS)
     params = writer(client, clock)
     params.step(state.snapshot)
-    # Marked once the policy refuses the compiler's probe (it is in force and reads them);
-    # never marked again while unchanged.
-    assert story(client, "t1") == ["params", "mark=true"]
-    assert sorted(client.probes) == ["t1", "t2"]
+    # Marked once the policy can read what it needs; never marked again while unchanged.
+    # Created, then written again before the mark: the API server admits that update only once
+    # the policies' informer holds the parameters (label-rbac-params-visible).
+    assert story(client, "t1") == ["params", "params", "mark=true"]
     client.writes.clear()
     client.types.clear()
     assert params.step(state.snapshot) == 0 and client.writes == []
@@ -348,20 +363,18 @@ def test_a_namespace_is_marked_after_its_parameters_and_unmarked_before_delegati
         pytest.param(len(SEEN_RETRIES) + 1, False, id="not-admitted-yet"),
     ],
 )
-def test_a_namespace_is_marked_only_once_the_policy_refuses_the_probe_of_its_parameters(
+def test_a_namespace_is_marked_only_once_an_update_of_its_new_parameters_is_admitted(
     refused: int, marked: bool
 ) -> None:
-    """The policy stands aside where the API server's informer finds no parameters, and judges
-    nothing before the API server has loaded it: the mark waits until the enforcing policy
-    refuses the compiler's probe (a dry-run update of the new parameters), which proves both
-    (label-rbac-params-visible refuses it until the informer holds them); until then the
-    webhook judges the namespace."""
+    """The policy stands aside where the API server's informer finds no parameters: the mark
+    waits until that informer holds them, which the API server's admitting an update of them
+    proves (label-rbac-params-visible); until then the webhook judges the namespace."""
     client, clock = Client(), [0.0]
     client.unseen["t1"] = refused
     writer(client, clock).step(live(*OBJECTS).snapshot)
+    told = story(client, "t1")
     tries = min(refused + 1, len(SEEN_RETRIES) + 1)
-    assert client.probes.count("t1") == tries
-    assert story(client, "t1") == ["params"] + (["mark=true"] if marked else [])
+    assert told == ["params"] * (1 + tries) + (["mark=true"] if marked else [])
 
 
 def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> None:
@@ -718,7 +731,7 @@ def test_a_namespace_over_the_work_budget_says_so_in_its_status_an_event_and_the
     (event,) = [b for _, p, b, _ in client.writes if p == "/api/v1/namespaces/t1/events"]
     assert (event["reason"], event["type"]) == ("TooComplex", "Warning")
     assert any("t1 is left to the webhook (TooComplex" in r.getMessage() for r in caplog.records)
-    assert story(client, "t2") == ["params", "mark=true"]  # t2 has no role: compiled
+    assert story(client, "t2") == ["params", "params", "mark=true"]  # t2 has no role: compiled
 
 
 def test_parameters_deleted_are_written_again() -> None:
@@ -1100,3 +1113,39 @@ def test_a_cluster_part_that_turns_softened_renders_every_namespace_again() -> N
     # Every namespace is now left to the webhook (a denial would be softened).
     assert sorted(client.params_written()) == ["t1", "t2"]
     assert story(client, "t2")[0] == "mark=None"
+
+
+def test_no_namespace_is_marked_before_the_api_server_enforces_the_policy() -> None:
+    """A policy just created is not in force until the API server has loaded it: the first
+    namespaces marked wait for the policy to refuse the compiler's probe; later ones do not
+    probe again until the policy is created anew."""
+    client, clock = Client(), [0.0]
+    client.unloaded = 2  # two probes pass before the policy is loaded
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    assert story(client, "t1")[-1] == story(client, "t2")[-1] == "mark=true"
+    # Three probes pass or are refused; the two namespaces written at once probe at once.
+    assert 3 <= len(client.probes) <= 4
+    # Never loaded: the writes fail (and are retried), nothing is marked.
+    client = Client()
+    client.unloaded = 10_000
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    assert not any(p.startswith("/api/v1/namespaces/") for _, p, _, _ in client.writes)
+    assert len(client.probes) >= 2 * (len(SEEN_RETRIES) + 1)
+
+
+def test_a_policy_created_again_is_proven_again_before_the_next_mark() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    probed = len(client.probes)
+    params.policies.seen((POLICY, ""), None)  # deleted by someone else
+    change = ("Namespace", None, ("t3", {}))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    params.step(state.snapshot)
+    assert story(client, "t3") == ["params", "params", "mark=true"]
+    assert client.probes[probed:] == ["t3"]
