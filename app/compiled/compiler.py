@@ -288,9 +288,16 @@ class PolicyWriter:
     of them says so: ``seen``) is applied again at the next step.
     """
 
-    def __init__(self, client: KubeClient, names: Iterable[str]) -> None:
+    def __init__(
+        self, client: KubeClient, names: Iterable[str], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._client = client
         self.names = tuple(names)
+        self._clock = clock
+        # One probe at a time, backed off when it fails (``claim_probe``).
+        self._probing = False
+        self._probe_failures = 0
+        self._next_probe = 0.0
         self._lock = threading.Lock()
         # name → (digest of what was applied, the resourceVersion it got)
         self._applied: dict[str, tuple[bytes, str]] = {}
@@ -303,6 +310,25 @@ class PolicyWriter:
     def ready(self) -> bool:
         with self._lock:
             return all(name in self._applied for name in self.names)
+
+    def claim_probe(self) -> bool:
+        """Whether this writer may probe now (``ParamsWriter._probe``): one at a time, and after
+        a failed one not before its backoff, so a policy the API server never enforces (its
+        binding deleted) costs a probe now and then, not one per namespace."""
+        with self._lock:
+            if self.proven or self._probing or self._clock() < self._next_probe:
+                return False
+            self._probing = True
+            return True
+
+    def probed(self, enforced: bool) -> None:
+        with self._lock:
+            self._probing = False
+            if enforced:
+                self.proven, self._probe_failures = True, 0
+            else:
+                self._probe_failures += 1
+                self._next_probe = self._clock() + backoff(self._probe_failures)
 
     def reset(self) -> None:
         """Forget what was applied (a new leader writes every policy once)."""
@@ -369,6 +395,16 @@ def policy_informers(client: KubeClient, policies: PolicyWriter, tuning: Tuning)
     ]  # fmt: skip
 
 
+class Unmarked(KubeError):
+    """A namespace's parameters were written, but it could not be marked compiled yet (the
+    enforcing policy is not in force there yet): ``written`` is what was written, and the mark
+    is tried again after a backoff."""
+
+    def __init__(self, written: Written, why: str) -> None:
+        super().__init__(why)
+        self.written = written
+
+
 class PendingNamespaces:
     """The namespaces to render again: those a change touched, oldest first, then (after ``ALL``)
     every other one, so a change is never queued behind the whole cluster's render."""
@@ -430,10 +466,12 @@ class ParamsWriter:
         policies: PolicyWriter | None = None,
     ) -> None:
         self._client = client
-        self.policies = policies or PolicyWriter(client, policy_names(compile_softened))
+        self.policies = policies or PolicyWriter(client, policy_names(compile_softened), clock)
         self.policies.on_change = self._wake_up
-        # What of the cluster part decides every namespace's render (``_keep_cluster``).
+        # What of the cluster part decides every namespace's render (``_keep_cluster``), and
+        # the namespaces written while the policies were not: marked once they are.
         self._cluster_summary: tuple[object, ...] | None = None
+        self._to_mark: set[str] = set()
         # A namespace where a mode softens a denial is left to the webhook unless asked
         # (``--compile-softened``, for installs with the warn and audit policies).
         self._delegate_softened = not compile_softened
@@ -531,11 +569,15 @@ class ParamsWriter:
         changed: whether it leaves them all to the webhook, or softens a denial."""
         part = render_cluster(snapshot, target)
         summary = (part.delegated, part.reason, part.softened)
+        written = self.policies.keep(part)
         with self._lock:
             if self._cluster_summary is not None and summary != self._cluster_summary:
                 self._pending.add(ALL)
             self._cluster_summary = summary
-        return self.policies.keep(part)
+            if self.policies.ready and self._to_mark:
+                self._pending.add(self._to_mark)
+                self._to_mark = set()
+        return written
 
     def _wake_up(self) -> None:
         self._wake.set()
@@ -725,19 +767,22 @@ class ParamsWriter:
                     done += 1
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
-        """What the write gave; None (and a retry scheduled) when it failed."""
+        """What the write gave; None (and a retry scheduled) when it failed. Parameters written
+        but not marked yet (``Unmarked``) are what was written, with a retry scheduled too."""
         try:
             result = future.result()
         except KubeError as exc:
             failures = self._retry.get(namespace, (0, 0.0))[0] + 1
             delay = backoff(failures)
             self._retry[namespace] = (failures, self._clock() + delay)
+            what = "mark" if isinstance(exc, Unmarked) else "write the parameters of"
             self._failures_log.warning(
-                "could not write the parameters of %s (retrying in %.1fs): %s",
-                namespace,
-                delay,
-                exc,
+                "could not %s %s (retrying in %.1fs): %s", what, namespace, delay, exc
             )
+            if isinstance(exc, Unmarked):
+                with self._lock:
+                    self._pending.add((namespace,))
+                return exc.written
             return None
         self._retry.pop(namespace, None)
         return result
@@ -778,7 +823,8 @@ class ParamsWriter:
         if previous is not None and previous.delegated == delegated and previous.since:
             since = previous.since
         body = {**rendered.manifest(), "status": self._status(rendered, since)}
-        self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+        if previous is None or previous.spec != spec:  # else only the mark is due
+            self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
         if delegated and (previous is None or not previous.delegated):
             log.warning(
                 "namespace %s is left to the webhook (%s, %d units of work): %s",
@@ -788,14 +834,26 @@ class ParamsWriter:
                 rendered.delegated,
             )
             self._event(rendered)
-        if not delegated and (previous is None or not previous.marked) and self.policies.ready:
-            if previous is None:
-                self._seen(path, body)
-            if not self.policies.proven:
+        written = Written(spec, delegated, marked, since, _unjudged(rendered.spec))
+        if delegated or (previous is not None and previous.marked):
+            return written
+        if previous is None:
+            self._seen(path, body)
+        if not self.policies.ready:  # marked once the policies are written (``_keep_cluster``)
+            with self._lock:
+                self._to_mark.add(rendered.namespace)
+            return replace(written, marked=False)
+        if not self.policies.proven:
+            unmarked = replace(written, marked=False)
+            if not self.policies.claim_probe():
+                raise Unmarked(unmarked, "the compiled policy is not known to be in force yet")
+            try:
                 self._probe(path)
-                self.policies.proven = True
-            marked = self._mark(rendered.namespace, True)
-        return Written(spec, delegated, marked, since, _unjudged(rendered.spec))
+            except ApiError as exc:
+                self.policies.probed(False)
+                raise Unmarked(unmarked, str(exc)) from None
+            self.policies.probed(True)
+        return replace(written, marked=self._mark(rendered.namespace, True))
 
     def _seen(self, path: str, body: Mapping[str, Any]) -> None:
         """Parameters created just now, written again: an update, which the API server admits

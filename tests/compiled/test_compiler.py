@@ -390,8 +390,8 @@ def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> N
     change = ("Namespace", None, ("t2", {}))
     params.applied(state, [change], "43")
     params.step(state.snapshot)
-    # Written before (so this write is an update, admitted once the policies see them).
-    assert story(client, "t2") == ["params", "mark=true"]
+    # The same parameters, written before: only the mark is due.
+    assert story(client, "t2") == ["mark=true"]
 
 
 def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> None:
@@ -1116,24 +1116,29 @@ def test_a_cluster_part_that_turns_softened_renders_every_namespace_again() -> N
 
 
 def test_no_namespace_is_marked_before_the_api_server_enforces_the_policy() -> None:
-    """A policy just created is not in force until the API server has loaded it: the first
-    namespaces marked wait for the policy to refuse the compiler's probe; later ones do not
-    probe again until the policy is created anew."""
+    """A policy just created is not in force until the API server has loaded it: no namespace
+    is marked before the policy refuses the compiler's probe, one probe at a time; once it has,
+    the others are marked without probing (until the policy is created anew)."""
     client, clock = Client(), [0.0]
     client.unloaded = 2  # two probes pass before the policy is loaded
     state = live(*OBJECTS)
-    params = writer(client, clock)
+    params = writer(client, clock, timed=True)
+    params.step(state.snapshot)
+    marked = [ns for ns in ("t1", "t2") if story(client, ns)[-1] == "mark=true"]
+    assert len(marked) == 1 and len(client.probes) == 3  # the one that probed
+    clock[0] += BACKOFF_MAX  # the other's retry is due
     params.step(state.snapshot)
     assert story(client, "t1")[-1] == story(client, "t2")[-1] == "mark=true"
-    # Three probes pass or are refused; the two namespaces written at once probe at once.
-    assert 3 <= len(client.probes) <= 4
-    # Never loaded: the writes fail (and are retried), nothing is marked.
-    client = Client()
+    assert len(client.probes) == 3
+    # Never loaded: one probe at a time, backed off; nothing is marked, the parameters are.
+    client, clock = Client(), [0.0]
     client.unloaded = 10_000
-    params = writer(client, clock)
-    params.step(state.snapshot)
+    params = writer(client, clock, timed=True)
+    for _ in range(3):
+        params.step(state.snapshot)
     assert not any(p.startswith("/api/v1/namespaces/") for _, p, _, _ in client.writes)
-    assert len(client.probes) >= 2 * (len(SEEN_RETRIES) + 1)
+    assert sorted(client.params_written()) == ["t1", "t2"]
+    assert len(client.probes) == len(SEEN_RETRIES) + 1
 
 
 def test_a_policy_created_again_is_proven_again_before_the_next_mark() -> None:
