@@ -301,6 +301,7 @@ class PolicyWriter:
         self._lock = threading.Lock()
         # name → (digest of what was applied, the resourceVersion it got)
         self._applied: dict[str, tuple[bytes, str]] = {}
+        self._kept: ClusterPart | None = None  # the part last applied
         self.on_change: Callable[[], None] = _nothing
         # Whether the API server was seen enforcing the policy since it was last created
         # (``ParamsWriter._probe``): a policy just created is not in force until it is loaded.
@@ -339,6 +340,9 @@ class PolicyWriter:
     def keep(self, part: ClusterPart) -> int:
         """Apply every policy whose content differs from what was last applied (or that
         someone else changed since); how many were written."""
+        with self._lock:
+            if part is self._kept and len(self._applied) == len(self.names):
+                return 0  # every step asks: the policies' text is built only when it may differ
         written = 0
         for name in self.names:
             body = policy(name, part.chunks)
@@ -354,6 +358,8 @@ class PolicyWriter:
             with self._lock:
                 self._applied[name] = (found, str(meta.get("resourceVersion") or ""))
             written += 1
+        with self._lock:
+            self._kept = part
         if written:
             log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
                      ", ".join(self.names), len(part.chunks), part.size, part.grants)  # fmt: skip
