@@ -262,13 +262,42 @@ def _cluster_found(op: str, key: str) -> str:
         entry = f"c.roles[r][?{key}].orValue(c.roles[r][?'{DEFAULT}'].orValue({{}}))"
         per_chunk = (
             f"c.{subjects}.orValue([]).map(r, {entry})"
-            f".filter(m, {op} in m).map(m, c.grants[m[{op}]])"
+            f".filter(m, {op} in m).map(m, {_cluster_grant('c', f'm[{op}]')})"
         )
         return f"variables.{CHUNKS}.map(c, {per_chunk}).flatten()"
 
     user = found("users[?request.userInfo.username]")
     groups = f"request.userInfo.groups.map(g, {found('groups[?g]')}).flatten()"
     return f"{user} + {groups}"
+
+
+def _cluster_grant(chunk: str, grant_id: str) -> str:
+    """CEL: the grant ``grant_id`` of ``chunk`` as a namespace's parameters hold one, built
+    from the maps of one type each the constants hold it in (``params.grant_maps``: a literal
+    mixing types costs the API server seconds to check, through a ``dyn`` per value)."""
+    labels = (
+        f"{chunk}.labels[x].map(q, {{'key': dyn(q.key[0]), 'exact': dyn(q.exact), "
+        "'prefixes': dyn(q.prefixes), 'suffixes': dyn(q.suffixes), "
+        "'patterns': dyn(q.patterns)})"
+    )
+    kinds = {
+        "unrestricted": "'role': dyn(s.role), 'unrestricted': dyn(true)",
+        "invalid": "'role': dyn(s.role), 'invalid': dyn(s.invalid)",
+        "labels": (
+            f"'role': dyn(s.role), 'mode': dyn(s.mode), 'allows': dyn(s.allows), "
+            f"'labels': dyn({labels})"
+        ),
+    }
+    named = f"x in {chunk}.names"
+    names = f"'names': dyn({chunk}.names[x])"
+    variants = {
+        kind: f"({named} ? {{{fields}, {names}}} : {{{fields}}})" for kind, fields in kinds.items()
+    }
+    body = (
+        f"s.kind == 'unrestricted' ? {variants['unrestricted']} : "
+        f"s.kind == 'invalid' ? {variants['invalid']} : {variants['labels']}"
+    )
+    return f"dyn({_bind('x', grant_id, _bind('s', f'{chunk}.grants[x]', body))})"
 
 
 def _found(op: str, key: str, cluster: bool) -> str:
