@@ -282,6 +282,10 @@ def _stored_params(obj: Mapping[str, Any]) -> Stored:
 
 
 POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+# The API server compiles and checks a policy's every expression before storing it: with a cluster
+# part of 100,000 code points that took it seconds on a loaded test machine, more than the
+# default 10 s of a write.
+POLICY_TIMEOUT = 60.0
 
 
 class PolicyWriter:
@@ -366,7 +370,9 @@ class PolicyWriter:
                 last = self._applied.get(name)
             if last is not None and last[0] == found:
                 continue
-            answer = self._client.send("PATCH", f"{POLICIES}/{name}", body, _APPLY_QUERY, APPLY)
+            answer = self._client.send(
+                "PATCH", f"{POLICIES}/{name}", body, _APPLY_QUERY, APPLY, POLICY_TIMEOUT
+            )
             meta = answer.get("metadata") or {}
             if meta.get("generation") in (None, 1) and name == self._install.name:
                 self.proven = False  # created just now
