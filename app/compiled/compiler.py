@@ -28,6 +28,7 @@ own: its reads of the registration never hold up a namespace's parameters.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import random
 import threading
@@ -38,6 +39,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from app.compiled.admission_policy import ACTIONS, POLICY, policy
 from app.compiled.health import CompilerHealth
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
@@ -47,16 +49,19 @@ from app.engine.model import Resource
 from app.engine.params import (
     ALL,
     API_VERSION,
+    CLUSTER,
     KIND,
     MARK,
     MAX_BYTES,
     MAX_WORK,
     NAME,
     PLURAL,
+    ClusterPart,
     Namespaces,
     Rendered,
     Target,
     render,
+    render_cluster,
     resource_key,
     spec_text,
     touched,
@@ -263,6 +268,94 @@ def _stored_params(obj: Mapping[str, Any]) -> Stored:
     return str(meta.get("namespace") or ""), written
 
 
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+
+
+class PolicyWriter:
+    """Keeps the policies that judge with the parameters holding the cluster part
+    (``ClusterPart``: the ClusterRoleBindings' subjects, roles and grants, stored once).
+
+    The compiler creates them (a server-side apply by name: its RBAC names them, and grants no
+    create) and owns them whole: a ClusterRole or ClusterRoleBinding change is one write here
+    rather than one per namespace. ``ready`` says every policy holds what this leader last
+    applied; until then no namespace is newly marked compiled, since a marked namespace's plain
+    writes are judged by the policy alone. A policy changed or deleted by anyone else (the watch
+    of them says so: ``seen``) is applied again at the next step.
+    """
+
+    def __init__(self, client: KubeClient, names: Iterable[str]) -> None:
+        self._client = client
+        self.names = tuple(names)
+        self._lock = threading.Lock()
+        # name → (digest of what was applied, the resourceVersion it got)
+        self._applied: dict[str, tuple[bytes, str]] = {}
+        self.on_change: Callable[[], None] = _nothing
+
+    @property
+    def ready(self) -> bool:
+        with self._lock:
+            return all(name in self._applied for name in self.names)
+
+    def reset(self) -> None:
+        """Forget what was applied (a new leader writes every policy once)."""
+        with self._lock:
+            self._applied.clear()
+
+    def keep(self, part: ClusterPart) -> int:
+        """Apply every policy whose content differs from what was last applied (or that
+        someone else changed since); how many were written."""
+        written = 0
+        for name in self.names:
+            body = policy(name, part.chunks)
+            found = digest(json.dumps(body, sort_keys=True))
+            with self._lock:
+                last = self._applied.get(name)
+            if last is not None and last[0] == found:
+                continue
+            answer = self._client.send("PATCH", f"{POLICIES}/{name}", body, _APPLY_QUERY, APPLY)
+            version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+            with self._lock:
+                self._applied[name] = (found, version)
+            written += 1
+        if written:
+            log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
+                     ", ".join(self.names), len(part.chunks), part.size, part.grants)  # fmt: skip
+        return written
+
+    def seen(self, old: object, new: object) -> None:
+        """The watch of one policy: ``new`` its (name, resourceVersion), None once deleted; a
+        version other than the one applied is someone else's change."""
+        name = old[0] if isinstance(old, tuple) else new[0] if isinstance(new, tuple) else None
+        with self._lock:
+            last = self._applied.get(str(name))
+            if last is None or (isinstance(new, tuple) and new[1] == last[1]):
+                return
+            del self._applied[str(name)]
+        log.warning("policy %s was changed or deleted by someone else: writing it again", name)
+        self.on_change()
+
+
+def _policy_version(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("name") or ""), str(meta.get("resourceVersion") or "")
+
+
+def policy_informers(client: KubeClient, policies: PolicyWriter, tuning: Tuning) -> list[Informer]:
+    """A metadata-only watch of each policy the compiler writes, by name (its RBAC names
+    them), telling ``policies`` of every change (``PolicyWriter.seen``)."""
+    spec = KindSpec(
+        "ValidatingAdmissionPolicy",
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        lambda _c, o: _policy_version(o),
+    )
+    return [
+        MetadataInformer(spec, client, _policy_version, _nothing, tuning,
+                         on_update=policies.seen, field_selector=f"metadata.name={name}")
+        for name in policies.names
+    ]  # fmt: skip
+
+
 class PendingNamespaces:
     """The namespaces to render again: those a change touched, oldest first, then (after ``ALL``)
     every other one, so a change is never queued behind the whole cluster's render."""
@@ -321,8 +414,13 @@ class ParamsWriter:
         snapshots: Callable[[], Snapshot | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         compile_softened: bool = False,
+        policies: PolicyWriter | None = None,
     ) -> None:
         self._client = client
+        self.policies = policies or PolicyWriter(client, policy_names(compile_softened))
+        self.policies.on_change = self._wake_up
+        # What of the cluster part decides every namespace's render (``_keep_cluster``).
+        self._cluster_summary: tuple[object, ...] | None = None
         # A namespace where a mode softens a denial is left to the webhook unless asked
         # (``--compile-softened``, for installs with the warn and audit policies).
         self._delegate_softened = not compile_softened
@@ -374,7 +472,8 @@ class ParamsWriter:
         # Known before the builder derives the next snapshot from this one, so that each
         # derived snapshot updates them by its own role changes (``Snapshot.restrictions``).
         live.snapshot.restrictions()
-        found = touched(live, changes)
+        # The cluster part is compared with what the policies hold at every step.
+        found = touched(live, changes) - {CLUSTER}
         created = {
             new[0]
             for kind, old, new in changes
@@ -387,13 +486,15 @@ class ParamsWriter:
         self._wake.set()
 
     def step(self, snapshot: Snapshot | None) -> int:
-        """One round: keep the lease, then write what is pending. The objects written."""
+        """One round: keep the lease, then write the policies if the cluster part changed, and
+        the pending namespaces. The namespaces written."""
         leading = self._lease.keep(self._lease.duration / 3)
         if leading and not self.leading:
             log.info("leading (lease %s/%s): rendering every namespace", *self._lease_name())
             with self._lock:
                 self._pending.add(ALL)
             self._written = self._stored()
+            self.policies.reset()
             if self._coverage is not None:
                 self._beside.submit(self._coverage.reset)  # after any check running now
         elif self.leading and not leading:
@@ -405,10 +506,26 @@ class ParamsWriter:
         # Before the writes too: a new restriction's coverage must not wait for a render of
         # every namespace.
         self._check_soon(snapshot)
+        self._keep_cluster(snapshot, target)
         done = self._write_pending(snapshot, target)
         self._report(done)
         self._check_soon(snapshot)
         return done
+
+    def _keep_cluster(self, snapshot: Snapshot, target: Target) -> int:
+        """Write the cluster part into the policies when it changed (before any namespace is
+        written or marked); every namespace is rendered again only when what it decides there
+        changed: whether it leaves them all to the webhook, or softens a denial."""
+        part = render_cluster(snapshot, target)
+        summary = (part.delegated, part.reason, part.softened)
+        with self._lock:
+            if self._cluster_summary is not None and summary != self._cluster_summary:
+                self._pending.add(ALL)
+            self._cluster_summary = summary
+        return self.policies.keep(part)
+
+    def _wake_up(self) -> None:
+        self._wake.set()
 
     def _check_soon(self, snapshot: Snapshot) -> None:
         """Start the checks beside the writes unless they are running, with what some
@@ -658,7 +775,7 @@ class ParamsWriter:
                 rendered.delegated,
             )
             self._event(rendered)
-        if not delegated and (previous is None or not previous.marked):
+        if not delegated and (previous is None or not previous.marked) and self.policies.ready:
             if previous is None:
                 self._seen(path, body)
             marked = self._mark(rendered.namespace, True)
@@ -754,6 +871,12 @@ class ParamsWriter:
         return sum(1 for written in list(self._written.values()) if written.delegated)
 
 
+def policy_names(compile_softened: bool) -> tuple[str, ...]:
+    """The policies the compiler writes: the enforcing one, and with ``--compile-softened`` the
+    warn and audit ones (``manifests/compiled/modes`` binds them)."""
+    return tuple(ACTIONS) if compile_softened else (POLICY,)
+
+
 def _rbac_version(source: ClusterSource) -> str:
     """The newest resourceVersion the RBAC informers have seen (etcd revisions)."""
     versions = [int(i.resource_version) for i in source.informers if i.resource_version.isdigit()]
@@ -817,6 +940,7 @@ def run(
     tuning = Tuning(start_wait=0)
     source = ClusterSource(client, settings.compiler, tuning=tuning, on_applied=applied)
     stored = params_informer(client, writer, tuning)
+    watched = policy_informers(client, writer.policies, tuning)
     # CRDs, watched only to discover a new one at once: until discovery lists it, its writes go
     # to the webhook in compiled namespaces.
     crds = Informer(CRDS, client, partial(_crd, None), writer.rediscover_soon, tuning)
@@ -824,6 +948,8 @@ def run(
         health.watching(source.status)
     source.start()
     stored.start()
+    for informer in watched:
+        informer.start()
     crds.start()
     retry = max(0.2, lease.duration / 6)
     failures = 0
@@ -848,5 +974,7 @@ def run(
     finally:
         writer.settle(lease.duration)
         crds.stop()
+        for informer in watched:
+            informer.stop()
         stored.stop()
         source.stop()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from app.compiled import compiler as compile_module
+from app.compiled.admission_policy import POLICY
 from app.compiled.compiler import (
     BACKOFF_MAX,
     DISCOVERY_INTERVAL,
@@ -23,6 +24,7 @@ from app.compiled.compiler import (
     KEEP_INDEXED,
     MERGE,
     NOT_SEEN,
+    POLICIES,
     SEEN_RETRIES,
     LeaderLease,
     ParamsWriter,
@@ -1007,3 +1009,85 @@ def test_a_crd_changing_starts_discovery_at_the_next_step() -> None:
     params.step(state.snapshot)
     params.settle(10)
     assert len(listed) == 2
+
+
+def policy_writes(client: Client) -> list[dict[str, Any]]:
+    return [body for _, path, body, _ in client.writes if path.startswith(POLICIES)]
+
+
+CLUSTER_ROLE = role("edit-c", "", [rule("*", "configmaps")], {"configmaps": {"team": ["c"]}})
+
+
+def test_a_cluster_binding_change_writes_the_policy_once_and_no_namespace() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS, CLUSTER_ROLE)
+    params = writer(client, clock)
+    assert params.step(state.snapshot) == 2
+    (first,) = policy_writes(client)
+    assert first["metadata"]["name"] == POLICY
+    assert [v["name"] for v in first["spec"]["variables"]][:1] == ["cluster0"]
+    assert "clusterrole edit-c" not in first["spec"]["variables"][0]["expression"]
+    client.writes.clear()
+    change = ("ClusterRoleBinding", None, compiled(binding("c", "edit-c", "User:carol")))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    assert params.step(state.snapshot) == 0  # no namespace written
+    (second,) = policy_writes(client)
+    assert "clusterrole edit-c" in second["spec"]["variables"][0]["expression"]
+    assert [p for _, p, _, _ in client.writes if not p.startswith(POLICIES)] == []
+    # The same again: nothing to write.
+    client.writes.clear()
+    params.applied(state, [change], "3")
+    assert params.step(state.snapshot) == 0 and client.writes == []
+
+
+def test_no_namespace_is_marked_until_the_policy_is_written() -> None:
+    client, clock = Client(), [0.0]
+    client.missing.add(f"{POLICIES}/{POLICY}")  # the API server refuses the policy's write
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    with pytest.raises(ApiError):
+        params.step(state.snapshot)
+    assert not any(path.startswith("/api/v1/namespaces/") for _, path, _, _ in client.writes)
+    client.missing.clear()
+    params.step(state.snapshot)
+    assert len(policy_writes(client)) == 2
+    assert story(client, "t1")[-1] == "mark=true"
+
+
+def test_a_policy_changed_by_someone_else_is_written_again() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    assert len(policy_writes(client)) == 1 and params.policies.ready
+    # Its own write, seen through the watch, changes nothing.
+    params.policies.seen(None, (POLICY, ""))
+    params.step(state.snapshot)
+    assert len(policy_writes(client)) == 1
+    # Someone else's change, or a deletion: written again, and no namespace marked meanwhile.
+    for changed in ((POLICY, "99"), None):
+        params.policies.seen((POLICY, ""), changed)
+        assert not params.policies.ready
+        params.step(state.snapshot)
+        assert params.policies.ready
+    assert len(policy_writes(client)) == 3
+
+
+def test_a_cluster_part_that_turns_softened_renders_every_namespace_again() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS, CLUSTER_ROLE, binding("c", "edit-c", "User:carol"))
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    client.writes.clear()
+    client.types.clear()
+    softened = role(
+        "edit-c", "", [rule("*", "configmaps")], {"configmaps": {"team": ["c"]}}, mode="warn"
+    )
+    change = ("ClusterRole", compiled(CLUSTER_ROLE), compiled(softened))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    params.step(state.snapshot)
+    # Every namespace is now left to the webhook (a denial would be softened).
+    assert sorted(client.params_written()) == ["t1", "t2"]
+    assert story(client, "t2")[0] == "mark=None"
