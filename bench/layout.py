@@ -74,7 +74,7 @@ from bench.core.kube import Client, Webhook, documents, start_compiler
 from bench.core.layout import namespace_objects
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu, rss_bytes
 from bench.core.stats import percentile
-from bench.freshness import count, dormant
+from bench.freshness import count, dormant, stamp
 from bench.vap import CLUSTER_RESOURCES, cluster_grant
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import free_port, stop
@@ -289,6 +289,7 @@ class CompilerWrites:
         self.offset = log.stat().st_size if log.exists() else 0
         self.params = 0
         self.policies = 0
+        self.last = 0.0  # when the last one was received (wall clock, from the log)
 
     def read(self) -> int:
         """The writes logged since the last read (counted in ``params`` and ``policies``)."""
@@ -308,24 +309,25 @@ class CompilerWrites:
                 and not ref.get("subresource")
                 and (event.get("responseStatus") or {}).get("code", 500) < 300
             ):
-                if ref.get("resource") == PLURAL:
-                    self.params += 1
-                    found += 1
-                elif ref.get("resource") == "validatingadmissionpolicies":
-                    self.policies += 1
+                resource = ref.get("resource")
+                if resource in (PLURAL, "validatingadmissionpolicies"):
+                    self.params += resource == PLURAL
+                    self.policies += resource != PLURAL
+                    self.last = max(self.last, stamp(event["requestReceivedTimestamp"]))
                     found += 1
         return found
 
     def settle(self, since: float, quiet: float) -> float:
-        """Wait until no write came for ``quiet`` seconds; seconds from ``since`` to the last."""
-        last = time.monotonic()
-        while time.monotonic() - last < quiet:
+        """Wait until no write came for ``quiet`` seconds; seconds from ``since`` (wall clock)
+        to the last one's arrival (0 for none)."""
+        calm = time.monotonic()
+        while time.monotonic() - calm < quiet:
             if self.read():
-                last = time.monotonic()
-            if time.monotonic() - since > WAIT:
+                calm = time.monotonic()
+            if time.time() - since > WAIT:
                 raise RuntimeError("the compiler's writes did not stop in time")
             time.sleep(0.25)
-        return last - since
+        return max(0.0, self.last - since)
 
 
 # -- probes and edits ---------------------------------------------------------------------------
@@ -424,9 +426,9 @@ def cluster_edits(cp: ControlPlane, admin: Client, edits: int, namespace: str,
     for n in range(edits):
         for kind, edit in EDITS.items():
             writes = CompilerWrites(cp.audit_log)
-            sent = time.monotonic()
+            sent, wall = time.monotonic(), time.time()
             seconds = edit(admin, n, namespace).wait(admin, sent)
-            settled = writes.settle(sent, quiet)
+            settled = writes.settle(wall, quiet)
             after = versions(admin)
             rewritten = sum(1 for ns, rv in after.items() if before.get(ns) != rv)
             found[kind].append({"seconds": round(seconds, 3), "params_rewritten": rewritten,
