@@ -102,6 +102,10 @@ CONDITION = "Compiled"
 KEEP_INDEXED = 600.0
 # Page size and (connect, read) timeouts of the lists a new leader reads.
 LIST_PAGE = 500
+# The stored parameters are read whole (their specs' digests), a page at a time: at most this
+# many objects of up to ``MAX_BYTES`` each are held at once (about 100 MB parsed at worst), where
+# a page of ``LIST_PAGE`` held 300 MB of parameters copying 200 cluster-wide grants (84 KB each).
+PARAMS_PAGE = 10
 LIST_TIMEOUT = (10.0, 60.0)
 # A namespace whose write failed is tried again after a delay doubling from BACKOFF_INITIAL up to
 # BACKOFF_MAX seconds, jittered (between half and all of it): an API server refusing or
@@ -579,7 +583,7 @@ class ParamsWriter:
                 selector=[("labelSelector", marked)],
             )  # fmt: skip
             stored, _ = self._client.list_each(
-                f"/apis/{API_VERSION}/{PLURAL}", LIST_PAGE, LIST_TIMEOUT, _stored_params
+                f"/apis/{API_VERSION}/{PLURAL}", PARAMS_PAGE, LIST_TIMEOUT, _stored_params
             )
         except KubeError as exc:
             log.warning("could not read the parameters written so far: %s", exc)
