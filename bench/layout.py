@@ -293,7 +293,15 @@ class CompilerWrites:
 
     def read(self) -> int:
         """The writes logged since the last read (counted in ``params`` and ``policies``)."""
-        with self.log.open("rb") as handle:
+        found = 0
+        if self.log.stat().st_size < self.offset:
+            # The API server rotated its log (at 100 MB): the rest of the old one, then the new.
+            rotated = max(self.log.parent.glob("audit-*.log"), key=lambda p: p.stat().st_mtime)
+            found, self.offset = self._read(rotated), 0
+        return found + self._read(self.log)
+
+    def _read(self, log: Path) -> int:
+        with log.open("rb") as handle:
             handle.seek(self.offset)
             data = handle.read()
         whole = data[: data.rfind(b"\n") + 1]
