@@ -91,6 +91,7 @@ DENIAL = "is not permitted ("
 BLOCK = 1000
 PAGE = 500  # items per page of the bench's own lists
 WAIT = 3600.0  # at most this long for a compile, an enforcement or a rewrite
+CHUNK = 8 << 20  # bytes of the audit log read at once
 
 
 def namespace_docs(i: int) -> list[dict[str, Any]]:
@@ -209,14 +210,15 @@ class Compiler:
 
     process: subprocess.Popen[bytes]
     port: int
+    writes: CompilerWrites  # its requests, from the API server's audit log
     started: float = field(default_factory=time.monotonic)
 
     @classmethod
     def start(cls, cp: ControlPlane, workdir: Path, root: Path, identity: str) -> Compiler:
-        port = free_port()
+        port, writes = free_port(), CompilerWrites(cp.audit_log)
         process = start_compiler(cp, workdir, "--probe-bind", f"127.0.0.1:{port}",
                                  identity=identity, root=root)  # fmt: skip
-        return cls(process, port)
+        return cls(process, port, writes)
 
     def metrics(self) -> dict[str, float]:
         try:
@@ -232,8 +234,9 @@ class Compiler:
         return found
 
     def settled(self, quiet: float, timeout: float = WAIT) -> float:
-        """Seconds from the start until it leads, has nothing pending, writes nothing and
-        spends (almost) no CPU for ``quiet`` seconds: its render of every namespace is done."""
+        """Seconds from the start until it leads, has nothing pending, writes nothing, waits
+        for no request of its own and spends (almost) no CPU for ``quiet`` seconds: its render
+        of every namespace is done (a slow write of the policy leaves it idle meanwhile)."""
         calm_since: float | None = None
         last: tuple[float, float] | None = None
         while time.monotonic() - self.started < timeout:
@@ -248,6 +251,8 @@ class Compiler:
                 and last is not None
                 and now[0] == last[0]
                 and now[1] - last[1] < 0.1
+                and not self.writes.read()
+                and not self.writes.open
             )
             calm_since = (calm_since or time.monotonic()) if idle else None
             if calm_since is not None and time.monotonic() - calm_since >= quiet:
@@ -290,6 +295,7 @@ class CompilerWrites:
         self.params = 0
         self.policies = 0
         self.last = 0.0  # when the last one was received (wall clock, from the log)
+        self.open: set[str] = set()  # its requests received and not answered yet (audit IDs)
 
     def read(self) -> int:
         """The writes logged since the last read (counted in ``params`` and ``policies``)."""
@@ -301,29 +307,40 @@ class CompilerWrites:
         return found + self._read(self.log)
 
     def _read(self, log: Path) -> int:
-        with log.open("rb") as handle:
-            handle.seek(self.offset)
-            data = handle.read()
-        whole = data[: data.rfind(b"\n") + 1]
-        self.offset += len(whole)
         found = 0
-        for line in whole.splitlines():
-            event = json.loads(line)
-            ref = event.get("objectRef") or {}
-            if (
-                event.get("stage") == "ResponseComplete"
-                and (event.get("user") or {}).get("username") == COMPILER_USER.name
-                and event.get("verb") in ("create", "update", "patch")
-                and not ref.get("subresource")
-                and (event.get("responseStatus") or {}).get("code", 500) < 300
-            ):
-                resource = ref.get("resource")
-                if resource in (PLURAL, "validatingadmissionpolicies"):
-                    self.params += resource == PLURAL
-                    self.policies += resource != PLURAL
-                    self.last = max(self.last, stamp(event["requestReceivedTimestamp"]))
-                    found += 1
-        return found
+        with log.open("rb") as handle:
+            while True:  # a chunk at a time: the log grows by 100 MB over a large compile
+                handle.seek(self.offset)
+                data = handle.read(CHUNK)
+                whole = data[: data.rfind(b"\n") + 1]
+                if not whole:
+                    return found
+                self.offset += len(whole)
+                found += sum(map(self._event, whole.splitlines()))
+
+    def _event(self, line: bytes) -> int:
+        """Count one audit event: 1 for a write of the compiler's, else 0."""
+        event = json.loads(line)
+        if (event.get("user") or {}).get("username") != COMPILER_USER.name:
+            return 0
+        if event.get("verb") != "watch":
+            if event.get("stage") == "RequestReceived":
+                self.open.add(event.get("auditID", ""))
+            else:
+                self.open.discard(event.get("auditID", ""))
+        ref = event.get("objectRef") or {}
+        if (
+            event.get("stage") == "ResponseComplete"
+            and event.get("verb") in ("create", "update", "patch")
+            and not ref.get("subresource")
+            and (event.get("responseStatus") or {}).get("code", 500) < 300
+            and ref.get("resource") in (PLURAL, "validatingadmissionpolicies")
+        ):
+            self.params += ref["resource"] == PLURAL
+            self.policies += ref["resource"] != PLURAL
+            self.last = max(self.last, stamp(event["requestReceivedTimestamp"]))
+            return 1
+        return 0
 
     def settle(self, since: float, quiet: float) -> float:
         """Wait until no write came for ``quiet`` seconds; seconds from ``since`` (wall clock)
