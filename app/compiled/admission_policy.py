@@ -52,7 +52,8 @@ from __future__ import annotations
 import copy
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,66 @@ JUDGED: Mapping[str, Any] = {
         {"key": "labelrbac.io/exempt", "operator": "NotIn", "values": ["true"]},
     ]
 }
+# The namespace of the shipped install, which every policy and entry leaves out.
+(OWN_NAMESPACE,) = [v for e in JUDGED["matchExpressions"] for v in e["values"] if v == POLICY]
+
+
+@dataclass(frozen=True)
+class Install:
+    """An install's names (the chart's ``name`` and namespace): the prefix of every policy and
+    binding and of the compiler's ServiceAccount, and the namespace every policy leaves out. The
+    documents here are generated for the shipped one (``label-rbac`` in ``label-rbac``);
+    ``document`` gives one for another: the chart's template (``app.compiled.chart``), and the
+    policies the compiler of a renamed install writes."""
+
+    name: str = POLICY
+    namespace: str = OWN_NAMESPACE
+
+    @property
+    def compiler(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.name}-compiler"
+
+    def renamed(self, name: str) -> str:
+        """``name`` (one of the shipped install's) in this install."""
+        if name != POLICY and not name.startswith(POLICY + "-"):
+            raise ValueError(f"{name}: not a name of this install")
+        return self.name + name[len(POLICY) :]
+
+    def document(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """``document`` (a policy or binding generated here) with this install's names, the
+        namespace its selectors leave out and the compiler's username."""
+        found = copy.deepcopy(dict(document))
+        found["metadata"]["name"] = self.renamed(found["metadata"]["name"])
+        spec = found["spec"]
+        if "policyName" in spec:
+            spec["policyName"] = self.renamed(spec["policyName"])
+        # A policy's matchConstraints, and a binding's own copy of its policy's (matchResources).
+        for match in (spec.get("matchConstraints", {}), spec.get("matchResources", {})):
+            for expression in match.get("namespaceSelector", {}).get("matchExpressions", ()):
+                if expression["key"] == "kubernetes.io/metadata.name":
+                    expression["values"] = [
+                        self.namespace if v == OWN_NAMESPACE else v for v in expression["values"]
+                    ]
+        replaced: dict[str, Any] = _replace_strings(
+            found, lambda s: s.replace(COMPILER, self.compiler)
+        )
+        return replaced
+
+
+# The shipped install (manifests/compiled).
+SHIPPED = Install()
+
+
+def _replace_strings(value: Any, change: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, list):
+        return [_replace_strings(v, change) for v in value]
+    if isinstance(value, dict):
+        return {k: _replace_strings(v, change) for k, v in value.items()}
+    return value
+
+
 # The webhook's label-rule entry (the split adds ``COMPILED_ENTRY`` for compiled namespaces).
 LABEL_ENTRY = "labels.labelrbac.io"
 WEBHOOK_YAML = Path(__file__).resolve().parents[2] / "manifests" / "deploy" / "webhook.yaml"
@@ -201,13 +262,42 @@ def _cluster_found(op: str, key: str) -> str:
         entry = f"c.roles[r][?{key}].orValue(c.roles[r][?'{DEFAULT}'].orValue({{}}))"
         per_chunk = (
             f"c.{subjects}.orValue([]).map(r, {entry})"
-            f".filter(m, {op} in m).map(m, c.grants[m[{op}]])"
+            f".filter(m, {op} in m).map(m, {_cluster_grant('c', f'm[{op}]')})"
         )
         return f"variables.{CHUNKS}.map(c, {per_chunk}).flatten()"
 
     user = found("users[?request.userInfo.username]")
     groups = f"request.userInfo.groups.map(g, {found('groups[?g]')}).flatten()"
     return f"{user} + {groups}"
+
+
+def _cluster_grant(chunk: str, grant_id: str) -> str:
+    """CEL: the grant ``grant_id`` of ``chunk`` as a namespace's parameters hold one, built
+    from the maps of one type each the constants hold it in (``params.grant_maps``: a literal
+    mixing types costs the API server seconds to check, through a ``dyn`` per value)."""
+    labels = (
+        f"{chunk}.labels[x].map(q, {{'key': dyn(q.key[0]), 'exact': dyn(q.exact), "
+        "'prefixes': dyn(q.prefixes), 'suffixes': dyn(q.suffixes), "
+        "'patterns': dyn(q.patterns)})"
+    )
+    kinds = {
+        "unrestricted": "'role': dyn(s.role), 'unrestricted': dyn(true)",
+        "invalid": "'role': dyn(s.role), 'invalid': dyn(s.invalid)",
+        "labels": (
+            f"'role': dyn(s.role), 'mode': dyn(s.mode), 'allows': dyn(s.allows), "
+            f"'labels': dyn({labels})"
+        ),
+    }
+    named = f"x in {chunk}.names"
+    names = f"'names': dyn({chunk}.names[x])"
+    variants = {
+        kind: f"({named} ? {{{fields}, {names}}} : {{{fields}}})" for kind, fields in kinds.items()
+    }
+    body = (
+        f"s.kind == 'unrestricted' ? {variants['unrestricted']} : "
+        f"s.kind == 'invalid' ? {variants['invalid']} : {variants['labels']}"
+    )
+    return f"dyn({_bind('x', grant_id, _bind('s', f'{chunk}.grants[x]', body))})"
 
 
 def _found(op: str, key: str, cluster: bool) -> str:
@@ -640,6 +730,21 @@ def _message(mode: str) -> str:
     )
 
 
+# The compiler's proof that the enforcing policy is in force: a dry-run update of a namespace's
+# parameters carrying this label, which that policy alone refuses (with ``PROBE_MESSAGE``), and
+# only where it finds the namespace's parameters. The compiler marks a namespace compiled only
+# once it has seen that refusal: a policy just created (or written again after a deletion) is
+# not in force until the API server has loaded it, and a marked namespace's plain writes are
+# judged by the policy alone.
+PROBE_LABEL = "labelrbac.io/probe"
+PROBE_MESSAGE = "the compiled label policy is in force here"
+_PROBED = (
+    f"request.userInfo.username == '{COMPILER}' && request.dryRun == true && "
+    f"object.metadata.?labels[?'{PROBE_LABEL}'].orValue('') == 'true'"
+)
+_OWN_GROUP = f"request.resource.group == '{GROUP}'"
+
+
 def _judgement(mode: str) -> dict[str, Any]:
     """The policy's match condition and validation.
 
@@ -647,17 +752,25 @@ def _judgement(mode: str) -> dict[str, Any]:
     the variables it reads: the match conditions, the validations, then every messageExpression
     and audit annotation whether the validation failed or not. The condition matches only the
     writes the policy may refuse, so a write it allows costs one pass; a refused one is judged
-    again by the validation and its message built.
+    again by the validation and its message built. The enforcing policy also matches the
+    compiler's probe (``PROBE_LABEL``) and nothing else of its own group.
     """
+    judged = {
+        "expression": _allowed(mode),
+        "messageExpression": _message(mode),
+        "reason": "Forbidden",
+    }
+    if mode != ENFORCE:
+        return {
+            "matchConditions": [{"name": "may-refuse", "expression": _may_refuse(mode)}],
+            "validations": [judged],
+        }
+    probe = {"expression": f"!({_PROBED})", "message": PROBE_MESSAGE, "reason": "Forbidden"}
+    judged["expression"] = f"{_OWN_GROUP} || {judged['expression']}"
+    condition = f"{_OWN_GROUP} ? {_PROBED} : {_may_refuse(mode)}"
     return {
-        "matchConditions": [{"name": "may-refuse", "expression": _may_refuse(mode)}],
-        "validations": [
-            {
-                "expression": _allowed(mode),
-                "messageExpression": _message(mode),
-                "reason": "Forbidden",
-            }
-        ],
+        "matchConditions": [{"name": "may-refuse", "expression": condition}],
+        "validations": [probe, judged],
     }
 
 
@@ -809,12 +922,13 @@ def subresource_policy() -> list[dict[str, Any]]:
     )
 
 
-def _excluded() -> list[dict[str, Any]]:
-    """What the policies reading parameters never match: the compiler's own objects, so it can
-    write parameters where there are none yet, and what the webhook keeps
+def _excluded(own: bool = True) -> list[dict[str, Any]]:
+    """What the policies reading parameters never match: the compiler's own objects (``own``),
+    so it can write parameters where there are none yet, and what the webhook keeps
     (app.engine.params.WEBHOOK_RESOURCES); a rule per group, as the API server tries each on
     every write."""
-    return _rules({GROUP: ["*"], **_by_group(WEBHOOK_RESOURCES)}, ["*"])
+    groups = _by_group(WEBHOOK_RESOURCES)
+    return _rules({GROUP: ["*"], **groups} if own else groups, ["*"])
 
 
 def cluster_variables(chunks: Sequence[str]) -> list[dict[str, str]]:
@@ -841,7 +955,7 @@ def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
         "spec": {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": API_VERSION, "kind": KIND},
-            "matchConstraints": _judged(),
+            "matchConstraints": _judged(mode == ENFORCE),
             "variables": [
                 *cluster_variables(chunks),
                 *({"name": n, "expression": e} for n, e in VARIABLES),
@@ -851,9 +965,11 @@ def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
     }
 
 
-def _judged() -> dict[str, Any]:
+def _judged(probed: bool) -> dict[str, Any]:
     """What the policies reading parameters match, and their bindings too: the binding's own
-    copy keeps the policy, which the compiler writes, from reaching anything else."""
+    copy keeps the policy, which the compiler writes, from reaching anything else. With
+    ``probed`` (the enforcing policy), the parameters' own group too, for the compiler's probe
+    (``PROBE_LABEL``)."""
     return {
         "namespaceSelector": copy.deepcopy(JUDGED),
         "resourceRules": [
@@ -865,7 +981,7 @@ def _judged() -> dict[str, Any]:
                 "scope": "Namespaced",
             }
         ],
-        "excludeResourceRules": _excluded(),
+        "excludeResourceRules": _excluded(own=not probed),
     }
 
 
@@ -878,7 +994,7 @@ def binding(name: str) -> dict[str, Any]:
         "spec": {
             "policyName": name,
             "validationActions": [action],
-            "matchResources": _judged(),
+            "matchResources": _judged(ACTIONS[name][0] == ENFORCE),
             # No parameters: the policy stands aside (``policy_scope``'s docstring says why
             # that leaves no write unjudged, and how a namespace being deleted is held).
             "paramRef": {"name": NAME, "parameterNotFoundAction": "Allow"},

@@ -39,7 +39,15 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from app.compiled.admission_policy import ACTIONS, POLICY, policy
+from app.compiled.admission_policy import (
+    ACTIONS,
+    POLICY,
+    PROBE_LABEL,
+    PROBE_MESSAGE,
+    SHIPPED,
+    Install,
+    policy,
+)
 from app.compiled.health import CompilerHealth
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
@@ -81,9 +89,10 @@ FIELD_MANAGER = "label-rbac-compiler"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 # The API server's refusal of an update of parameters its informer does not hold yet, and the
-# pauses before trying again (``ParamsWriter._seen``): at most 0.175 s of a writer's time.
+# pauses before trying again (``ParamsWriter._seen`` and ``_probe``): at most 0.775 s of a
+# writer's time.
 NOT_SEEN = "no params found"
-SEEN_RETRIES = (0.025, 0.05, 0.1)
+SEEN_RETRIES = (0.025, 0.05, 0.1, 0.2, 0.4)
 # The Namespace mark is merge-patched: unlike an apply, a merge patch never creates the object
 # (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
 MERGE = "application/merge-patch+json"
@@ -100,12 +109,12 @@ REPORT_EVERY = 10.0
 CONDITION = "Compiled"
 # How long a resource stays indexed after the last annotation restricting it went.
 KEEP_INDEXED = 600.0
-# Page size and (connect, read) timeouts of the lists a new leader reads.
+# Page size and (connect, read) timeouts of the lists a new leader reads, and the page size of
+# its list of the stored parameters: those are read whole (a digest of each is kept), so a page
+# is what the leader holds at once: 50 of the largest a namespace had before the cluster part was
+# stored once (158 KB with 200 restricted ClusterRoles bound cluster-wide) are 8 MB.
 LIST_PAGE = 500
-# The stored parameters are read whole (their specs' digests), a page at a time: at most this
-# many objects of up to ``MAX_BYTES`` each are held at once (about 100 MB parsed at worst), where
-# a page of ``LIST_PAGE`` held 300 MB of parameters copying 200 cluster-wide grants (84 KB each).
-PARAMS_PAGE = 10
+PARAMS_PAGE = 50
 LIST_TIMEOUT = (10.0, 60.0)
 # A namespace whose write failed is tried again after a delay doubling from BACKOFF_INITIAL up to
 # BACKOFF_MAX seconds, jittered (between half and all of it): an API server refusing or
@@ -287,40 +296,85 @@ class PolicyWriter:
     of them says so: ``seen``) is applied again at the next step.
     """
 
-    def __init__(self, client: KubeClient, names: Iterable[str]) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        names: Iterable[str],
+        clock: Callable[[], float] = time.monotonic,
+        install: Install = SHIPPED,
+    ) -> None:
         self._client = client
-        self.names = tuple(names)
+        self._install = install
+        # Each policy's name in this install (the chart's ``name``) → its shipped one.
+        self._shipped = {install.renamed(name): name for name in names}
+        self.names = tuple(self._shipped)
+        self._clock = clock
+        # One probe at a time, backed off when it fails (``claim_probe``).
+        self._probing = False
+        self._probe_failures = 0
+        self._next_probe = 0.0
         self._lock = threading.Lock()
         # name → (digest of what was applied, the resourceVersion it got)
         self._applied: dict[str, tuple[bytes, str]] = {}
+        self._kept: ClusterPart | None = None  # the part last applied
         self.on_change: Callable[[], None] = _nothing
+        # Whether the API server was seen enforcing the policy since it was last created
+        # (``ParamsWriter._probe``): a policy just created is not in force until it is loaded.
+        self.proven = False
 
     @property
     def ready(self) -> bool:
         with self._lock:
             return all(name in self._applied for name in self.names)
 
+    def claim_probe(self) -> bool:
+        """Whether this writer may probe now (``ParamsWriter._probe``): one at a time, and after
+        a failed one not before its backoff, so a policy the API server never enforces (its
+        binding deleted) costs a probe now and then, not one per namespace."""
+        with self._lock:
+            if self.proven or self._probing or self._clock() < self._next_probe:
+                return False
+            self._probing = True
+            return True
+
+    def probed(self, enforced: bool) -> None:
+        with self._lock:
+            self._probing = False
+            if enforced:
+                self.proven, self._probe_failures = True, 0
+            else:
+                self._probe_failures += 1
+                self._next_probe = self._clock() + backoff(self._probe_failures)
+
     def reset(self) -> None:
         """Forget what was applied (a new leader writes every policy once)."""
         with self._lock:
             self._applied.clear()
+        self.proven = False
 
     def keep(self, part: ClusterPart) -> int:
         """Apply every policy whose content differs from what was last applied (or that
         someone else changed since); how many were written."""
+        with self._lock:
+            if part is self._kept and len(self._applied) == len(self.names):
+                return 0  # every step asks: the policies' text is built only when it may differ
         written = 0
-        for name in self.names:
-            body = policy(name, part.chunks)
+        for name, shipped in self._shipped.items():
+            body = self._install.document(policy(shipped, part.chunks))
             found = digest(json.dumps(body, sort_keys=True))
             with self._lock:
                 last = self._applied.get(name)
             if last is not None and last[0] == found:
                 continue
             answer = self._client.send("PATCH", f"{POLICIES}/{name}", body, _APPLY_QUERY, APPLY)
-            version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+            meta = answer.get("metadata") or {}
+            if meta.get("generation") in (None, 1) and name == self._install.name:
+                self.proven = False  # created just now
             with self._lock:
-                self._applied[name] = (found, version)
+                self._applied[name] = (found, str(meta.get("resourceVersion") or ""))
             written += 1
+        with self._lock:
+            self._kept = part
         if written:
             log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
                      ", ".join(self.names), len(part.chunks), part.size, part.grants)  # fmt: skip
@@ -335,6 +389,8 @@ class PolicyWriter:
             if last is None or (isinstance(new, tuple) and new[1] == last[1]):
                 return
             del self._applied[str(name)]
+        if new is None and name == self._install.name:
+            self.proven = False
         log.warning("policy %s was changed or deleted by someone else: writing it again", name)
         self.on_change()
 
@@ -358,6 +414,16 @@ def policy_informers(client: KubeClient, policies: PolicyWriter, tuning: Tuning)
                          on_update=policies.seen, field_selector=f"metadata.name={name}")
         for name in policies.names
     ]  # fmt: skip
+
+
+class Unmarked(KubeError):
+    """A namespace's parameters were written, but it could not be marked compiled yet (the
+    enforcing policy is not in force there yet): ``written`` is what was written, and the mark
+    is tried again after a backoff."""
+
+    def __init__(self, written: Written, why: str) -> None:
+        super().__init__(why)
+        self.written = written
 
 
 class PendingNamespaces:
@@ -419,12 +485,17 @@ class ParamsWriter:
         clock: Callable[[], float] = time.monotonic,
         compile_softened: bool = False,
         policies: PolicyWriter | None = None,
+        install: Install = SHIPPED,
     ) -> None:
         self._client = client
-        self.policies = policies or PolicyWriter(client, policy_names(compile_softened))
+        self.policies = policies or PolicyWriter(
+            client, policy_names(compile_softened), clock, install
+        )
         self.policies.on_change = self._wake_up
-        # What of the cluster part decides every namespace's render (``_keep_cluster``).
+        # What of the cluster part decides every namespace's render (``_keep_cluster``), and
+        # the namespaces written while the policies were not: marked once they are.
         self._cluster_summary: tuple[object, ...] | None = None
+        self._to_mark: set[str] = set()
         # A namespace where a mode softens a denial is left to the webhook unless asked
         # (``--compile-softened``, for installs with the warn and audit policies).
         self._delegate_softened = not compile_softened
@@ -522,11 +593,15 @@ class ParamsWriter:
         changed: whether it leaves them all to the webhook, or softens a denial."""
         part = render_cluster(snapshot, target)
         summary = (part.delegated, part.reason, part.softened)
+        written = self.policies.keep(part)
         with self._lock:
             if self._cluster_summary is not None and summary != self._cluster_summary:
                 self._pending.add(ALL)
             self._cluster_summary = summary
-        return self.policies.keep(part)
+            if self.policies.ready and self._to_mark:
+                self._pending.add(self._to_mark)
+                self._to_mark = set()
+        return written
 
     def _wake_up(self) -> None:
         self._wake.set()
@@ -716,19 +791,22 @@ class ParamsWriter:
                     done += 1
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
-        """What the write gave; None (and a retry scheduled) when it failed."""
+        """What the write gave; None (and a retry scheduled) when it failed. Parameters written
+        but not marked yet (``Unmarked``) are what was written, with a retry scheduled too."""
         try:
             result = future.result()
         except KubeError as exc:
             failures = self._retry.get(namespace, (0, 0.0))[0] + 1
             delay = backoff(failures)
             self._retry[namespace] = (failures, self._clock() + delay)
+            what = "mark" if isinstance(exc, Unmarked) else "write the parameters of"
             self._failures_log.warning(
-                "could not write the parameters of %s (retrying in %.1fs): %s",
-                namespace,
-                delay,
-                exc,
+                "could not %s %s (retrying in %.1fs): %s", what, namespace, delay, exc
             )
+            if isinstance(exc, Unmarked):
+                with self._lock:
+                    self._pending.add((namespace,))
+                return exc.written
             return None
         self._retry.pop(namespace, None)
         return result
@@ -769,7 +847,8 @@ class ParamsWriter:
         if previous is not None and previous.delegated == delegated and previous.since:
             since = previous.since
         body = {**rendered.manifest(), "status": self._status(rendered, since)}
-        self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+        if previous is None or previous.spec != spec:  # else only the mark is due
+            self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
         if delegated and (previous is None or not previous.delegated):
             log.warning(
                 "namespace %s is left to the webhook (%s, %d units of work): %s",
@@ -779,11 +858,26 @@ class ParamsWriter:
                 rendered.delegated,
             )
             self._event(rendered)
-        if not delegated and (previous is None or not previous.marked) and self.policies.ready:
-            if previous is None:
-                self._seen(path, body)
-            marked = self._mark(rendered.namespace, True)
-        return Written(spec, delegated, marked, since, _unjudged(rendered.spec))
+        written = Written(spec, delegated, marked, since, _unjudged(rendered.spec))
+        if delegated or (previous is not None and previous.marked):
+            return written
+        if previous is None:
+            self._seen(path, body)
+        if not self.policies.ready:  # marked once the policies are written (``_keep_cluster``)
+            with self._lock:
+                self._to_mark.add(rendered.namespace)
+            return replace(written, marked=False)
+        if not self.policies.proven:
+            unmarked = replace(written, marked=False)
+            if not self.policies.claim_probe():
+                raise Unmarked(unmarked, "the compiled policy is not known to be in force yet")
+            try:
+                self._probe(path)
+            except ApiError as exc:
+                self.policies.probed(False)
+                raise Unmarked(unmarked, str(exc)) from None
+            self.policies.probed(True)
+        return replace(written, marked=self._mark(rendered.namespace, True))
 
     def _seen(self, path: str, body: Mapping[str, Any]) -> None:
         """Parameters created just now, written again: an update, which the API server admits
@@ -800,6 +894,26 @@ class ParamsWriter:
                     raise
             time.sleep(delay)
         self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+
+    def _probe(self, path: str) -> None:
+        """Prove, before marking the first namespace compiled since the enforcing policy was
+        created, that the API server has loaded it (a marked namespace's plain writes are judged
+        by the policy alone): a dry-run update of the namespace's parameters carrying
+        ``PROBE_LABEL``, which that policy refuses once loaded, where it finds these parameters
+        and judges the namespace (``kube-system`` and the exempt ones wait for a judged one to
+        prove it). Tried again a few times, then the write fails (and is retried)."""
+        body = {"metadata": {"labels": {PROBE_LABEL: "true"}}}
+        query = [("dryRun", "All"), ("fieldManager", FIELD_MANAGER)]
+        for delay in (*SEEN_RETRIES, 0.0):
+            try:
+                self._client.send("PATCH", path, body, query, MERGE)
+            except ApiError as exc:
+                if PROBE_MESSAGE in exc.message:
+                    return
+                if NOT_SEEN not in exc.message:
+                    raise
+            time.sleep(delay)
+        raise ApiError(503, "NotInForce", f"the compiled policy does not judge {path} yet")
 
     def _mark(self, namespace: str, compiled: bool) -> bool:
         """Label the Namespace compiled, or take the label off; whether it now carries it."""
@@ -921,9 +1035,11 @@ def run(
     max_work: int = MAX_WORK,
     health: CompilerHealth | None = None,
     compile_softened: bool = False,
+    install: Install = SHIPPED,
 ) -> None:
     """Watch, render and write until ``stop`` is set; each round reported to ``health``
-    (``app.compiled.health``: the probes and metrics)."""
+    (``app.compiled.health``: the probes and metrics); ``install``: the names of the policies
+    it writes (the chart's ``name``) and the namespace they leave out."""
     coverage = CoverageWriter(client, FIELD_MANAGER, settings.webhook_configuration)
     writer = ParamsWriter(
         client,
@@ -934,6 +1050,7 @@ def run(
         snapshots=lambda: source.snapshot(),
         max_work=max_work,
         compile_softened=compile_softened,
+        install=install,
     )
 
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:

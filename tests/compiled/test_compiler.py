@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 
 from app.compiled import compiler as compile_module
-from app.compiled.admission_policy import POLICY
+from app.compiled.admission_policy import (
+    ACTIONS,
+    POLICY,
+    PROBE_LABEL,
+    PROBE_MESSAGE,
+    Install,
+    policy,
+)
 from app.compiled.compiler import (
     BACKOFF_MAX,
     DISCOVERY_INTERVAL,
@@ -29,6 +36,7 @@ from app.compiled.compiler import (
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
+    PolicyWriter,
     ServedResources,
     backoff,
 )
@@ -38,7 +46,7 @@ from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.params import ALL, MARK, MAX_WORK, NAME
+from app.engine.params import ALL, MARK, MAX_WORK, NAME, ClusterPart
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, Unreachable
@@ -66,6 +74,11 @@ class Client:
         # namespace → how many updates of its parameters (writes after the first) are refused
         # as the API server refuses them while its informer does not hold them yet
         self.unseen: dict[str, int] = {}
+        # The compiler's probes (dry runs: not in ``writes``), and how many are not refused yet
+        # (the API server has not loaded the enforcing policy).
+        self.probes: list[str] = []
+        self.unloaded = 0
+        self.policy_written = False
         self._created: set[str] = set()
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
@@ -83,10 +96,12 @@ class Client:
     def send(
         self, method: str, path: str, body: Mapping[str, Any], query: Any = (), *a: Any
     ) -> Any:
+        params = path.endswith(f"/labelrbacparams/{NAME}")
+        if params and ("dryRun", "All") in list(query):
+            return self._probe(path, body)
         with self._lock:
             self.writes.append((method, path, body, list(query)))
             self.types.append(a[0] if a else "")
-        params = path.endswith(f"/labelrbacparams/{NAME}")
         if self.meet is not None and params:
             self.meet.wait()
         if params and (held := self.hold.get(path.split("/")[5])):
@@ -103,8 +118,23 @@ class Client:
             raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
         if params:
             self._created.add(path)
+        if path == f"{POLICIES}/{POLICY}":
+            self.policy_written = True
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+        return body
+
+    def _probe(self, path: str, body: Mapping[str, Any]) -> Any:
+        """The compiler's probe (a dry-run update): refused by the enforcing policy once it is
+        written and loaded (after ``unloaded`` probes), where the parameters are."""
+        assert body["metadata"]["labels"] == {PROBE_LABEL: "true"}
+        with self._lock:
+            self.probes.append(path.split("/")[5])
+            if self.unloaded > 0:
+                self.unloaded -= 1
+                return body
+        if self.policy_written and path in self._created:
+            raise ApiError(422, "Invalid", f"... denied request: {PROBE_MESSAGE}")
         return body
 
     def list_each(
@@ -368,8 +398,8 @@ def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> N
     change = ("Namespace", None, ("t2", {}))
     params.applied(state, [change], "43")
     params.step(state.snapshot)
-    # Written before (so this write is an update, admitted once the policies see them).
-    assert story(client, "t2") == ["params", "mark=true"]
+    # The same parameters, written before: only the mark is due.
+    assert story(client, "t2") == ["mark=true"]
 
 
 def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> None:
@@ -1091,3 +1121,69 @@ def test_a_cluster_part_that_turns_softened_renders_every_namespace_again() -> N
     # Every namespace is now left to the webhook (a denial would be softened).
     assert sorted(client.params_written()) == ["t1", "t2"]
     assert story(client, "t2")[0] == "mark=None"
+
+
+def test_no_namespace_is_marked_before_the_api_server_enforces_the_policy() -> None:
+    """A policy just created is not in force until the API server has loaded it: no namespace
+    is marked before the policy refuses the compiler's probe, one probe at a time; once it has,
+    the others are marked without probing (until the policy is created anew)."""
+    client, clock = Client(), [0.0]
+    client.unloaded = 2  # two probes pass before the policy is loaded
+    state = live(*OBJECTS)
+    params = writer(client, clock, timed=True)
+    params.step(state.snapshot)
+    marked = [ns for ns in ("t1", "t2") if story(client, ns)[-1] == "mark=true"]
+    assert len(marked) == 1 and len(client.probes) == 3  # the one that probed
+    clock[0] += BACKOFF_MAX  # the other's retry is due
+    params.step(state.snapshot)
+    assert story(client, "t1")[-1] == story(client, "t2")[-1] == "mark=true"
+    assert len(client.probes) == 3
+    # Never loaded: one probe at a time, backed off; nothing is marked, the parameters are.
+    client, clock = Client(), [0.0]
+    client.unloaded = 10_000
+    params = writer(client, clock, timed=True)
+    for _ in range(3):
+        params.step(state.snapshot)
+    assert not any(p.startswith("/api/v1/namespaces/") for _, p, _, _ in client.writes)
+    assert sorted(client.params_written()) == ["t1", "t2"]
+    assert len(client.probes) == len(SEEN_RETRIES) + 1
+
+
+def test_a_policy_created_again_is_proven_again_before_the_next_mark() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    probed = len(client.probes)
+    params.policies.seen((POLICY, ""), None)  # deleted by someone else
+    change = ("Namespace", None, ("t3", {}))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    params.step(state.snapshot)
+    assert story(client, "t3") == ["params", "params", "mark=true"]
+    assert client.probes[probed:] == ["t3"]
+
+
+def test_a_renamed_install_writes_its_policies_under_its_names() -> None:
+    """The chart installed as ``acme-lr`` in ``policy`` (``--policy-name``, the compiler's
+    ``--lease-namespace``): the compiler writes and watches the policies its bindings name,
+    leaving its own namespace out, and none of the shipped install's."""
+    client = Client()
+    policies = PolicyWriter(client, ACTIONS, install=Install("acme-lr", "policy"))  # type: ignore[arg-type]
+    assert policies.names == ("acme-lr", "acme-lr-warn", "acme-lr-audit")
+    chunks = ("{'users': {}, 'groups': {}, 'roles': {}, 'grants': {}}",)
+    assert policies.keep(ClusterPart(chunks, 0, False)) == 3
+    assert [path for _, path, _, _ in client.writes] == [
+        f"{POLICIES}/{name}" for name in policies.names
+    ]
+    renamed = Install("acme-lr", "policy")
+    for (_, _, body, _), shipped in zip(client.writes, ACTIONS, strict=True):
+        assert body == renamed.document(policy(shipped, chunks))
+        assert body["metadata"]["name"] == shipped.replace(POLICY, "acme-lr", 1)
+        (own, *_) = body["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+        assert own["values"] == ["policy", "kube-system"]
+        text = json.dumps(body)
+        assert "system:serviceaccount:label-rbac:" not in text
+        assert renamed.compiler == "system:serviceaccount:policy:acme-lr-compiler"
+        if shipped == POLICY:  # the probe it refuses is the renamed compiler's
+            assert renamed.compiler in text

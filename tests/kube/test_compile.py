@@ -3,11 +3,14 @@
 The shipped component (manifests/compiled: CRD, policies, the compiler's RBAC) is installed in a
 loopback control plane and two compiler processes run as the compiler's ServiceAccount. Tests
 watch what a tenant sees: a denial naming the roles once the parameters are written, the
-retryable denial of a just-bound subject until they are, and the same after the leader is killed.
+retryable denial of a just-bound subject until they are, and the same after the leader is killed;
+and what the compiler's RBAC lets it do to the policies it writes: create and update them by name,
+watch them by name, nothing else.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app.compiled.admission_policy import COMPILER
+from app.compiled.admission_policy import ACTIONS, COMPILER, policy
+from app.compiled.admission_policy import POLICY as ENFORCING
+from app.compiled.admission_policy import binding as policy_binding
+from app.compiled.compiler import FIELD_MANAGER
 from tests.kube.cluster import Compilers
 from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, ControlPlane, User
@@ -135,6 +141,58 @@ def test_a_new_binding_is_refused_until_compiled_then_judged(
     assert create(cp, "bob", "a") == ""
 
 
+TEAM_X = role("team-x", "", [rule("*", "configmaps")], {"configmaps": {"team": ["x"]}})
+POLICY = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/label-rbac"
+
+
+def stored_versions(cp: ControlPlane) -> dict[str, str]:
+    """The resourceVersion of every namespace's parameters."""
+    _, listing = cp.request(ADMIN, "GET", "/apis/labelrbac.io/v1alpha1/labelrbacparams")
+    return {i["metadata"]["namespace"]: i["metadata"]["resourceVersion"] for i in listing["items"]}
+
+
+def test_a_cluster_binding_is_one_write_of_the_policy_and_none_of_a_namespace(
+    cluster: tuple[ControlPlane, Compilers],
+) -> None:
+    """The ClusterRoleBindings' part is stored once, in the policy the compiler writes: binding
+    a restricted ClusterRole cluster-wide, then editing it, rewrites no namespace's parameters,
+    and the policy judges by the union of both parts (bob: team a in t1, team x everywhere)."""
+    cp, _ = cluster
+    before, generation = stored_versions(cp), cp.request(ADMIN, "GET", POLICY)[1]["metadata"]
+    assert 'label team="x" is not permitted (role t1/team-a allows team in [a])' in create(
+        cp, "bob", "x"
+    )
+    cp.apply(ADMIN, [rbac(TEAM_X), rbac(binding("bob-x", "team-x", "User:bob"))])
+    wait_for(lambda: create(cp, "bob", "x") == "", "the cluster binding to be compiled")
+    assert create(cp, "bob", "z").endswith(
+        "(role t1/team-a allows team in [a]; clusterrole team-x allows team in [x])"
+    )
+    edited = role("team-x", "", [rule("*", "configmaps")], {"configmaps": {"team": ["x", "z"]}})
+    cp.apply(ADMIN, [rbac(edited)])
+    wait_for(lambda: create(cp, "bob", "z") == "", "the ClusterRole edit to be compiled")
+    assert stored_versions(cp) == before
+    _, written = cp.request(ADMIN, "GET", POLICY)
+    assert written["metadata"]["generation"] >= generation["generation"] + 2
+    managers = {m["manager"] for m in written["metadata"]["managedFields"]}
+    assert managers == {"label-rbac-compiler"}
+
+
+def test_the_policy_changed_or_deleted_by_someone_else_is_written_again(
+    cluster: tuple[ControlPlane, Compilers],
+) -> None:
+    cp, _ = cluster
+    patch = {"spec": {"failurePolicy": "Ignore"}}
+    cp.request(ADMIN, "PATCH", POLICY, patch, content_type="application/merge-patch+json")
+    wait_for(
+        lambda: cp.request(ADMIN, "GET", POLICY)[1]["spec"]["failurePolicy"] == "Fail",
+        "the compiler to write its policy again",
+    )
+    assert cp.request(ADMIN, "DELETE", POLICY)[0] == 200
+    took = wait_for(lambda: cp.request(ADMIN, "GET", POLICY)[0] == 200, "the policy again")
+    print(f"policy deleted -> written again: {took * 1000:.0f} ms")
+    wait_for(lambda: create(cp, "alice", "b").endswith(label_denial("alice")), "enforcement")
+
+
 def test_when_the_leader_dies_the_other_takes_over_within_the_lease_and_loses_nothing(
     cluster: tuple[ControlPlane, Compilers],
 ) -> None:
@@ -151,3 +209,87 @@ def test_when_the_leader_dies_the_other_takes_over_within_the_lease_and_loses_no
     # Log lines reach the file through a writer thread, a moment after the fact.
     wait_for(lambda: "leading" in compilers.log("two"), "the new leader to log it", timeout=5)
     assert create(cp, "carol", "a") == ""
+
+
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+APPLY = f"?fieldManager={FIELD_MANAGER}&force=true"
+# A policy the compiler may write that no binding of this cluster names (the modes component is
+# not installed here), so writing it judges nothing.
+SOFTENED = f"{ENFORCING}-audit"
+
+
+def apply_policy(cp: ControlPlane, user: str, document: dict[str, Any]) -> tuple[int, Any]:
+    """A server-side apply of ``document`` as ``user``, as the compiler writes its policies."""
+    path = f"{POLICIES}/{document['metadata']['name']}{APPLY}"
+    return cp.request(user, "PATCH", path, document, content_type="application/apply-patch+yaml")
+
+
+def bare(name: str) -> dict[str, Any]:
+    """A policy ``name`` matching nothing: small, since the API server refuses a write RBAC
+    does not authorize before reading its body (and may close the connection while a large
+    one is still being sent)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"validations": [{"expression": "true"}]},
+    }
+
+
+def test_the_compilers_rbac_writes_its_policies_by_name_and_nothing_else(
+    cluster: tuple[ControlPlane, Compilers],
+) -> None:
+    """manifests/compiled/rbac.yaml: the compiler's identity creates one of its policies by a
+    server-side apply (``patch`` by name, no ``create``), updates it, reads it and watches it by
+    name; any other policy, an unnamed list or watch, a plain create, a delete and every write
+    of a binding are refused by RBAC."""
+    cp, _ = cluster
+    assert set(ACTIONS) == {ENFORCING, f"{ENFORCING}-warn", SOFTENED}
+    cp.request(ADMIN, "DELETE", f"{POLICIES}/{SOFTENED}")
+    status, created = apply_policy(cp, COMPILER, policy(SOFTENED))
+    assert status == 201, created["message"]
+    managers = {m["manager"] for m in created["metadata"]["managedFields"]}
+    assert managers == {FIELD_MANAGER}
+    chunks = ["{'users': {}, 'groups': {}, 'roles': {}, 'grants': {}}"]
+    status, updated = apply_policy(cp, COMPILER, policy(SOFTENED, chunks))
+    assert status == 200, updated
+    names = [v["name"] for v in updated["spec"]["variables"]]
+    assert names[:2] == ["cluster0", "clusterChunks"]
+    assert cp.request(COMPILER, "GET", f"{POLICIES}/{SOFTENED}")[0] == 200
+    by_name = f"fieldSelector=metadata.name%3D{SOFTENED}"
+    status, listing = cp.request(COMPILER, "GET", f"{POLICIES}?{by_name}")
+    assert status == 200, listing
+    assert [i["metadata"]["name"] for i in listing["items"]] == [SOFTENED]
+    # A watch by name: the object as it stands, as the first event.
+    status, stream = cp.request(
+        COMPILER, "GET", f"{POLICIES}?watch=true&{by_name}&timeoutSeconds=1"
+    )
+    assert status == 200, stream
+    # One JSON event a line (one event alone decodes whole).
+    events = (
+        [stream]
+        if isinstance(stream, dict)
+        else [json.loads(line) for line in stream.splitlines() if line.strip()]
+    )
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", SOFTENED)]
+    refused = {
+        "another policy's apply": apply_policy(cp, COMPILER, bare("other")),
+        "a guard's apply": apply_policy(cp, COMPILER, bare(f"{ENFORCING}-params")),
+        "a plain create": cp.request(COMPILER, "POST", POLICIES, bare("new")),
+        "a delete": cp.request(COMPILER, "DELETE", f"{POLICIES}/{SOFTENED}"),
+        "a list of every policy": cp.request(COMPILER, "GET", POLICIES),
+        "a watch of every policy": cp.request(COMPILER, "GET", f"{POLICIES}?watch=true"),
+        "a binding's apply": cp.request(
+            COMPILER, "PATCH", f"{BINDINGS}/{SOFTENED}{APPLY}", policy_binding(SOFTENED),
+            content_type="application/apply-patch+yaml",
+        ),
+        "a binding's create": cp.request(COMPILER, "POST", BINDINGS, policy_binding(SOFTENED)),
+        "a binding's read": cp.request(COMPILER, "GET", f"{BINDINGS}/{ENFORCING}"),
+    }  # fmt: skip
+    assert {what: status for what, (status, _) in refused.items()} == {
+        what: 403 for what in refused
+    }
+    assert cp.request(ADMIN, "GET", f"{POLICIES}/other")[0] == 404
+    assert cp.request(ADMIN, "GET", f"{BINDINGS}/{SOFTENED}")[0] == 404
+    assert cp.request(ADMIN, "DELETE", f"{POLICIES}/{SOFTENED}")[0] == 200
