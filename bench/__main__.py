@@ -27,6 +27,7 @@ BENCHMARKS = {
     "names": "bench.names",
     "connections": "bench.connections",
     "framing": "bench.framing",
+    "layout": "bench.layout",
 }
 
 

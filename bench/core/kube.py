@@ -46,9 +46,10 @@ NARROWING = frozenset(
 )
 
 
-def documents(name: str) -> list[dict[str, Any]]:
-    """The objects of manifests/compiled/``name``."""
-    return [d for d in yaml.safe_load_all((COMPILED / name).read_text()) if d]
+def documents(name: str, root: Path = ROOT) -> list[dict[str, Any]]:
+    """The objects of manifests/compiled/``name`` (of the checkout at ``root``)."""
+    path = root / COMPILED.relative_to(ROOT) / name
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def kustomize(overlay: str) -> list[dict[str, Any]]:
@@ -140,13 +141,21 @@ class Client:
         raise AssertionError("unreachable")
 
 
-def start_compiler(cp: ControlPlane, workdir: Path) -> subprocess.Popen[bytes]:
-    """``label-rbac compile`` against ``cp`` as the compiler's ServiceAccount, logging to
-    ``workdir/compiler.log``."""
-    with (workdir / "compiler.log").open("wb") as log:
+def start_compiler(
+    cp: ControlPlane,
+    workdir: Path,
+    *args: str,
+    identity: str = "bench",
+    root: Path = ROOT,
+    log_name: str = "compiler.log",
+) -> subprocess.Popen[bytes]:
+    """``label-rbac compile`` (of the checkout at ``root``; ``args`` added) against ``cp`` as the
+    compiler's ServiceAccount, logging to ``workdir/<log_name>``."""
+    with (workdir / log_name).open("ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "app", "compile", "--kubeconfig",
-             str(cp.kubeconfig(COMPILER)), "--identity", "bench"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBECONFIG": ""}, start_new_session=True,
+             str(cp.kubeconfig(COMPILER)), "--identity", identity, *args],
+            cwd=root, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": "", "PYTHONPATH": str(root)},
+            start_new_session=True,
         )  # fmt: skip

@@ -25,6 +25,14 @@ FLAGS = {
     "names": ("--names", "--per-rule"),
     "connections": ("--hostile", "--models", "--trickle", "--rounds", "--json"),
     "framing": ("--examples", "--seed"),
+    "layout": (
+        "--namespaces",
+        "--cluster-grants",
+        "--baseline-namespaces",
+        "--baseline-ref",
+        "--edits",
+        "--json",
+    ),
 }
 
 

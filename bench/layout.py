@@ -1,0 +1,712 @@
+"""Layout benchmark: the compiled path at N namespaces with K cluster-wide grants, stored once.
+
+Through a real kube-apiserver v1.36 and etcd (tests/kube/controlplane.py), the cluster is built
+by ``--clients`` parallel clients: per namespace ``tenant-<i>`` two annotated Roles, one plain
+Role and three RoleBindings (the scale layout's, ``bench.core.layout``, without its
+ClusterRole binding), and K restricted ClusterRoles of seven resources each bound cluster-wide,
+each to a user of its own (``bench.vap.cluster_grant``). The compiled component is installed as
+shipped (CRD, the compiler's ServiceAccount and RBAC, the policies; the webhook's registration
+held dormant, there for the compiler's coverage conditions) and the compiler
+(``python -m app compile``) runs as its ServiceAccount. Reported, in one run:
+
+- **build**: the objects created and how long it took;
+- **all written**: seconds from the compiler's start until every namespace has parameters
+  and (this layout) the compiler has written the policy; then until the policy enforces a
+  cluster-wide grant, as a probe write sees it;
+- **bytes stored**: the ``LabelRbacParams`` specs and the label-rule policies' specs (compact
+  JSON), in all and per namespace, against the information they carry: N namespaces' own part
+  and the cluster part once, rendered by the engine (``app.engine.params``) for one namespace
+  of the layout and the K grants;
+- **API server RSS** (/proc) with the cluster built and no compiled path, after the first
+  compile, and at the end;
+- **compiler peak RSS** (VmHWM) of the first compile, of a replica taking the lease over with
+  everything stored (a new identity: a restart elsewhere), and for the baseline the upgrade:
+  this release's compiler taking the lease over from the previous release's, the previous
+  layout stored;
+- **edits**: ``--edits`` ClusterRole annotation edits and as many ClusterRoleBinding subject
+  edits, alternating: the ``LabelRbacParams`` whose resourceVersion changed (listed metadata
+  only before and after), the compiler's writes of policies (the API server's audit log), and
+  seconds from the edit to its enforcement, as the affected cluster-bound user's dry-run
+  creates see it through the API server (polled: every 20 ms for the first second, then every
+  250 ms): the value the edit grants is allowed and the one it took away (or a value never
+  granted) is refused by the label rule. Once enforced, the compiler's writes are waited out
+  (``--quiet`` seconds without one); ``settled_s`` is when its last write came;
+- **namespaced**: ``--edits`` RoleBindings added, each binding a new user to a namespace's
+  annotated Role: seconds until that user's writes are judged by the Role's labels.
+
+Beside them, the same figures for the previous layout (every namespace's parameters holding a
+copy of the cluster part) at ``--baseline-namespaces``, with the previous release's compiler and
+manifests checked out of git at ``--baseline-ref`` into a temporary worktree (skipped with a
+message when the ref is unavailable), with ``--baseline-edits`` edits of each cluster kind (each
+rewrites every namespace there). Every figure is printed as a table and written as JSON
+(``--json``, after each layout).
+
+    python -m bench layout --namespaces 10000 --cluster-grants 200 --baseline-namespaces 1000 \\
+        --edits 20 --json bench-layout.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from app.engine.kinds import snapshot_from_objects
+from app.engine.params import API_VERSION, PLURAL, render, render_cluster, spec_text
+from app.settings import Settings
+from app.source.api import METADATA_LIST
+from bench.core.compiled import target
+from bench.core.kube import Client, Webhook, documents, start_compiler
+from bench.core.layout import namespace_objects
+from bench.core.processes import ROOT, peak_rss_mb, process_cpu, rss_bytes
+from bench.core.stats import percentile
+from bench.freshness import count, dormant, stamp
+from bench.vap import CLUSTER_RESOURCES, cluster_grant
+from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
+from tests.process import free_port, stop
+
+RBAC = "rbac.authorization.k8s.io"
+PARAMS = f"/apis/{API_VERSION}/{PLURAL}"
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+# The policies holding the label rule (the warn and audit ones only with manifests/compiled/modes).
+RULE_POLICIES = ("label-rbac", "label-rbac-warn", "label-rbac-audit")
+FIELD_MANAGER = "label-rbac-compiler"
+# The label rule's denial, as the policy words it (not RBAC's, nor "not listed yet").
+DENIAL = "is not permitted ("
+# Objects created per block: the bench holds one block of objects (and its futures) at a time.
+BLOCK = 1000
+PAGE = 500  # items per page of the bench's own lists
+WAIT = 3600.0  # at most this long for a compile, an enforcement or a rewrite
+CHUNK = 8 << 20  # bytes of the audit log read at once
+
+
+def namespace_docs(i: int) -> list[dict[str, Any]]:
+    """tenant-<i>: its Namespace, two annotated Roles, a plain Role and three RoleBindings."""
+    platform = ("RoleBinding", "platform")  # its binding of a ClusterRole: left out
+    return [o for o in namespace_objects(i, 1) if (o["kind"], o["metadata"]["name"]) != platform]
+
+
+def collection(obj: dict[str, Any]) -> str:
+    """The path ``obj`` is created at."""
+    if obj["kind"] == "Namespace":
+        return "/api/v1/namespaces"
+    plural = f"{obj['kind'].lower()}s"
+    namespace = obj["metadata"].get("namespace")
+    return f"/apis/{RBAC}/v1/namespaces/{namespace}/{plural}" if namespace else (
+        f"/apis/{RBAC}/v1/{plural}")  # fmt: skip
+
+
+def blocks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(items)
+    while block := list(itertools.islice(iterator, size)):
+        yield block
+
+
+def build(admin: Client, namespaces: int, grants: int, clients: int) -> tuple[int, float]:
+    """Create the layout with ``clients`` parallel connections, each kind after those it refers
+    to, a block at a time: (objects, seconds)."""
+
+    def create(obj: dict[str, Any]) -> None:
+        status, answer = admin.send("POST", collection(obj), obj)
+        if status >= 300 and status != 409:
+            raise RuntimeError(f"POST {collection(obj)}: {status} {answer}")
+
+    def of_kind(kind: str) -> Iterator[dict[str, Any]]:
+        return (o for i in range(namespaces) for o in namespace_docs(i) if o["kind"] == kind)
+
+    phases: list[Callable[[], Iterator[dict[str, Any]]]] = [
+        lambda: of_kind("Namespace"),
+        lambda: (o for i in range(grants) for o in cluster_grant(i)),
+        lambda: of_kind("Role"),
+        lambda: of_kind("RoleBinding"),
+    ]
+    started, created = time.monotonic(), 0
+    with ThreadPoolExecutor(clients) as pool:
+        for phase in phases:
+            for block in blocks(phase(), BLOCK):
+                list(pool.map(create, block))
+                created += len(block)
+    return created, time.monotonic() - started
+
+
+# -- what is stored -------------------------------------------------------------------------------
+
+
+def pages(admin: Client, path: str, size: int, metadata_only: bool = False) -> Iterator[Any]:
+    """The items of the collection at ``path``, a page at a time (never all held at once)."""
+    token = ""
+    headers = {"Accept": METADATA_LIST} if metadata_only else {}
+    while True:
+        query = f"?limit={size}" + (f"&continue={quote(token)}" if token else "")
+        status, page = admin.send("GET", path + query, headers=headers)
+        if status != 200:
+            raise RuntimeError(f"GET {path}: {status} {page}")
+        yield from page.get("items") or ()
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return
+
+
+def versions(admin: Client) -> dict[str, str]:
+    """Each namespace's parameters' resourceVersion (metadata only)."""
+    return {item["metadata"]["namespace"]: item["metadata"]["resourceVersion"]
+            for item in pages(admin, PARAMS, PAGE, metadata_only=True)}  # fmt: skip
+
+
+def stored(admin: Client) -> dict[str, Any]:
+    """Bytes of the parameters' specs and of the label-rule policies' specs (compact JSON)."""
+    sizes = [len(spec_text(item.get("spec") or {}).encode()) for item in pages(admin, PARAMS, 50)]
+    policies = {}
+    for name in RULE_POLICIES:
+        status, policy = admin.send("GET", f"{POLICIES}/{name}")
+        if status == 200:
+            policies[name] = len(spec_text(policy.get("spec") or {}).encode())
+    total = sum(sizes) + sum(policies.values())
+    return {
+        "params_objects": len(sizes), "params_bytes": sum(sizes),
+        "params_max_bytes": max(sizes, default=0), "policy_bytes": policies,
+        "stored_bytes": total, "per_namespace_bytes": round(total / max(1, len(sizes))),
+    }  # fmt: skip
+
+
+def information(namespaces: int, grants: int) -> dict[str, int]:
+    """What the stored objects carry: each namespace's own part (tenant-0's, rendered by the
+    engine; every tenant's is alike) and the cluster part once (its JSON)."""
+    objects = [(o["kind"], o) for o in namespace_docs(0)]
+    objects += [(o["kind"], o) for i in range(grants) for o in cluster_grant(i)]
+    snapshot = snapshot_from_objects(objects, Settings().compiler)
+    goal = target()
+    own = render(snapshot, "tenant-0", goal).size
+    cluster = len(spec_text(render_cluster(snapshot, goal).spec).encode())
+    return {"own_bytes": own, "cluster_bytes": cluster,
+            "information_bytes": namespaces * own + cluster}  # fmt: skip
+
+
+def apiserver_mb(cp: ControlPlane) -> float:
+    assert cp.apiserver is not None
+    return round(rss_bytes(cp.apiserver.pid) / 1e6, 1)
+
+
+# -- the compiler -----------------------------------------------------------------------------
+
+
+@dataclass
+class Compiler:
+    """A running ``label-rbac compile``, its metrics served on loopback."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    writes: CompilerWrites  # its requests, from the API server's audit log
+    started: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def start(cls, cp: ControlPlane, workdir: Path, root: Path, identity: str) -> Compiler:
+        port, writes = free_port(), CompilerWrites(cp.audit_log)
+        process = start_compiler(cp, workdir, "--probe-bind", f"127.0.0.1:{port}",
+                                 identity=identity, root=root)  # fmt: skip
+        return cls(process, port, writes)
+
+    def metrics(self) -> dict[str, float]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except (OSError, urllib.error.URLError):
+            return {}
+        found = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                found[name] = float(value)
+        return found
+
+    def settled(self, quiet: float, timeout: float = WAIT) -> float:
+        """Seconds from the start until it leads, has nothing pending, writes nothing, waits
+        for no request of its own and spends (almost) no CPU for ``quiet`` seconds: its render
+        of every namespace is done (a slow write of the policy leaves it idle meanwhile)."""
+        calm_since: float | None = None
+        last: tuple[float, float] | None = None
+        while time.monotonic() - self.started < timeout:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the compiler exited with {self.process.returncode}")
+            m = self.metrics()
+            now = (m.get("label_rbac_compiler_params_written_total", -1.0),
+                   process_cpu(self.process.pid))  # fmt: skip
+            idle = (
+                m.get("label_rbac_compiler_leader") == 1
+                and m.get("label_rbac_compiler_pending_seconds", 1.0) == 0
+                and last is not None
+                and now[0] == last[0]
+                and now[1] - last[1] < 0.1
+                and not self.writes.read()
+                and not self.writes.open
+            )
+            calm_since = (calm_since or time.monotonic()) if idle else None
+            if calm_since is not None and time.monotonic() - calm_since >= quiet:
+                return calm_since - self.started
+            last = now
+            time.sleep(0.5)
+        raise RuntimeError("the compiler did not settle in time")
+
+    def peak_mb(self) -> float:
+        return round(peak_rss_mb(self.process.pid), 1)
+
+    def stop(self) -> None:
+        stop(self.process)
+
+
+def wait_written(admin: Client, started: float, policy: bool) -> float:
+    """Seconds from ``started`` until every namespace has parameters and, with ``policy``, the
+    compiler has written the label-rbac policy."""
+    while True:
+        done = count(admin, PARAMS) >= count(admin, "/api/v1/namespaces")
+        if done and policy:
+            status, found = admin.send("GET", f"{POLICIES}/label-rbac")
+            managers = {m.get("manager") for m in (found or {}).get("metadata", {})
+                        .get("managedFields") or ()} if status == 200 else set()  # fmt: skip
+            done = FIELD_MANAGER in managers
+        if done:
+            return time.monotonic() - started
+        if time.monotonic() - started > WAIT:
+            raise RuntimeError("the parameters (and the policy) were not written in time")
+        time.sleep(0.5)
+
+
+class CompilerWrites:
+    """The compiler's writes of parameters and policies from now on, read from the API server's
+    audit log as it grows (never the whole log)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.offset = log.stat().st_size if log.exists() else 0
+        self.params = 0
+        self.policies = 0
+        self.last = 0.0  # when the last one was received (wall clock, from the log)
+        self.open: set[str] = set()  # its requests received and not answered yet (audit IDs)
+
+    def read(self) -> int:
+        """The writes logged since the last read (counted in ``params`` and ``policies``)."""
+        found = 0
+        if self.log.stat().st_size < self.offset:
+            # The API server rotated its log (at 100 MB): the rest of the old one, then the new.
+            rotated = max(self.log.parent.glob("audit-*.log"), key=lambda p: p.stat().st_mtime)
+            found, self.offset = self._read(rotated), 0
+        return found + self._read(self.log)
+
+    def _read(self, log: Path) -> int:
+        found = 0
+        with log.open("rb") as handle:
+            while True:  # a chunk at a time: the log grows by 100 MB over a large compile
+                handle.seek(self.offset)
+                data = handle.read(CHUNK)
+                whole = data[: data.rfind(b"\n") + 1]
+                if not whole:
+                    return found
+                self.offset += len(whole)
+                found += sum(map(self._event, whole.splitlines()))
+
+    def _event(self, line: bytes) -> int:
+        """Count one audit event: 1 for a write of the compiler's, else 0."""
+        event = json.loads(line)
+        if (event.get("user") or {}).get("username") != COMPILER_USER.name:
+            return 0
+        if event.get("verb") != "watch":
+            if event.get("stage") == "RequestReceived":
+                self.open.add(event.get("auditID", ""))
+            else:
+                self.open.discard(event.get("auditID", ""))
+        ref = event.get("objectRef") or {}
+        if (
+            event.get("stage") == "ResponseComplete"
+            and event.get("verb") in ("create", "update", "patch")
+            and not ref.get("subresource")
+            and (event.get("responseStatus") or {}).get("code", 500) < 300
+            and ref.get("resource") in (PLURAL, "validatingadmissionpolicies")
+        ):
+            self.params += ref["resource"] == PLURAL
+            self.policies += ref["resource"] != PLURAL
+            self.last = max(self.last, stamp(event["requestReceivedTimestamp"]))
+            return 1
+        return 0
+
+    def settle(self, since: float, quiet: float) -> float:
+        """Wait until no write came for ``quiet`` seconds; seconds from ``since`` (wall clock)
+        to the last one's arrival (0 for none)."""
+        calm = time.monotonic()
+        while time.monotonic() - calm < quiet:
+            if self.read():
+                calm = time.monotonic()
+            if time.time() - since > WAIT:
+                raise RuntimeError("the compiler's writes did not stop in time")
+            time.sleep(0.25)
+        return max(0.0, self.last - since)
+
+
+# -- probes and edits ---------------------------------------------------------------------------
+
+
+def answer(admin: Client, user: str, namespace: str, labels: dict[str, str]) -> tuple[bool, str]:
+    """The API server's answer to ``user``'s dry-run ConfigMap create labeled ``labels``:
+    (allowed, the refusal's message)."""
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"generateName": "l-", "labels": labels}}  # fmt: skip
+    status, found = admin.send("POST", f"/api/v1/namespaces/{namespace}/configmaps?dryRun=All",
+                               body, {"Impersonate-User": user})  # fmt: skip
+    return status < 300, "" if status < 300 else str((found or {}).get("message", status))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """``user``'s writes in ``namespace``: enforced once ``allowed`` passes and ``refused`` is
+    refused by the label rule."""
+
+    user: str
+    namespace: str
+    allowed: dict[str, str]
+    refused: dict[str, str]
+
+    def enforced(self, admin: Client) -> bool:
+        if not answer(admin, self.user, self.namespace, self.allowed)[0]:
+            return False
+        passed, message = answer(admin, self.user, self.namespace, self.refused)
+        return not passed and DENIAL in message
+
+    def wait(self, admin: Client, since: float) -> float:
+        """Seconds from ``since`` until enforced."""
+        while not self.enforced(admin):
+            waited = time.monotonic() - since
+            if waited > WAIT:
+                raise RuntimeError(f"not enforced in time: {self}")
+            time.sleep(0.02 if waited < 1 else 0.25 if waited < 10 else 1.0)
+        return time.monotonic() - since
+
+
+def grant_labels(index: int, team: str) -> dict[str, str]:
+    return {"team": team, "tier": f"t{index}-x"}
+
+
+def edit_cluster_role(admin: Client, n: int, namespace: str) -> Probe:
+    """bench-cluster-0 now grants ``c0-e<n>`` instead of what it granted: its user's writes of
+    the new value pass, of the old one are refused."""
+    value, old = f"c0-e{n}", f"c0-e{n - 1}" if n else "c0"
+    permissions = {r: {"team": [value], "tier": ["t0-*"]} for r in CLUSTER_RESOURCES}
+    body = {"metadata": {"annotations": {"labelrbac.io/permissions": json.dumps(permissions)}}}
+    send(admin, "PATCH", f"/apis/{RBAC}/v1/clusterroles/bench-cluster-0", body)
+    return Probe("cluster-user-0", namespace, grant_labels(0, value), grant_labels(0, old))
+
+
+def edit_cluster_binding(admin: Client, n: int, namespace: str) -> Probe:
+    """bench-cluster-1 bound to ``edit-user-<n>`` (instead of the last edit's user): judged by
+    its grant's labels."""
+    subjects = [{"apiGroup": RBAC, "kind": "User", "name": name}
+                for name in ("cluster-user-1", f"edit-user-{n}")]  # fmt: skip
+    send(admin, "PATCH", f"/apis/{RBAC}/v1/clusterrolebindings/bench-cluster-1",
+         {"subjects": subjects})  # fmt: skip
+    return Probe(f"edit-user-{n}", namespace, grant_labels(1, "c1"), grant_labels(1, "nobody"))
+
+
+def bind_in_namespace(admin: Client, n: int, namespace: str) -> Probe:
+    """A new user bound to the namespace's annotated Role ``team-own``."""
+    i = namespace.removeprefix("tenant-")
+    binding = {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
+               "metadata": {"name": f"fresh-{n}", "namespace": namespace},
+               "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "team-own"},
+               "subjects": [{"apiGroup": RBAC, "kind": "User", "name": f"fresh-{n}"}]}  # fmt: skip
+    send(admin, "POST", f"/apis/{RBAC}/v1/namespaces/{namespace}/rolebindings", binding)
+    return Probe(f"fresh-{n}", namespace, {"team": f"t{i}-x"}, {"team": "nobody"})
+
+
+def send(admin: Client, method: str, path: str, body: Any) -> None:
+    headers = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else {}
+    status, found = admin.send(method, path, body, headers)
+    if status >= 300:
+        raise RuntimeError(f"{method} {path}: {status} {found}")
+
+
+EDITS: dict[str, Callable[[Client, int, str], Probe]] = {
+    "clusterrole": edit_cluster_role,
+    "clusterrolebinding": edit_cluster_binding,
+}
+
+
+def cluster_edits(cp: ControlPlane, admin: Client, edits: int, namespace: str,
+                  quiet: float) -> dict[str, list[dict[str, float]]]:  # fmt: skip
+    """``edits`` edits of each cluster kind, alternating: to enforcement, then the compiler's
+    writes waited out and counted."""
+    found: dict[str, list[dict[str, float]]] = {kind: [] for kind in EDITS}
+    before = versions(admin)
+    for n in range(edits):
+        for kind, edit in EDITS.items():
+            writes = CompilerWrites(cp.audit_log)
+            sent, wall = time.monotonic(), time.time()
+            seconds = edit(admin, n, namespace).wait(admin, sent)
+            settled = writes.settle(wall, quiet)
+            after = versions(admin)
+            rewritten = sum(1 for ns, rv in after.items() if before.get(ns) != rv)
+            found[kind].append({"seconds": round(seconds, 3), "params_rewritten": rewritten,
+                                "params_writes": writes.params,
+                                "policy_writes": writes.policies,
+                                "settled_s": round(settled, 3)})  # fmt: skip
+            print(f"  {kind} edit {n}: enforced in {seconds:.3f} s; {rewritten} parameters "
+                  f"rewritten, {writes.policies} policy writes, the last {settled:.1f} s after "
+                  f"the edit", flush=True)  # fmt: skip
+            before = after
+    return found
+
+
+def namespaced_edits(admin: Client, edits: int, namespaces: int) -> list[dict[str, float]]:
+    found = []
+    for n in range(edits):
+        namespace = f"tenant-{n % max(1, namespaces // 2)}"
+        sent = time.monotonic()
+        seconds = bind_in_namespace(admin, n, namespace).wait(admin, sent)
+        found.append({"seconds": round(seconds, 3)})
+    return found
+
+
+def summary(rows: list[dict[str, float]]) -> dict[str, Any]:
+    values = sorted(r["seconds"] for r in rows)
+    out: dict[str, Any] = {"count": len(values)}
+    if values:
+        out["p50_s"] = round(percentile(values, 0.5), 3)
+        out["p99_s"] = round(percentile(values, 0.99), 3)
+        out["max_s"] = round(values[-1], 3)
+    for key in ("params_rewritten", "policy_writes", "settled_s"):
+        if rows and key in rows[0]:
+            out[f"{key}_max"] = max(r[key] for r in rows)
+    return out
+
+
+# -- one layout ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str  # this | previous
+    root: Path  # the checkout whose compiler and manifests run
+    namespaces: int
+    grants: int
+    edits: int
+
+
+def never_called(config: dict[str, Any]) -> dict[str, Any]:
+    """The webhook registration selecting no namespace (``dormant``) and no object: cluster-wide
+    objects (a ClusterRole) are not selected by namespace."""
+    never = {"matchLabels": {"labelrbac.io/bench-never": "true"}}
+    found = dormant(config)
+    return {**found, "webhooks": [{**w, "objectSelector": never} for w in found["webhooks"]]}
+
+
+def install(cp: ControlPlane, root: Path, name: str) -> None:
+    """The compiled component's manifests of ``root``: ``name`` of manifests/compiled."""
+    cp.apply(ADMIN, documents(name, root))
+
+
+def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
+            upgrade: Path | None) -> dict[str, Any]:  # fmt: skip
+    """Every figure of one layout, in a control plane of its own; with ``upgrade`` (a checkout),
+    that release's compiler taking the lease over at the end."""
+    workdir.mkdir(parents=True)
+    users = (User(ADMIN, ("system:masters",)), COMPILER_USER, WEBHOOK_USER)
+    cp = ControlPlane(workdir, users=users)
+    cp.start(timeout=180)
+    compiler: Compiler | None = None
+    out: dict[str, Any] = {"layout": layout.name, "namespaces": layout.namespaces,
+                           "cluster_grants": layout.grants,
+                           "load_average_before": round(os.getloadavg()[0], 2)}  # fmt: skip
+    try:
+        admin = Client(cp.url, cp.ca, cp.users[ADMIN].token)
+        admin.send("POST", "/api/v1/namespaces", {"metadata": {"name": "label-rbac"}})
+        install(cp, layout.root, "crd.yaml")
+        time.sleep(3)
+        install(cp, layout.root, "rbac.yaml")
+        # The webhook's manifests and its registration, never called (its server is not
+        # needed): there for the compiler, which keeps its coverage conditions in it.
+        webhook = Webhook(cp, workdir, full_compiler=True)
+        cp.apply(ADMIN, [never_called(webhook.config)])
+        webhook.stop()
+        objects, seconds = build(admin, layout.namespaces, layout.grants, clients)
+        out.update(objects=objects, build_s=round(seconds, 1))
+        print(f"[{layout.name}] built {objects} objects in {seconds:.0f} s", flush=True)
+        time.sleep(5)
+        out["apiserver_rss_none_mb"] = apiserver_mb(cp)
+        install(cp, layout.root, "policy.yaml")
+        compiler = Compiler.start(cp, workdir, layout.root, "bench")
+        out["written_s"] = round(wait_written(admin, compiler.started, layout.name == "this"), 1)
+        middle = f"tenant-{layout.namespaces // 2}"
+        probe = Probe("cluster-user-0", middle, grant_labels(0, "c0"), grant_labels(0, "nobody"))
+        out["enforcing_s"] = round(probe.wait(admin, compiler.started), 1)
+        out["settled_s"] = round(compiler.settled(quiet), 1)
+        out["compiler_peak_first_mb"] = compiler.peak_mb()
+        print(f"[{layout.name}] all written after {out['written_s']} s, enforcing after "
+              f"{out['enforcing_s']} s, settled after {out['settled_s']} s; compiler peak "
+              f"{out['compiler_peak_first_mb']} MB", flush=True)  # fmt: skip
+        out.update(stored(admin))
+        out.update(information(layout.namespaces, layout.grants))
+        out["stored_vs_information"] = round(out["stored_bytes"] / out["information_bytes"], 2)
+        out["apiserver_rss_compiled_mb"] = apiserver_mb(cp)
+        print(f"[{layout.name}] stored {out['stored_bytes'] / 1e6:.1f} MB "
+              f"({out['stored_vs_information']}x the information); API server "
+              f"{out['apiserver_rss_none_mb']:.0f} MB before, "
+              f"{out['apiserver_rss_compiled_mb']:.0f} MB after", flush=True)  # fmt: skip
+        edits = cluster_edits(cp, admin, layout.edits, middle, quiet)
+        out["edits"] = {kind: {**summary(rows), "rows": rows} for kind, rows in edits.items()}
+        rows = namespaced_edits(admin, layout.edits, layout.namespaces)
+        out["edits"]["rolebinding"] = {**summary(rows), "rows": rows}
+        # Another replica takes the lease over: everything it finds is stored already.
+        compiler.stop()
+        compiler = Compiler.start(cp, workdir, layout.root, "bench-takeover")
+        out["takeover_settled_s"] = round(compiler.settled(quiet), 1)
+        out["compiler_peak_takeover_mb"] = compiler.peak_mb()
+        if upgrade is not None:
+            # This release's manifests and compiler, the previous layout stored.
+            compiler.stop()
+            for name in ("crd.yaml", "rbac.yaml", "policy.yaml"):
+                install(cp, upgrade, name)
+            compiler = Compiler.start(cp, workdir, upgrade, "bench-upgrade")
+            out["upgrade_settled_s"] = round(compiler.settled(quiet), 1)
+            out["compiler_peak_upgrade_mb"] = compiler.peak_mb()
+            out["upgraded"] = stored(admin)
+        out["apiserver_rss_end_mb"] = apiserver_mb(cp)
+        out["load_average_after"] = round(os.getloadavg()[0], 2)
+    finally:
+        if compiler is not None:
+            compiler.stop()
+        cp.stop()
+    return out
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+def checkout(ref: str, into: Path) -> Path | None:
+    """``ref`` checked out (detached) into ``into``; None when it is not available."""
+    known = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                           cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    if known.returncode != 0:
+        return None
+    subprocess.run(["git", "worktree", "add", "--detach", str(into), ref], cwd=ROOT,
+                   check=True, capture_output=True)  # fmt: skip
+    return into
+
+
+def remove_checkout(path: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
+                   capture_output=True)  # fmt: skip
+
+
+ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("namespaces", "namespaces", lambda v: f"{v:,}"),
+    ("cluster grants", "cluster_grants", str),
+    ("objects built", "objects", lambda v: f"{v:,}"),
+    ("build s", "build_s", str),
+    ("all written s", "written_s", str),
+    ("enforcing s", "enforcing_s", str),
+    ("settled s", "settled_s", str),
+    ("params objects", "params_objects", lambda v: f"{v:,}"),
+    ("params MB", "params_bytes", lambda v: f"{v / 1e6:.2f}"),
+    ("policy KB", "policy_bytes", lambda v: f"{sum(v.values()) / 1e3:.1f}"),
+    ("stored MB", "stored_bytes", lambda v: f"{v / 1e6:.2f}"),
+    ("stored per namespace KB", "per_namespace_bytes", lambda v: f"{v / 1e3:.2f}"),
+    ("information MB", "information_bytes", lambda v: f"{v / 1e6:.2f}"),
+    ("stored / information", "stored_vs_information", str),
+    ("API server RSS MB, none", "apiserver_rss_none_mb", str),
+    ("API server RSS MB, compiled", "apiserver_rss_compiled_mb", str),
+    ("API server RSS MB, end", "apiserver_rss_end_mb", str),
+    ("compiler peak MB, first", "compiler_peak_first_mb", str),
+    ("compiler peak MB, takeover", "compiler_peak_takeover_mb", str),
+    ("compiler peak MB, upgrade", "compiler_peak_upgrade_mb", str),
+)
+EDIT_ROWS = (("p50_s", "p50 s"), ("p99_s", "p99 s"), ("params_rewritten_max", "params rewritten"),
+             ("policy_writes_max", "policy writes"), ("settled_s_max", "last write s"))  # fmt: skip
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """One column per layout."""
+    lines = [f"{'':<40}" + "".join(f"{r['layout']:>16}" for r in results)]
+    for label, key, show in ROWS:
+        cells = [show(r[key]) if key in r else "-" for r in results]
+        lines.append(f"{label:<40}" + "".join(f"{c:>16}" for c in cells))
+    for kind in ("clusterrole", "clusterrolebinding", "rolebinding"):
+        for key, label in EDIT_ROWS:
+            cells = [str(r.get("edits", {}).get(kind, {}).get(key, "-")) for r in results]
+            if any(c != "-" for c in cells):
+                lines.append(f"{f'{kind} edit, {label}':<40}" + "".join(f"{c:>16}" for c in cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--namespaces", type=int, default=10_000)
+    parser.add_argument("--cluster-grants", type=int, default=200,
+                        help="restricted ClusterRoles bound cluster-wide (at least 2)")  # fmt: skip
+    parser.add_argument("--baseline-namespaces", type=int, default=1000,
+                        help="namespaces of the previous layout's run (0: none)")  # fmt: skip
+    parser.add_argument(
+        "--baseline-ref",
+        default="9d64d26",
+        help="the git ref of the previous release (copies in every namespace)",
+    )
+    parser.add_argument("--edits", type=int, default=20, help="edits of each kind measured")
+    parser.add_argument("--baseline-edits", type=int, default=2,
+                        help="of each cluster kind in the previous layout (each rewrites every "
+                        "namespace there) and of RoleBindings")  # fmt: skip
+    parser.add_argument("--clients", type=int, default=8, help="parallel clients building")
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=3.0,
+        help="seconds without a write (and the compiler idle) that mean done",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--keep", action="store_true", help="keep the logs (printed: where)")
+    args = parser.parse_args(argv)
+    if args.cluster_grants < 2:
+        parser.error("--cluster-grants must be at least 2 (one edited role, one edited binding)")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-layout-"))
+    results: list[dict[str, Any]] = []
+
+    def done(found: dict[str, Any]) -> None:
+        results.append(found)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+    try:
+        this = Layout("this", ROOT, args.namespaces, args.cluster_grants, args.edits)
+        done(measure(this, workdir / "this", args.clients, args.quiet, None))
+        if args.baseline_namespaces:
+            previous = checkout(args.baseline_ref, workdir / "previous-release")
+            if previous is None:
+                print(f"{args.baseline_ref} is not available: no baseline", flush=True)
+            else:
+                try:
+                    base = Layout("previous", previous, args.baseline_namespaces,
+                                  args.cluster_grants, args.baseline_edits)  # fmt: skip
+                    done(measure(base, workdir / "previous", args.clients, args.quiet, ROOT))
+                finally:
+                    remove_checkout(previous)
+    finally:
+        if args.keep:
+            print(f"logs kept in {workdir}", flush=True)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

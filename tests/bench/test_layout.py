@@ -1,0 +1,54 @@
+"""A tiny run of the layout benchmark through a real kube-apiserver, to keep it working."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.bench import run_bench
+from tests.kube.conftest import require_control_plane
+
+CLUSTER_KINDS = ("clusterrole", "clusterrolebinding")
+
+
+def test_a_tiny_layout_run_stores_the_cluster_part_once_and_the_previous_layout_in_every_namespace(
+    tmp_path: Path,
+) -> None:
+    require_control_plane()
+    out = tmp_path / "layout.json"
+    result = run_bench(
+        "layout", "--namespaces", "20", "--cluster-grants", "2", "--baseline-namespaces", "10",
+        "--edits", "2", "--baseline-edits", "1", "--json", str(out), timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    this, previous = json.loads(out.read_text())
+    assert (this["layout"], previous["layout"]) == ("this", "previous")
+    assert "stored / information" in result.stdout  # the table
+    for run, namespaces in ((this, 20), (previous, 10)):
+        # Per namespace a Namespace, three Roles and three RoleBindings; two grants of two.
+        assert run["objects"] == namespaces * 7 + 2 * 2
+        # label-rbac, default and the kube-* namespaces have parameters too.
+        assert run["params_objects"] == namespaces + 5
+        assert 0 < run["written_s"] <= run["enforcing_s"]
+        assert run["information_bytes"] == namespaces * run["own_bytes"] + run["cluster_bytes"]
+        assert run["apiserver_rss_none_mb"] > 50 and run["apiserver_rss_compiled_mb"] > 50
+        for peak in ("first", "takeover"):
+            assert 10 < run[f"compiler_peak_{peak}_mb"] < 1000
+        for kind, rows in run["edits"].items():
+            expected = previous["edits"][kind]["count"] if run is previous else 2
+            assert len(rows["rows"]) == rows["count"] == expected, kind
+            assert 0 < rows["p50_s"] <= rows["p99_s"] <= rows["max_s"] < 60, kind
+    # This layout: the compiler wrote the policy with the cluster part, which a cluster-wide
+    # edit rewrites alone; the previous layout rewrote every namespace's copy instead.
+    assert this["policy_bytes"]["label-rbac"] > 0
+    for kind in CLUSTER_KINDS:
+        for row in this["edits"][kind]["rows"]:
+            assert row["params_rewritten"] == 0 and row["policy_writes"] == 1, (kind, row)
+        for row in previous["edits"][kind]["rows"]:
+            assert row["params_rewritten"] == 10 + 5 and row["policy_writes"] == 0, (kind, row)
+    assert this["per_namespace_bytes"] < previous["per_namespace_bytes"]
+    # The upgrade: this release's compiler took over the previous layout and rewrote it.
+    assert 10 < previous["compiler_peak_upgrade_mb"] < 1000
+    upgraded = previous["upgraded"]
+    assert upgraded["params_objects"] == 10 + 5
+    assert upgraded["params_bytes"] < previous["params_bytes"]
