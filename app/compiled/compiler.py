@@ -109,12 +109,14 @@ REPORT_EVERY = 10.0
 CONDITION = "Compiled"
 # How long a resource stays indexed after the last annotation restricting it went.
 KEEP_INDEXED = 600.0
-# Page size and (connect, read) timeouts of the lists a new leader reads, and the page size of
-# its list of the stored parameters: those are read whole (a digest of each is kept), so a page
-# is what the leader holds at once: 50 of the largest a namespace had before the cluster part was
-# stored once (158 KB with 200 restricted ClusterRoles bound cluster-wide) are 8 MB.
+# Page size and (connect, read) timeouts of the lists a new leader reads. The stored parameters
+# are read whole (a digest of each is kept), so a page of them is what the leader holds at once:
+# their pages are sized to about PARAMS_PAGE_BYTES of specs by the sizes of the page before (10 at
+# first), as parsed JSON takes several times its text (a page of 50 parameters at the size guard
+# took 439 MB, one of 500 of 84 KB each 303 MB).
 LIST_PAGE = 500
-PARAMS_PAGE = 50
+PARAMS_PAGE_BYTES = 4_000_000
+PARAMS_PAGE_FIRST = 10
 LIST_TIMEOUT = (10.0, 60.0)
 # A namespace whose write failed is tried again after a delay doubling from BACKOFF_INITIAL up to
 # BACKOFF_MAX seconds, jittered (between half and all of it): an API server refusing or
@@ -267,9 +269,27 @@ def _name(obj: Mapping[str, Any]) -> str:
 Stored = tuple[str, Written | None]
 
 
-def _stored_params(obj: Mapping[str, Any]) -> Stored:
+class _PageSizer:
+    """Page sizes of a list whose items vary in size: about ``budget`` bytes a page, by the
+    sizes seen so far (``saw``), between ``first`` and ``most`` items."""
+
+    def __init__(self, first: int, budget: int, most: int) -> None:
+        self._first, self._budget, self._most = first, budget, most
+        self._items, self._bytes = 0, 0
+
+    def saw(self, size: int) -> None:
+        self._items, self._bytes = self._items + 1, self._bytes + size
+
+    def next(self) -> int:
+        if not self._items:
+            return self._first
+        mean = max(1, self._bytes // self._items)
+        return max(1, min(self._most, self._budget // mean))
+
+
+def _stored_params(obj: Mapping[str, Any], saw: Callable[[int], None] | None = None) -> Stored:
     """(namespace, what it holds) of a stored ``LabelRbacParams``, its mark not known yet;
-    ("", None) for another object than the compiler's."""
+    ("", None) for another object than the compiler's. ``saw`` is told the spec's size."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec")
     if meta.get("name") != NAME or not isinstance(spec, dict):
@@ -277,7 +297,10 @@ def _stored_params(obj: Mapping[str, Any]) -> Stored:
     conditions = (obj.get("status") or {}).get("conditions") or ()
     since = next((str(c.get("lastTransitionTime") or "") for c in conditions
                   if isinstance(c, dict) and c.get("type") == CONDITION), "")  # fmt: skip
-    written = Written(digest(spec_text(spec)), "delegated" in spec, False, since, _unjudged(spec))
+    text = spec_text(spec)
+    if saw is not None:
+        saw(len(text))
+    written = Written(digest(text), "delegated" in spec, False, since, _unjudged(spec))
     return str(meta.get("namespace") or ""), written
 
 
@@ -663,9 +686,11 @@ class ParamsWriter:
                 "/api/v1/namespaces", LIST_PAGE, LIST_TIMEOUT, _name, metadata_only=True,
                 selector=[("labelSelector", marked)],
             )  # fmt: skip
+            pages = _PageSizer(PARAMS_PAGE_FIRST, PARAMS_PAGE_BYTES, LIST_PAGE)
             stored, _ = self._client.list_each(
-                f"/apis/{API_VERSION}/{PLURAL}", PARAMS_PAGE, LIST_TIMEOUT, _stored_params
-            )
+                f"/apis/{API_VERSION}/{PLURAL}", pages.next, LIST_TIMEOUT,
+                lambda obj: _stored_params(obj, pages.saw),
+            )  # fmt: skip
         except KubeError as exc:
             log.warning("could not read the parameters written so far: %s", exc)
             return {}

@@ -434,7 +434,7 @@ class KubeClient:
     def list_each(
         self,
         path: str,
-        page_size: int,
+        page_size: int | Callable[[], int],
         timeout: Timeout,
         each: Callable[[dict[str, Any]], T],
         *,
@@ -442,12 +442,14 @@ class KubeClient:
         selector: Query = (),
     ) -> tuple[list[T], str]:
         """``list``, with ``each`` applied to every item as its page arrives: what it keeps of an
-        object is all that is held of it, so a large list's pages are never all held at once."""
+        object is all that is held of it, so a large list's pages are never all held at once.
+        ``page_size`` may be asked before each page (the caller sizes pages by what it saw)."""
         accept = METADATA_LIST if metadata_only else JSON
         items: list[T] = []
         token = ""
         while True:
-            query = [*selector, ("limit", str(page_size))]
+            size = page_size() if callable(page_size) else page_size
+            query = [*selector, ("limit", str(size))]
             if token:
                 query.append(("continue", token))
             page = self.get(path, query, timeout, accept=accept)

@@ -1187,3 +1187,23 @@ def test_a_renamed_install_writes_its_policies_under_its_names() -> None:
         assert renamed.compiler == "system:serviceaccount:policy:acme-lr-compiler"
         if shipped == POLICY:  # the probe it refuses is the renamed compiler's
             assert renamed.compiler in text
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        pytest.param([], 10, id="first-page"),
+        pytest.param([1_400_000] * 10, 2, id="at-the-size-guard"),
+        pytest.param([88_000] * 10, 45, id="previous-layout"),
+        pytest.param([1_700] * 10, 500, id="this-layout"),
+    ],
+)
+def test_a_new_leader_reads_the_stored_parameters_in_pages_of_bounded_bytes(
+    sizes: list[int], expected: int
+) -> None:
+    """Parameters are read whole, a page at a time: a page holds about 4 MB of specs whatever
+    their size (one of 50 at the size guard took 439 MB parsed)."""
+    pages = compile_module._PageSizer(10, 4_000_000, 500)
+    for size in sizes:
+        pages.saw(size)
+    assert pages.next() == expected
