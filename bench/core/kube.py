@@ -140,13 +140,13 @@ class Client:
         raise AssertionError("unreachable")
 
 
-def start_compiler(cp: ControlPlane, workdir: Path) -> subprocess.Popen[bytes]:
-    """``label-rbac compile`` against ``cp`` as the compiler's ServiceAccount, logging to
-    ``workdir/compiler.log``."""
+def start_compiler(cp: ControlPlane, workdir: Path, *flags: str) -> subprocess.Popen[bytes]:
+    """``label-rbac compile [FLAGS]`` against ``cp`` as the compiler's ServiceAccount, logging
+    to ``workdir/compiler.log``."""
     with (workdir / "compiler.log").open("wb") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "app", "compile", "--kubeconfig",
-             str(cp.kubeconfig(COMPILER)), "--identity", "bench"],
+             str(cp.kubeconfig(COMPILER)), "--identity", "bench", *flags],
             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             env={**os.environ, "KUBECONFIG": ""}, start_new_session=True,
         )  # fmt: skip
