@@ -688,9 +688,12 @@ def main(argv: list[str] | None = None) -> int:
             grow_bindings(cp, total)
             if k:
                 cp.apply(ADMIN, [o for i in range(k) for o in cluster_grant(i)])
-            for i in range(k, max(grants)):  # fewer than the size before: unbind the rest
-                cp.kubectl(ADMIN, "delete", "clusterrolebinding", f"bench-cluster-{i}",
-                           "--ignore-not-found")  # fmt: skip
+            # Fewer than the size before: the rest go (an unbound ClusterRole's annotation
+            # still adds its resources to every namespace's index).
+            for kind in ("clusterrolebinding", "clusterrole"):
+                names = [f"bench-cluster-{i}" for i in range(k, max(grants))]
+                if names:
+                    cp.kubectl(ADMIN, "delete", kind, *names, "--ignore-not-found")
             written = write_params(cp, served)
             part = written.cluster
             print(f"bindings={total} cluster grants={k}: params {written.size} B per namespace, "
