@@ -320,6 +320,20 @@ def grow_bindings(cp: ControlPlane, total: int) -> None:
         list(pool.map(lambda b: ok(cp, ADMIN, "POST", path, b), todo))
 
 
+def drop_cluster_grants(cp: ControlPlane, kept: int) -> None:
+    """Delete the ``cluster_grant`` objects past the first ``kept`` (a size after a larger one):
+    an unbound ClusterRole's annotation still adds its resources to every namespace's index."""
+    paths = [
+        f"{RBAC_API}/{plural}/{item['metadata']['name']}"
+        for plural in ("clusterrolebindings", "clusterroles")
+        for item in ok(cp, ADMIN, "GET", f"{RBAC_API}/{plural}")["items"]
+        if re.fullmatch(r"bench-cluster-\d+", item["metadata"]["name"])
+        and int(item["metadata"]["name"].rsplit("-", 1)[1]) >= kept
+    ]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda path: ok(cp, ADMIN, "DELETE", path), paths))
+
+
 def write_params(cp: ControlPlane, served: tuple[str, ...] = ("configmaps",)) -> Written:
     """Compile every namespace as the compiler does and write its parameters as the compiler;
     the measured namespace's bytes, and the ClusterRoleBindings' part the policy holds."""
@@ -688,12 +702,7 @@ def main(argv: list[str] | None = None) -> int:
             grow_bindings(cp, total)
             if k:
                 cp.apply(ADMIN, [o for i in range(k) for o in cluster_grant(i)])
-            # Fewer than the size before: the rest go (an unbound ClusterRole's annotation
-            # still adds its resources to every namespace's index).
-            for kind in ("clusterrolebinding", "clusterrole"):
-                names = [f"bench-cluster-{i}" for i in range(k, max(grants))]
-                if names:
-                    cp.kubectl(ADMIN, "delete", kind, *names, "--ignore-not-found")
+            drop_cluster_grants(cp, k)
             written = write_params(cp, served)
             part = written.cluster
             print(f"bindings={total} cluster grants={k}: params {written.size} B per namespace, "
