@@ -640,6 +640,21 @@ def _message(mode: str) -> str:
     )
 
 
+# The compiler's proof that the enforcing policy is in force: a dry-run update of a namespace's
+# parameters carrying this label, which that policy alone refuses (with ``PROBE_MESSAGE``), and
+# only where it finds the namespace's parameters. The compiler marks a namespace compiled only
+# once it has seen that refusal: a policy just created (or written again after a deletion) is
+# not in force until the API server has loaded it, and a marked namespace's plain writes are
+# judged by the policy alone.
+PROBE_LABEL = "labelrbac.io/probe"
+PROBE_MESSAGE = "the compiled label policy is in force here"
+_PROBED = (
+    f"request.userInfo.username == '{COMPILER}' && request.dryRun == true && "
+    f"object.metadata.?labels[?'{PROBE_LABEL}'].orValue('') == 'true'"
+)
+_OWN_GROUP = f"request.resource.group == '{GROUP}'"
+
+
 def _judgement(mode: str) -> dict[str, Any]:
     """The policy's match condition and validation.
 
@@ -647,17 +662,25 @@ def _judgement(mode: str) -> dict[str, Any]:
     the variables it reads: the match conditions, the validations, then every messageExpression
     and audit annotation whether the validation failed or not. The condition matches only the
     writes the policy may refuse, so a write it allows costs one pass; a refused one is judged
-    again by the validation and its message built.
+    again by the validation and its message built. The enforcing policy also matches the
+    compiler's probe (``PROBE_LABEL``) and nothing else of its own group.
     """
+    judged = {
+        "expression": _allowed(mode),
+        "messageExpression": _message(mode),
+        "reason": "Forbidden",
+    }
+    if mode != ENFORCE:
+        return {
+            "matchConditions": [{"name": "may-refuse", "expression": _may_refuse(mode)}],
+            "validations": [judged],
+        }
+    probe = {"expression": f"!({_PROBED})", "message": PROBE_MESSAGE, "reason": "Forbidden"}
+    judged["expression"] = f"{_OWN_GROUP} || {judged['expression']}"
+    condition = f"{_OWN_GROUP} ? {_PROBED} : {_may_refuse(mode)}"
     return {
-        "matchConditions": [{"name": "may-refuse", "expression": _may_refuse(mode)}],
-        "validations": [
-            {
-                "expression": _allowed(mode),
-                "messageExpression": _message(mode),
-                "reason": "Forbidden",
-            }
-        ],
+        "matchConditions": [{"name": "may-refuse", "expression": condition}],
+        "validations": [probe, judged],
     }
 
 
@@ -809,12 +832,13 @@ def subresource_policy() -> list[dict[str, Any]]:
     )
 
 
-def _excluded() -> list[dict[str, Any]]:
-    """What the policies reading parameters never match: the compiler's own objects, so it can
-    write parameters where there are none yet, and what the webhook keeps
+def _excluded(own: bool = True) -> list[dict[str, Any]]:
+    """What the policies reading parameters never match: the compiler's own objects (``own``),
+    so it can write parameters where there are none yet, and what the webhook keeps
     (app.engine.params.WEBHOOK_RESOURCES); a rule per group, as the API server tries each on
     every write."""
-    return _rules({GROUP: ["*"], **_by_group(WEBHOOK_RESOURCES)}, ["*"])
+    groups = _by_group(WEBHOOK_RESOURCES)
+    return _rules({GROUP: ["*"], **groups} if own else groups, ["*"])
 
 
 def cluster_variables(chunks: Sequence[str]) -> list[dict[str, str]]:
@@ -841,7 +865,7 @@ def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
         "spec": {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": API_VERSION, "kind": KIND},
-            "matchConstraints": _judged(),
+            "matchConstraints": _judged(mode == ENFORCE),
             "variables": [
                 *cluster_variables(chunks),
                 *({"name": n, "expression": e} for n, e in VARIABLES),
@@ -851,9 +875,11 @@ def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
     }
 
 
-def _judged() -> dict[str, Any]:
+def _judged(probed: bool) -> dict[str, Any]:
     """What the policies reading parameters match, and their bindings too: the binding's own
-    copy keeps the policy, which the compiler writes, from reaching anything else."""
+    copy keeps the policy, which the compiler writes, from reaching anything else. With
+    ``probed`` (the enforcing policy), the parameters' own group too, for the compiler's probe
+    (``PROBE_LABEL``)."""
     return {
         "namespaceSelector": copy.deepcopy(JUDGED),
         "resourceRules": [
@@ -865,7 +891,7 @@ def _judged() -> dict[str, Any]:
                 "scope": "Namespaced",
             }
         ],
-        "excludeResourceRules": _excluded(),
+        "excludeResourceRules": _excluded(own=not probed),
     }
 
 
@@ -878,7 +904,7 @@ def binding(name: str) -> dict[str, Any]:
         "spec": {
             "policyName": name,
             "validationActions": [action],
-            "matchResources": _judged(),
+            "matchResources": _judged(ACTIONS[name][0] == ENFORCE),
             # No parameters: the policy stands aside (``policy_scope``'s docstring says why
             # that leaves no write unjudged, and how a namespace being deleted is held).
             "paramRef": {"name": NAME, "parameterNotFoundAction": "Allow"},

@@ -28,6 +28,7 @@ own: its reads of the registration never hold up a namespace's parameters.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import random
 import threading
@@ -38,6 +39,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from app.compiled.admission_policy import ACTIONS, POLICY, PROBE_LABEL, PROBE_MESSAGE, policy
 from app.compiled.health import CompilerHealth
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
@@ -47,16 +49,19 @@ from app.engine.model import Resource
 from app.engine.params import (
     ALL,
     API_VERSION,
+    CLUSTER,
     KIND,
     MARK,
     MAX_BYTES,
     MAX_WORK,
     NAME,
     PLURAL,
+    ClusterPart,
     Namespaces,
     Rendered,
     Target,
     render,
+    render_cluster,
     resource_key,
     spec_text,
     touched,
@@ -76,9 +81,10 @@ FIELD_MANAGER = "label-rbac-compiler"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 # The API server's refusal of an update of parameters its informer does not hold yet, and the
-# pauses before trying again (``ParamsWriter._seen``): at most 0.175 s of a writer's time.
+# pauses before trying again (``ParamsWriter._seen`` and ``_probe``): at most 0.775 s of a
+# writer's time.
 NOT_SEEN = "no params found"
-SEEN_RETRIES = (0.025, 0.05, 0.1)
+SEEN_RETRIES = (0.025, 0.05, 0.1, 0.2, 0.4)
 # The Namespace mark is merge-patched: unlike an apply, a merge patch never creates the object
 # (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
 MERGE = "application/merge-patch+json"
@@ -95,8 +101,12 @@ REPORT_EVERY = 10.0
 CONDITION = "Compiled"
 # How long a resource stays indexed after the last annotation restricting it went.
 KEEP_INDEXED = 600.0
-# Page size and (connect, read) timeouts of the lists a new leader reads.
+# Page size and (connect, read) timeouts of the lists a new leader reads, and the page size of
+# its list of the stored parameters: those are read whole (a digest of each is kept), so a page
+# is what the leader holds at once: 50 of the largest a namespace had before the cluster part was
+# stored once (158 KB with 200 restricted ClusterRoles bound cluster-wide) are 8 MB.
 LIST_PAGE = 500
+PARAMS_PAGE = 50
 LIST_TIMEOUT = (10.0, 60.0)
 # A namespace whose write failed is tried again after a delay doubling from BACKOFF_INITIAL up to
 # BACKOFF_MAX seconds, jittered (between half and all of it): an API server refusing or
@@ -263,6 +273,138 @@ def _stored_params(obj: Mapping[str, Any]) -> Stored:
     return str(meta.get("namespace") or ""), written
 
 
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+
+
+class PolicyWriter:
+    """Keeps the policies that judge with the parameters holding the cluster part
+    (``ClusterPart``: the ClusterRoleBindings' subjects, roles and grants, stored once).
+
+    The compiler creates them (a server-side apply by name: its RBAC names them, and grants no
+    create) and owns them whole: a ClusterRole or ClusterRoleBinding change is one write here
+    rather than one per namespace. ``ready`` says every policy holds what this leader last
+    applied; until then no namespace is newly marked compiled, since a marked namespace's plain
+    writes are judged by the policy alone. A policy changed or deleted by anyone else (the watch
+    of them says so: ``seen``) is applied again at the next step.
+    """
+
+    def __init__(
+        self, client: KubeClient, names: Iterable[str], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._client = client
+        self.names = tuple(names)
+        self._clock = clock
+        # One probe at a time, backed off when it fails (``claim_probe``).
+        self._probing = False
+        self._probe_failures = 0
+        self._next_probe = 0.0
+        self._lock = threading.Lock()
+        # name → (digest of what was applied, the resourceVersion it got)
+        self._applied: dict[str, tuple[bytes, str]] = {}
+        self.on_change: Callable[[], None] = _nothing
+        # Whether the API server was seen enforcing the policy since it was last created
+        # (``ParamsWriter._probe``): a policy just created is not in force until it is loaded.
+        self.proven = False
+
+    @property
+    def ready(self) -> bool:
+        with self._lock:
+            return all(name in self._applied for name in self.names)
+
+    def claim_probe(self) -> bool:
+        """Whether this writer may probe now (``ParamsWriter._probe``): one at a time, and after
+        a failed one not before its backoff, so a policy the API server never enforces (its
+        binding deleted) costs a probe now and then, not one per namespace."""
+        with self._lock:
+            if self.proven or self._probing or self._clock() < self._next_probe:
+                return False
+            self._probing = True
+            return True
+
+    def probed(self, enforced: bool) -> None:
+        with self._lock:
+            self._probing = False
+            if enforced:
+                self.proven, self._probe_failures = True, 0
+            else:
+                self._probe_failures += 1
+                self._next_probe = self._clock() + backoff(self._probe_failures)
+
+    def reset(self) -> None:
+        """Forget what was applied (a new leader writes every policy once)."""
+        with self._lock:
+            self._applied.clear()
+        self.proven = False
+
+    def keep(self, part: ClusterPart) -> int:
+        """Apply every policy whose content differs from what was last applied (or that
+        someone else changed since); how many were written."""
+        written = 0
+        for name in self.names:
+            body = policy(name, part.chunks)
+            found = digest(json.dumps(body, sort_keys=True))
+            with self._lock:
+                last = self._applied.get(name)
+            if last is not None and last[0] == found:
+                continue
+            answer = self._client.send("PATCH", f"{POLICIES}/{name}", body, _APPLY_QUERY, APPLY)
+            meta = answer.get("metadata") or {}
+            if meta.get("generation") in (None, 1) and name == POLICY:
+                self.proven = False  # created just now
+            with self._lock:
+                self._applied[name] = (found, str(meta.get("resourceVersion") or ""))
+            written += 1
+        if written:
+            log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
+                     ", ".join(self.names), len(part.chunks), part.size, part.grants)  # fmt: skip
+        return written
+
+    def seen(self, old: object, new: object) -> None:
+        """The watch of one policy: ``new`` its (name, resourceVersion), None once deleted; a
+        version other than the one applied is someone else's change."""
+        name = old[0] if isinstance(old, tuple) else new[0] if isinstance(new, tuple) else None
+        with self._lock:
+            last = self._applied.get(str(name))
+            if last is None or (isinstance(new, tuple) and new[1] == last[1]):
+                return
+            del self._applied[str(name)]
+        if new is None and name == POLICY:
+            self.proven = False
+        log.warning("policy %s was changed or deleted by someone else: writing it again", name)
+        self.on_change()
+
+
+def _policy_version(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("name") or ""), str(meta.get("resourceVersion") or "")
+
+
+def policy_informers(client: KubeClient, policies: PolicyWriter, tuning: Tuning) -> list[Informer]:
+    """A metadata-only watch of each policy the compiler writes, by name (its RBAC names
+    them), telling ``policies`` of every change (``PolicyWriter.seen``)."""
+    spec = KindSpec(
+        "ValidatingAdmissionPolicy",
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        lambda _c, o: _policy_version(o),
+    )
+    return [
+        MetadataInformer(spec, client, _policy_version, _nothing, tuning,
+                         on_update=policies.seen, field_selector=f"metadata.name={name}")
+        for name in policies.names
+    ]  # fmt: skip
+
+
+class Unmarked(KubeError):
+    """A namespace's parameters were written, but it could not be marked compiled yet (the
+    enforcing policy is not in force there yet): ``written`` is what was written, and the mark
+    is tried again after a backoff."""
+
+    def __init__(self, written: Written, why: str) -> None:
+        super().__init__(why)
+        self.written = written
+
+
 class PendingNamespaces:
     """The namespaces to render again: those a change touched, oldest first, then (after ``ALL``)
     every other one, so a change is never queued behind the whole cluster's render."""
@@ -321,8 +463,15 @@ class ParamsWriter:
         snapshots: Callable[[], Snapshot | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         compile_softened: bool = False,
+        policies: PolicyWriter | None = None,
     ) -> None:
         self._client = client
+        self.policies = policies or PolicyWriter(client, policy_names(compile_softened), clock)
+        self.policies.on_change = self._wake_up
+        # What of the cluster part decides every namespace's render (``_keep_cluster``), and
+        # the namespaces written while the policies were not: marked once they are.
+        self._cluster_summary: tuple[object, ...] | None = None
+        self._to_mark: set[str] = set()
         # A namespace where a mode softens a denial is left to the webhook unless asked
         # (``--compile-softened``, for installs with the warn and audit policies).
         self._delegate_softened = not compile_softened
@@ -374,7 +523,8 @@ class ParamsWriter:
         # Known before the builder derives the next snapshot from this one, so that each
         # derived snapshot updates them by its own role changes (``Snapshot.restrictions``).
         live.snapshot.restrictions()
-        found = touched(live, changes)
+        # The cluster part is compared with what the policies hold at every step.
+        found = touched(live, changes) - {CLUSTER}
         created = {
             new[0]
             for kind, old, new in changes
@@ -387,13 +537,15 @@ class ParamsWriter:
         self._wake.set()
 
     def step(self, snapshot: Snapshot | None) -> int:
-        """One round: keep the lease, then write what is pending. The objects written."""
+        """One round: keep the lease, then write the policies if the cluster part changed, and
+        the pending namespaces. The namespaces written."""
         leading = self._lease.keep(self._lease.duration / 3)
         if leading and not self.leading:
             log.info("leading (lease %s/%s): rendering every namespace", *self._lease_name())
             with self._lock:
                 self._pending.add(ALL)
             self._written = self._stored()
+            self.policies.reset()
             if self._coverage is not None:
                 self._beside.submit(self._coverage.reset)  # after any check running now
         elif self.leading and not leading:
@@ -405,10 +557,30 @@ class ParamsWriter:
         # Before the writes too: a new restriction's coverage must not wait for a render of
         # every namespace.
         self._check_soon(snapshot)
+        self._keep_cluster(snapshot, target)
         done = self._write_pending(snapshot, target)
         self._report(done)
         self._check_soon(snapshot)
         return done
+
+    def _keep_cluster(self, snapshot: Snapshot, target: Target) -> int:
+        """Write the cluster part into the policies when it changed (before any namespace is
+        written or marked); every namespace is rendered again only when what it decides there
+        changed: whether it leaves them all to the webhook, or softens a denial."""
+        part = render_cluster(snapshot, target)
+        summary = (part.delegated, part.reason, part.softened)
+        written = self.policies.keep(part)
+        with self._lock:
+            if self._cluster_summary is not None and summary != self._cluster_summary:
+                self._pending.add(ALL)
+            self._cluster_summary = summary
+            if self.policies.ready and self._to_mark:
+                self._pending.add(self._to_mark)
+                self._to_mark = set()
+        return written
+
+    def _wake_up(self) -> None:
+        self._wake.set()
 
     def _check_soon(self, snapshot: Snapshot) -> None:
         """Start the checks beside the writes unless they are running, with what some
@@ -462,7 +634,7 @@ class ParamsWriter:
                 selector=[("labelSelector", marked)],
             )  # fmt: skip
             stored, _ = self._client.list_each(
-                f"/apis/{API_VERSION}/{PLURAL}", LIST_PAGE, LIST_TIMEOUT, _stored_params
+                f"/apis/{API_VERSION}/{PLURAL}", PARAMS_PAGE, LIST_TIMEOUT, _stored_params
             )
         except KubeError as exc:
             log.warning("could not read the parameters written so far: %s", exc)
@@ -595,19 +767,22 @@ class ParamsWriter:
                     done += 1
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
-        """What the write gave; None (and a retry scheduled) when it failed."""
+        """What the write gave; None (and a retry scheduled) when it failed. Parameters written
+        but not marked yet (``Unmarked``) are what was written, with a retry scheduled too."""
         try:
             result = future.result()
         except KubeError as exc:
             failures = self._retry.get(namespace, (0, 0.0))[0] + 1
             delay = backoff(failures)
             self._retry[namespace] = (failures, self._clock() + delay)
+            what = "mark" if isinstance(exc, Unmarked) else "write the parameters of"
             self._failures_log.warning(
-                "could not write the parameters of %s (retrying in %.1fs): %s",
-                namespace,
-                delay,
-                exc,
+                "could not %s %s (retrying in %.1fs): %s", what, namespace, delay, exc
             )
+            if isinstance(exc, Unmarked):
+                with self._lock:
+                    self._pending.add((namespace,))
+                return exc.written
             return None
         self._retry.pop(namespace, None)
         return result
@@ -648,7 +823,8 @@ class ParamsWriter:
         if previous is not None and previous.delegated == delegated and previous.since:
             since = previous.since
         body = {**rendered.manifest(), "status": self._status(rendered, since)}
-        self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+        if previous is None or previous.spec != spec:  # else only the mark is due
+            self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
         if delegated and (previous is None or not previous.delegated):
             log.warning(
                 "namespace %s is left to the webhook (%s, %d units of work): %s",
@@ -658,11 +834,26 @@ class ParamsWriter:
                 rendered.delegated,
             )
             self._event(rendered)
-        if not delegated and (previous is None or not previous.marked):
-            if previous is None:
-                self._seen(path, body)
-            marked = self._mark(rendered.namespace, True)
-        return Written(spec, delegated, marked, since, _unjudged(rendered.spec))
+        written = Written(spec, delegated, marked, since, _unjudged(rendered.spec))
+        if delegated or (previous is not None and previous.marked):
+            return written
+        if previous is None:
+            self._seen(path, body)
+        if not self.policies.ready:  # marked once the policies are written (``_keep_cluster``)
+            with self._lock:
+                self._to_mark.add(rendered.namespace)
+            return replace(written, marked=False)
+        if not self.policies.proven:
+            unmarked = replace(written, marked=False)
+            if not self.policies.claim_probe():
+                raise Unmarked(unmarked, "the compiled policy is not known to be in force yet")
+            try:
+                self._probe(path)
+            except ApiError as exc:
+                self.policies.probed(False)
+                raise Unmarked(unmarked, str(exc)) from None
+            self.policies.probed(True)
+        return replace(written, marked=self._mark(rendered.namespace, True))
 
     def _seen(self, path: str, body: Mapping[str, Any]) -> None:
         """Parameters created just now, written again: an update, which the API server admits
@@ -679,6 +870,26 @@ class ParamsWriter:
                     raise
             time.sleep(delay)
         self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+
+    def _probe(self, path: str) -> None:
+        """Prove, before marking the first namespace compiled since the enforcing policy was
+        created, that the API server has loaded it (a marked namespace's plain writes are judged
+        by the policy alone): a dry-run update of the namespace's parameters carrying
+        ``PROBE_LABEL``, which that policy refuses once loaded, where it finds these parameters
+        and judges the namespace (``kube-system`` and the exempt ones wait for a judged one to
+        prove it). Tried again a few times, then the write fails (and is retried)."""
+        body = {"metadata": {"labels": {PROBE_LABEL: "true"}}}
+        query = [("dryRun", "All"), ("fieldManager", FIELD_MANAGER)]
+        for delay in (*SEEN_RETRIES, 0.0):
+            try:
+                self._client.send("PATCH", path, body, query, MERGE)
+            except ApiError as exc:
+                if PROBE_MESSAGE in exc.message:
+                    return
+                if NOT_SEEN not in exc.message:
+                    raise
+            time.sleep(delay)
+        raise ApiError(503, "NotInForce", f"the compiled policy does not judge {path} yet")
 
     def _mark(self, namespace: str, compiled: bool) -> bool:
         """Label the Namespace compiled, or take the label off; whether it now carries it."""
@@ -754,6 +965,12 @@ class ParamsWriter:
         return sum(1 for written in list(self._written.values()) if written.delegated)
 
 
+def policy_names(compile_softened: bool) -> tuple[str, ...]:
+    """The policies the compiler writes: the enforcing one, and with ``--compile-softened`` the
+    warn and audit ones (``manifests/compiled/modes`` binds them)."""
+    return tuple(ACTIONS) if compile_softened else (POLICY,)
+
+
 def _rbac_version(source: ClusterSource) -> str:
     """The newest resourceVersion the RBAC informers have seen (etcd revisions)."""
     versions = [int(i.resource_version) for i in source.informers if i.resource_version.isdigit()]
@@ -817,6 +1034,7 @@ def run(
     tuning = Tuning(start_wait=0)
     source = ClusterSource(client, settings.compiler, tuning=tuning, on_applied=applied)
     stored = params_informer(client, writer, tuning)
+    watched = policy_informers(client, writer.policies, tuning)
     # CRDs, watched only to discover a new one at once: until discovery lists it, its writes go
     # to the webhook in compiled namespaces.
     crds = Informer(CRDS, client, partial(_crd, None), writer.rediscover_soon, tuning)
@@ -824,6 +1042,8 @@ def run(
         health.watching(source.status)
     source.start()
     stored.start()
+    for informer in watched:
+        informer.start()
     crds.start()
     retry = max(0.2, lease.duration / 6)
     failures = 0
@@ -848,5 +1068,7 @@ def run(
     finally:
         writer.settle(lease.duration)
         crds.stop()
+        for informer in watched:
+            informer.stop()
         stored.stop()
         source.stop()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from app.compiled import compiler as compile_module
+from app.compiled.admission_policy import POLICY, PROBE_LABEL, PROBE_MESSAGE
 from app.compiled.compiler import (
     BACKOFF_MAX,
     DISCOVERY_INTERVAL,
@@ -23,6 +24,7 @@ from app.compiled.compiler import (
     KEEP_INDEXED,
     MERGE,
     NOT_SEEN,
+    POLICIES,
     SEEN_RETRIES,
     LeaderLease,
     ParamsWriter,
@@ -64,6 +66,11 @@ class Client:
         # namespace → how many updates of its parameters (writes after the first) are refused
         # as the API server refuses them while its informer does not hold them yet
         self.unseen: dict[str, int] = {}
+        # The compiler's probes (dry runs: not in ``writes``), and how many are not refused yet
+        # (the API server has not loaded the enforcing policy).
+        self.probes: list[str] = []
+        self.unloaded = 0
+        self.policy_written = False
         self._created: set[str] = set()
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
@@ -81,10 +88,12 @@ class Client:
     def send(
         self, method: str, path: str, body: Mapping[str, Any], query: Any = (), *a: Any
     ) -> Any:
+        params = path.endswith(f"/labelrbacparams/{NAME}")
+        if params and ("dryRun", "All") in list(query):
+            return self._probe(path, body)
         with self._lock:
             self.writes.append((method, path, body, list(query)))
             self.types.append(a[0] if a else "")
-        params = path.endswith(f"/labelrbacparams/{NAME}")
         if self.meet is not None and params:
             self.meet.wait()
         if params and (held := self.hold.get(path.split("/")[5])):
@@ -101,8 +110,23 @@ class Client:
             raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
         if params:
             self._created.add(path)
+        if path == f"{POLICIES}/{POLICY}":
+            self.policy_written = True
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
+        return body
+
+    def _probe(self, path: str, body: Mapping[str, Any]) -> Any:
+        """The compiler's probe (a dry-run update): refused by the enforcing policy once it is
+        written and loaded (after ``unloaded`` probes), where the parameters are."""
+        assert body["metadata"]["labels"] == {PROBE_LABEL: "true"}
+        with self._lock:
+            self.probes.append(path.split("/")[5])
+            if self.unloaded > 0:
+                self.unloaded -= 1
+                return body
+        if self.policy_written and path in self._created:
+            raise ApiError(422, "Invalid", f"... denied request: {PROBE_MESSAGE}")
         return body
 
     def list_each(
@@ -366,8 +390,8 @@ def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> N
     change = ("Namespace", None, ("t2", {}))
     params.applied(state, [change], "43")
     params.step(state.snapshot)
-    # Written before (so this write is an update, admitted once the policies see them).
-    assert story(client, "t2") == ["params", "mark=true"]
+    # The same parameters, written before: only the mark is due.
+    assert story(client, "t2") == ["mark=true"]
 
 
 def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> None:
@@ -1007,3 +1031,126 @@ def test_a_crd_changing_starts_discovery_at_the_next_step() -> None:
     params.step(state.snapshot)
     params.settle(10)
     assert len(listed) == 2
+
+
+def policy_writes(client: Client) -> list[dict[str, Any]]:
+    return [body for _, path, body, _ in client.writes if path.startswith(POLICIES)]
+
+
+CLUSTER_ROLE = role("edit-c", "", [rule("*", "configmaps")], {"configmaps": {"team": ["c"]}})
+
+
+def test_a_cluster_binding_change_writes_the_policy_once_and_no_namespace() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS, CLUSTER_ROLE)
+    params = writer(client, clock)
+    assert params.step(state.snapshot) == 2
+    (first,) = policy_writes(client)
+    assert first["metadata"]["name"] == POLICY
+    assert [v["name"] for v in first["spec"]["variables"]][:1] == ["cluster0"]
+    assert "clusterrole edit-c" not in first["spec"]["variables"][0]["expression"]
+    client.writes.clear()
+    change = ("ClusterRoleBinding", None, compiled(binding("c", "edit-c", "User:carol")))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    assert params.step(state.snapshot) == 0  # no namespace written
+    (second,) = policy_writes(client)
+    assert "clusterrole edit-c" in second["spec"]["variables"][0]["expression"]
+    assert [p for _, p, _, _ in client.writes if not p.startswith(POLICIES)] == []
+    # The same again: nothing to write.
+    client.writes.clear()
+    params.applied(state, [change], "3")
+    assert params.step(state.snapshot) == 0 and client.writes == []
+
+
+def test_no_namespace_is_marked_until_the_policy_is_written() -> None:
+    client, clock = Client(), [0.0]
+    client.missing.add(f"{POLICIES}/{POLICY}")  # the API server refuses the policy's write
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    with pytest.raises(ApiError):
+        params.step(state.snapshot)
+    assert not any(path.startswith("/api/v1/namespaces/") for _, path, _, _ in client.writes)
+    client.missing.clear()
+    params.step(state.snapshot)
+    assert len(policy_writes(client)) == 2
+    assert story(client, "t1")[-1] == "mark=true"
+
+
+def test_a_policy_changed_by_someone_else_is_written_again() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    assert len(policy_writes(client)) == 1 and params.policies.ready
+    # Its own write, seen through the watch, changes nothing.
+    params.policies.seen(None, (POLICY, ""))
+    params.step(state.snapshot)
+    assert len(policy_writes(client)) == 1
+    # Someone else's change, or a deletion: written again, and no namespace marked meanwhile.
+    for changed in ((POLICY, "99"), None):
+        params.policies.seen((POLICY, ""), changed)
+        assert not params.policies.ready
+        params.step(state.snapshot)
+        assert params.policies.ready
+    assert len(policy_writes(client)) == 3
+
+
+def test_a_cluster_part_that_turns_softened_renders_every_namespace_again() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS, CLUSTER_ROLE, binding("c", "edit-c", "User:carol"))
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    client.writes.clear()
+    client.types.clear()
+    softened = role(
+        "edit-c", "", [rule("*", "configmaps")], {"configmaps": {"team": ["c"]}}, mode="warn"
+    )
+    change = ("ClusterRole", compiled(CLUSTER_ROLE), compiled(softened))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    params.step(state.snapshot)
+    # Every namespace is now left to the webhook (a denial would be softened).
+    assert sorted(client.params_written()) == ["t1", "t2"]
+    assert story(client, "t2")[0] == "mark=None"
+
+
+def test_no_namespace_is_marked_before_the_api_server_enforces_the_policy() -> None:
+    """A policy just created is not in force until the API server has loaded it: no namespace
+    is marked before the policy refuses the compiler's probe, one probe at a time; once it has,
+    the others are marked without probing (until the policy is created anew)."""
+    client, clock = Client(), [0.0]
+    client.unloaded = 2  # two probes pass before the policy is loaded
+    state = live(*OBJECTS)
+    params = writer(client, clock, timed=True)
+    params.step(state.snapshot)
+    marked = [ns for ns in ("t1", "t2") if story(client, ns)[-1] == "mark=true"]
+    assert len(marked) == 1 and len(client.probes) == 3  # the one that probed
+    clock[0] += BACKOFF_MAX  # the other's retry is due
+    params.step(state.snapshot)
+    assert story(client, "t1")[-1] == story(client, "t2")[-1] == "mark=true"
+    assert len(client.probes) == 3
+    # Never loaded: one probe at a time, backed off; nothing is marked, the parameters are.
+    client, clock = Client(), [0.0]
+    client.unloaded = 10_000
+    params = writer(client, clock, timed=True)
+    for _ in range(3):
+        params.step(state.snapshot)
+    assert not any(p.startswith("/api/v1/namespaces/") for _, p, _, _ in client.writes)
+    assert sorted(client.params_written()) == ["t1", "t2"]
+    assert len(client.probes) == len(SEEN_RETRIES) + 1
+
+
+def test_a_policy_created_again_is_proven_again_before_the_next_mark() -> None:
+    client, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    params = writer(client, clock)
+    params.step(state.snapshot)
+    probed = len(client.probes)
+    params.policies.seen((POLICY, ""), None)  # deleted by someone else
+    change = ("Namespace", None, ("t3", {}))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    params.step(state.snapshot)
+    assert story(client, "t3") == ["params", "params", "mark=true"]
+    assert client.probes[probed:] == ["t3"]

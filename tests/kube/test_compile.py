@@ -135,6 +135,58 @@ def test_a_new_binding_is_refused_until_compiled_then_judged(
     assert create(cp, "bob", "a") == ""
 
 
+TEAM_X = role("team-x", "", [rule("*", "configmaps")], {"configmaps": {"team": ["x"]}})
+POLICY = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/label-rbac"
+
+
+def stored_versions(cp: ControlPlane) -> dict[str, str]:
+    """The resourceVersion of every namespace's parameters."""
+    _, listing = cp.request(ADMIN, "GET", "/apis/labelrbac.io/v1alpha1/labelrbacparams")
+    return {i["metadata"]["namespace"]: i["metadata"]["resourceVersion"] for i in listing["items"]}
+
+
+def test_a_cluster_binding_is_one_write_of_the_policy_and_none_of_a_namespace(
+    cluster: tuple[ControlPlane, Compilers],
+) -> None:
+    """The ClusterRoleBindings' part is stored once, in the policy the compiler writes: binding
+    a restricted ClusterRole cluster-wide, then editing it, rewrites no namespace's parameters,
+    and the policy judges by the union of both parts (bob: team a in t1, team x everywhere)."""
+    cp, _ = cluster
+    before, generation = stored_versions(cp), cp.request(ADMIN, "GET", POLICY)[1]["metadata"]
+    assert 'label team="x" is not permitted (role t1/team-a allows team in [a])' in create(
+        cp, "bob", "x"
+    )
+    cp.apply(ADMIN, [rbac(TEAM_X), rbac(binding("bob-x", "team-x", "User:bob"))])
+    wait_for(lambda: create(cp, "bob", "x") == "", "the cluster binding to be compiled")
+    assert create(cp, "bob", "z").endswith(
+        "(role t1/team-a allows team in [a]; clusterrole team-x allows team in [x])"
+    )
+    edited = role("team-x", "", [rule("*", "configmaps")], {"configmaps": {"team": ["x", "z"]}})
+    cp.apply(ADMIN, [rbac(edited)])
+    wait_for(lambda: create(cp, "bob", "z") == "", "the ClusterRole edit to be compiled")
+    assert stored_versions(cp) == before
+    _, written = cp.request(ADMIN, "GET", POLICY)
+    assert written["metadata"]["generation"] >= generation["generation"] + 2
+    managers = {m["manager"] for m in written["metadata"]["managedFields"]}
+    assert managers == {"label-rbac-compiler"}
+
+
+def test_the_policy_changed_or_deleted_by_someone_else_is_written_again(
+    cluster: tuple[ControlPlane, Compilers],
+) -> None:
+    cp, _ = cluster
+    patch = {"spec": {"failurePolicy": "Ignore"}}
+    cp.request(ADMIN, "PATCH", POLICY, patch, content_type="application/merge-patch+json")
+    wait_for(
+        lambda: cp.request(ADMIN, "GET", POLICY)[1]["spec"]["failurePolicy"] == "Fail",
+        "the compiler to write its policy again",
+    )
+    assert cp.request(ADMIN, "DELETE", POLICY)[0] == 200
+    took = wait_for(lambda: cp.request(ADMIN, "GET", POLICY)[0] == 200, "the policy again")
+    print(f"policy deleted -> written again: {took * 1000:.0f} ms")
+    wait_for(lambda: create(cp, "alice", "b").endswith(label_denial("alice")), "enforcement")
+
+
 def test_when_the_leader_dies_the_other_takes_over_within_the_lease_and_loses_nothing(
     cluster: tuple[ControlPlane, Compilers],
 ) -> None:
