@@ -430,10 +430,11 @@ def compilers_constants(cp: ControlPlane, timeout: float = 120) -> tuple[str, ..
 def installed_registration(cp: ControlPlane, webhook: Webhook, timeout: float = 120) -> Any:
     """The split registration (``manifests/enforce-compiled``'s) as the running compiler keeps
     it: registered, then read back once the compiler has written its conditions and marked the
-    namespace compiled."""
+    namespace compiled (which it does once the policy it writes is bound and refuses its
+    probe: the shipped install's policies are applied meanwhile)."""
     config = webhook_configuration(kustomize("enforce-compiled"), webhook.server.base_url,
                                    webhook.tls.ca.read_bytes())  # fmt: skip
-    cp.apply(ADMIN, [config])
+    cp.apply(ADMIN, [config, *shipped_policies()])
     name = config["metadata"]["name"]
     path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
     started = time.monotonic()
