@@ -761,8 +761,10 @@ def compared(cp: ControlPlane, chunks: tuple[str, ...], timeout: float = 60) -> 
         time.sleep(1)
     if live == chunks:
         return f"the same {len(live)} constants"
-    return (f"{len(live)} constants of {sum(map(len, live))} code points, not these "
-            "(its target differs: the served resources, its options)")  # fmt: skip
+    return (
+        f"{len(live)} constants of {sum(map(len, live))} code points, not these (its index "
+        "differs: a resource restricted a moment ago stays indexed 10 minutes)"
+    )
 
 
 if __name__ == "__main__":
