@@ -16,6 +16,8 @@ import pytest
 import yaml
 
 from app.compiled import chart
+from app.compiled.admission_policy import ACTIONS, POLICY
+from app.compiled.admission_policy import policy as compiled_policy
 from tests import helm
 from tests.support import ROOT
 
@@ -330,6 +332,91 @@ def test_renamed_install_carries_its_names_everywhere() -> None:
 
 
 @pytest.mark.parametrize(
+    ("values", "namespace", "name"),
+    [
+        pytest.param([], "label-rbac", "label-rbac", id="default-names"),
+        pytest.param([CI / "renamed-values.yaml"], "policy", "acme-lr", id="renamed"),
+    ],
+)
+def test_uninstall_removes_the_policies_the_compiler_wrote(
+    values: list[Path], namespace: str, name: str
+) -> None:
+    """With the compiled rule, a post-delete Job deletes the policies the compiler writes (not
+    the release's, so Helm leaves them), by name: its rights are get and delete of those three
+    and nothing else. Without it, no such Job."""
+    sets = ["compiled.enabled=true"]
+    docs = helm.template(values, namespace=namespace, sets=sets, api_versions=WITH_ADDONS)
+    hooks = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in docs
+        if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "post-delete"
+    }
+    hook = f"{name}-remove-policies"
+    assert set(hooks) == {
+        (kind, hook) for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job")
+    }
+    names = [n.replace(POLICY, name, 1) for n in ACTIONS]
+    assert hooks[("ClusterRole", hook)]["rules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies"],
+            "resourceNames": names,
+            "verbs": ["get", "delete"],
+        }
+    ]
+    (container,) = hooks[("Job", hook)]["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [
+        "delete", "validatingadmissionpolicy", *names, "--ignore-not-found"
+    ]  # fmt: skip
+    plain = helm.template(
+        values, namespace=namespace, sets=["compiled.enabled=false"], api_versions=WITH_ADDONS
+    )
+    assert not [d for d in plain if "remove-policies" in d["metadata"]["name"]]
+
+
+@pytest.mark.parametrize(
+    ("values", "namespace", "name"),
+    [
+        pytest.param([], "label-rbac", "label-rbac", id="default-names"),
+        pytest.param([CI / "renamed-values.yaml"], "policy", "acme-lr", id="renamed"),
+    ],
+)
+def test_the_compilers_policies_are_bound_not_rendered(
+    values: list[Path], namespace: str, name: str
+) -> None:
+    """With the compiled rule and its modes, the chart renders no policy the compiler writes
+    (Helm would write it over at every upgrade, or conflict with the compiler), binds each no
+    wider than the policy matches (its own namespace left out), and lets the compiler write
+    exactly those, by name: no delete, nothing on the bindings."""
+    sets = ["compiled.enabled=true", "compiled.modes=true"]
+    docs = helm.template(values, namespace=namespace, sets=sets, api_versions=WITH_ADDONS)
+    objects = by_key(docs)
+    names = {n.replace(POLICY, name, 1): n for n in ACTIONS}
+    rendered = {n for k, _, n in objects if k == "ValidatingAdmissionPolicy"}
+    assert rendered.isdisjoint(names) and rendered.isdisjoint(ACTIONS)
+    for renamed, original in names.items():
+        binding = objects[("ValidatingAdmissionPolicyBinding", "", renamed)]["spec"]
+        assert binding["policyName"] == renamed
+        match = compiled_policy(original)["spec"]["matchConstraints"]
+        (own, *others) = match["namespaceSelector"]["matchExpressions"]
+        own = {**own, "values": [namespace if v == "label-rbac" else v for v in own["values"]]}
+        expected = {**match, "namespaceSelector": {"matchExpressions": [own, *others]}}
+        assert binding["matchResources"] == expected
+    role = objects[("ClusterRole", "", f"{name}-compiler")]
+    on_policies = [
+        r for r in role["rules"] for res in r["resources"] if res.startswith("validatingadmission")
+    ]
+    assert on_policies == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies"],
+            "resourceNames": list(names),
+            "verbs": ["get", "list", "watch", "create", "patch"],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
     ("upgrade", "sets", "expected"),
     [
         pytest.param(False, [], "Ignore", id="install-fails-open-until-the-hook"),
@@ -388,8 +475,7 @@ def test_install_hook_switches_the_fail_closed_entries(
     docs = helm.template(values, api_versions=WITH_ADDONS)
     config = next(d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
     positions = {w["name"]: i for i, w in enumerate(config["webhooks"])}
-    (job,) = [d for d in docs if d["kind"] == "Job"]
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install"
+    (job,) = [d for d in docs if d["kind"] == "Job" and post_install(d)]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     (patch,) = [a for a in container["args"] if a.startswith("--patch=")]
     operations = json.loads(patch.removeprefix("--patch="))

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.compiled.admission_policy import COMPILER, registration_guard
+from app.compiled.admission_policy import ACTIONS, COMPILER, policy, registration_guard
 from app.engine.context import Context
 from app.engine.node import check_node
 from app.engine.rbac import Snapshot
@@ -604,6 +604,46 @@ def test_probes_and_grace_period_cover_the_drain() -> None:
     from app.webhook.serve import GRACEFUL_TIMEOUT
 
     assert pod["terminationGracePeriodSeconds"] > float(drain.split("=")[1]) + GRACEFUL_TIMEOUT
+
+
+def with_modes(tmp_path: Path) -> Path:
+    """manifests/enforce-compiled with the warn and audit component added, as docs/compiled.md
+    says."""
+    shutil.copytree(MANIFESTS, tmp_path / "manifests")
+    kustomization = tmp_path / "manifests" / "enforce-compiled" / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text() + "  - ../compiled/modes\n")
+    return kustomization.parent
+
+
+def test_the_compilers_policies_are_bound_not_shipped(tmp_path: Path) -> None:
+    """No overlay ships a policy the compiler writes (it would be written over, or with
+    ``kubectl apply`` fight the compiler); enforce-compiled binds each policy it writes no wider
+    than the policy matches, and the compiler's RBAC lets it write exactly those, by name: no
+    delete, nothing on the bindings."""
+    for overlay in (DEPLOY, ENFORCE, MANIFESTS / "enforce-compiled"):
+        objects = kustomize(overlay)
+        assert {n for k, n in objects if k == "ValidatingAdmissionPolicy"}.isdisjoint(ACTIONS)
+    objects = kustomize(with_modes(tmp_path))
+    assert {n for k, n in objects if k == "ValidatingAdmissionPolicy"}.isdisjoint(ACTIONS)
+    for name in ACTIONS:
+        binding = objects[("ValidatingAdmissionPolicyBinding", name)]["spec"]
+        assert binding["policyName"] == name
+        assert binding["matchResources"] == policy(name)["spec"]["matchConstraints"]
+    role = objects[("ClusterRole", "label-rbac-compiler")]
+    admission = [
+        rule
+        for rule in role["rules"]
+        if rule["apiGroups"] == ["admissionregistration.k8s.io"]
+        and rule["resources"] != ["validatingwebhookconfigurations"]
+    ]
+    assert admission == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingadmissionpolicies"],
+            "resourceNames": list(ACTIONS),
+            "verbs": ["get", "list", "watch", "create", "patch"],
+        }
+    ]
 
 
 def test_webhook_service_account_may_only_read() -> None:

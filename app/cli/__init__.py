@@ -327,6 +327,14 @@ def _parser(prog: str = "python -m app") -> argparse.ArgumentParser:
         "annotation restricts (default label-rbac)",
     )
     compile_.add_argument(
+        "--policy-name",
+        default="label-rbac",
+        metavar="NAME",
+        help="the ValidatingAdmissionPolicy the compiler writes, its binding's policyName (with "
+        "--compile-softened NAME-warn and NAME-audit too); the policies leave the compiler's own "
+        "namespace (--lease-namespace) out (default label-rbac)",
+    )
+    compile_.add_argument(
         "--registration-only",
         action="store_true",
         help="keep only the registration's skip-unjudged conditions, no parameters (for installs "

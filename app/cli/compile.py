@@ -12,6 +12,7 @@ from app.cli.inputs import kube_connection, leader_lease, policy_settings
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from app import logs
+    from app.compiled.admission_policy import Install
     from app.compiled.compiler import run
     from app.source.api import KubeClient
 
@@ -51,6 +52,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 args.max_params_work,
                 health,
                 args.compile_softened,
+                Install(args.policy_name, args.lease_namespace),
             )
     finally:
         if probes is not None:

@@ -52,7 +52,8 @@ from __future__ import annotations
 import copy
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,66 @@ JUDGED: Mapping[str, Any] = {
         {"key": "labelrbac.io/exempt", "operator": "NotIn", "values": ["true"]},
     ]
 }
+# The namespace of the shipped install, which every policy and entry leaves out.
+(OWN_NAMESPACE,) = [v for e in JUDGED["matchExpressions"] for v in e["values"] if v == POLICY]
+
+
+@dataclass(frozen=True)
+class Install:
+    """An install's names (the chart's ``name`` and namespace): the prefix of every policy and
+    binding and of the compiler's ServiceAccount, and the namespace every policy leaves out. The
+    documents here are generated for the shipped one (``label-rbac`` in ``label-rbac``);
+    ``document`` gives one for another: the chart's template (``app.compiled.chart``), and the
+    policies the compiler of a renamed install writes."""
+
+    name: str = POLICY
+    namespace: str = OWN_NAMESPACE
+
+    @property
+    def compiler(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.name}-compiler"
+
+    def renamed(self, name: str) -> str:
+        """``name`` (one of the shipped install's) in this install."""
+        if name != POLICY and not name.startswith(POLICY + "-"):
+            raise ValueError(f"{name}: not a name of this install")
+        return self.name + name[len(POLICY) :]
+
+    def document(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """``document`` (a policy or binding generated here) with this install's names, the
+        namespace its selectors leave out and the compiler's username."""
+        found = copy.deepcopy(dict(document))
+        found["metadata"]["name"] = self.renamed(found["metadata"]["name"])
+        spec = found["spec"]
+        if "policyName" in spec:
+            spec["policyName"] = self.renamed(spec["policyName"])
+        # A policy's matchConstraints, and a binding's own copy of its policy's (matchResources).
+        for match in (spec.get("matchConstraints", {}), spec.get("matchResources", {})):
+            for expression in match.get("namespaceSelector", {}).get("matchExpressions", ()):
+                if expression["key"] == "kubernetes.io/metadata.name":
+                    expression["values"] = [
+                        self.namespace if v == OWN_NAMESPACE else v for v in expression["values"]
+                    ]
+        replaced: dict[str, Any] = _replace_strings(
+            found, lambda s: s.replace(COMPILER, self.compiler)
+        )
+        return replaced
+
+
+# The shipped install (manifests/compiled).
+SHIPPED = Install()
+
+
+def _replace_strings(value: Any, change: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, list):
+        return [_replace_strings(v, change) for v in value]
+    if isinstance(value, dict):
+        return {k: _replace_strings(v, change) for k, v in value.items()}
+    return value
+
+
 # The webhook's label-rule entry (the split adds ``COMPILED_ENTRY`` for compiled namespaces).
 LABEL_ENTRY = "labels.labelrbac.io"
 WEBHOOK_YAML = Path(__file__).resolve().parents[2] / "manifests" / "deploy" / "webhook.yaml"
@@ -201,13 +262,42 @@ def _cluster_found(op: str, key: str) -> str:
         entry = f"c.roles[r][?{key}].orValue(c.roles[r][?'{DEFAULT}'].orValue({{}}))"
         per_chunk = (
             f"c.{subjects}.orValue([]).map(r, {entry})"
-            f".filter(m, {op} in m).map(m, c.grants[m[{op}]])"
+            f".filter(m, {op} in m).map(m, {_cluster_grant('c', f'm[{op}]')})"
         )
         return f"variables.{CHUNKS}.map(c, {per_chunk}).flatten()"
 
     user = found("users[?request.userInfo.username]")
     groups = f"request.userInfo.groups.map(g, {found('groups[?g]')}).flatten()"
     return f"{user} + {groups}"
+
+
+def _cluster_grant(chunk: str, grant_id: str) -> str:
+    """CEL: the grant ``grant_id`` of ``chunk`` as a namespace's parameters hold one, built
+    from the maps of one type each the constants hold it in (``params.grant_maps``: a literal
+    mixing types costs the API server seconds to check, through a ``dyn`` per value)."""
+    labels = (
+        f"{chunk}.labels[x].map(q, {{'key': dyn(q.key[0]), 'exact': dyn(q.exact), "
+        "'prefixes': dyn(q.prefixes), 'suffixes': dyn(q.suffixes), "
+        "'patterns': dyn(q.patterns)})"
+    )
+    kinds = {
+        "unrestricted": "'role': dyn(s.role), 'unrestricted': dyn(true)",
+        "invalid": "'role': dyn(s.role), 'invalid': dyn(s.invalid)",
+        "labels": (
+            f"'role': dyn(s.role), 'mode': dyn(s.mode), 'allows': dyn(s.allows), "
+            f"'labels': dyn({labels})"
+        ),
+    }
+    named = f"x in {chunk}.names"
+    names = f"'names': dyn({chunk}.names[x])"
+    variants = {
+        kind: f"({named} ? {{{fields}, {names}}} : {{{fields}}})" for kind, fields in kinds.items()
+    }
+    body = (
+        f"s.kind == 'unrestricted' ? {variants['unrestricted']} : "
+        f"s.kind == 'invalid' ? {variants['invalid']} : {variants['labels']}"
+    )
+    return f"dyn({_bind('x', grant_id, _bind('s', f'{chunk}.grants[x]', body))})"
 
 
 def _found(op: str, key: str, cluster: bool) -> str:

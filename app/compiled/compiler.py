@@ -39,7 +39,15 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from app.compiled.admission_policy import ACTIONS, POLICY, PROBE_LABEL, PROBE_MESSAGE, policy
+from app.compiled.admission_policy import (
+    ACTIONS,
+    POLICY,
+    PROBE_LABEL,
+    PROBE_MESSAGE,
+    SHIPPED,
+    Install,
+    policy,
+)
 from app.compiled.health import CompilerHealth
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
@@ -274,6 +282,10 @@ def _stored_params(obj: Mapping[str, Any]) -> Stored:
 
 
 POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+# The API server compiles and checks a policy's every expression before storing it: with a cluster
+# part of 100,000 code points that took it seconds on a loaded test machine, more than the
+# default 10 s of a write.
+POLICY_TIMEOUT = 60.0
 
 
 class PolicyWriter:
@@ -289,10 +301,17 @@ class PolicyWriter:
     """
 
     def __init__(
-        self, client: KubeClient, names: Iterable[str], clock: Callable[[], float] = time.monotonic
+        self,
+        client: KubeClient,
+        names: Iterable[str],
+        clock: Callable[[], float] = time.monotonic,
+        install: Install = SHIPPED,
     ) -> None:
         self._client = client
-        self.names = tuple(names)
+        self._install = install
+        # Each policy's name in this install (the chart's ``name``) → its shipped one.
+        self._shipped = {install.renamed(name): name for name in names}
+        self.names = tuple(self._shipped)
         self._clock = clock
         # One probe at a time, backed off when it fails (``claim_probe``).
         self._probing = False
@@ -301,6 +320,7 @@ class PolicyWriter:
         self._lock = threading.Lock()
         # name → (digest of what was applied, the resourceVersion it got)
         self._applied: dict[str, tuple[bytes, str]] = {}
+        self._kept: ClusterPart | None = None  # the part last applied
         self.on_change: Callable[[], None] = _nothing
         # Whether the API server was seen enforcing the policy since it was last created
         # (``ParamsWriter._probe``): a policy just created is not in force until it is loaded.
@@ -339,21 +359,28 @@ class PolicyWriter:
     def keep(self, part: ClusterPart) -> int:
         """Apply every policy whose content differs from what was last applied (or that
         someone else changed since); how many were written."""
+        with self._lock:
+            if part is self._kept and len(self._applied) == len(self.names):
+                return 0  # every step asks: the policies' text is built only when it may differ
         written = 0
-        for name in self.names:
-            body = policy(name, part.chunks)
+        for name, shipped in self._shipped.items():
+            body = self._install.document(policy(shipped, part.chunks))
             found = digest(json.dumps(body, sort_keys=True))
             with self._lock:
                 last = self._applied.get(name)
             if last is not None and last[0] == found:
                 continue
-            answer = self._client.send("PATCH", f"{POLICIES}/{name}", body, _APPLY_QUERY, APPLY)
+            answer = self._client.send(
+                "PATCH", f"{POLICIES}/{name}", body, _APPLY_QUERY, APPLY, POLICY_TIMEOUT
+            )
             meta = answer.get("metadata") or {}
-            if meta.get("generation") in (None, 1) and name == POLICY:
+            if meta.get("generation") in (None, 1) and name == self._install.name:
                 self.proven = False  # created just now
             with self._lock:
                 self._applied[name] = (found, str(meta.get("resourceVersion") or ""))
             written += 1
+        with self._lock:
+            self._kept = part
         if written:
             log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
                      ", ".join(self.names), len(part.chunks), part.size, part.grants)  # fmt: skip
@@ -368,7 +395,7 @@ class PolicyWriter:
             if last is None or (isinstance(new, tuple) and new[1] == last[1]):
                 return
             del self._applied[str(name)]
-        if new is None and name == POLICY:
+        if new is None and name == self._install.name:
             self.proven = False
         log.warning("policy %s was changed or deleted by someone else: writing it again", name)
         self.on_change()
@@ -464,9 +491,12 @@ class ParamsWriter:
         clock: Callable[[], float] = time.monotonic,
         compile_softened: bool = False,
         policies: PolicyWriter | None = None,
+        install: Install = SHIPPED,
     ) -> None:
         self._client = client
-        self.policies = policies or PolicyWriter(client, policy_names(compile_softened), clock)
+        self.policies = policies or PolicyWriter(
+            client, policy_names(compile_softened), clock, install
+        )
         self.policies.on_change = self._wake_up
         # What of the cluster part decides every namespace's render (``_keep_cluster``), and
         # the namespaces written while the policies were not: marked once they are.
@@ -1011,9 +1041,11 @@ def run(
     max_work: int = MAX_WORK,
     health: CompilerHealth | None = None,
     compile_softened: bool = False,
+    install: Install = SHIPPED,
 ) -> None:
     """Watch, render and write until ``stop`` is set; each round reported to ``health``
-    (``app.compiled.health``: the probes and metrics)."""
+    (``app.compiled.health``: the probes and metrics); ``install``: the names of the policies
+    it writes (the chart's ``name``) and the namespace they leave out."""
     coverage = CoverageWriter(client, FIELD_MANAGER, settings.webhook_configuration)
     writer = ParamsWriter(
         client,
@@ -1024,6 +1056,7 @@ def run(
         snapshots=lambda: source.snapshot(),
         max_work=max_work,
         compile_softened=compile_softened,
+        install=install,
     )
 
     def applied(live: LiveSnapshot, changes: list[Change]) -> None:

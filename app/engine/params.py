@@ -747,11 +747,13 @@ _PER_ENTRY = 10
 
 
 class _Chunk:
-    """One CEL constant of the cluster part, being filled (``cluster_chunks``)."""
+    """One CEL constant of the cluster part, being filled (``cluster_chunks``). Its grants are
+    held as ``grant_maps`` spells them: no list or map in it mixes types, but the chunk's own."""
 
     def __init__(self) -> None:
-        self.maps: dict[str, dict[str, Any]] = {"users": {}, "groups": {}, "roles": {},
-                                                "grants": {}}  # fmt: skip
+        self.maps: dict[str, dict[str, Any]] = {
+            "users": {}, "groups": {}, "roles": {}, "grants": {}, "labels": {}, "names": {}
+        }  # fmt: skip
         self.size = _EMPTY_CHUNK
 
     def add(self, part: _Part, kind: str, subject: str, ids: list[str], limit: int) -> bool:
@@ -759,8 +761,10 @@ class _Chunk:
         subjects = self.maps["users" if kind == "User" else "groups"]
         roles = {i: part.roles[i] for i in ids if i not in self.maps["roles"]}
         used = {g for entry in roles.values() for ops in entry.values() for g in ops.values()}
-        grants = {g: part.grants[g] for g in sorted(used) if g not in self.maps["grants"]}
-        added = [(subject, ids), *roles.items(), *grants.items()]
+        grants = {g: grant_maps(part.grants[g]) for g in sorted(used)
+                  if g not in self.maps["grants"]}  # fmt: skip
+        added = [(subject, ids), *roles.items(),
+                 *((g, v) for g, maps in grants.items() for v in maps.values())]  # fmt: skip
         size = sum(len(k) + len(cel_literal(v)) + _PER_ENTRY for k, v in added)
         if self.size + size > limit and (self.maps["users"] or self.maps["groups"]):
             return False
@@ -768,7 +772,9 @@ class _Chunk:
             return False
         subjects[subject] = ids
         self.maps["roles"].update(roles)
-        self.maps["grants"].update(grants)
+        for grant, maps in grants.items():
+            for field_name, value in maps.items():
+                self.maps[field_name][grant] = value
         self.size += size
         return True
 
@@ -776,32 +782,75 @@ class _Chunk:
         return cel_literal(self.maps)
 
 
+def grant_maps(grant: Mapping[str, Any]) -> dict[str, Any]:
+    """A grant as the cluster part's constants hold it, in maps each of one type: ``grants``,
+    its strings (``role``, ``mode``, ``allows``, ``invalid``, ``unrestricted`` as "true", and
+    ``kind``: ``unrestricted``, ``invalid`` or ``labels``); ``labels``, its requirements with
+    every value a list of strings (``key`` a list of one); ``names``, its resourceNames. The API
+    server's CEL checks a literal mixing types only through one ``dyn`` per value, and building
+    those took it seconds per policy write (3.8 s for 250 grants, against 0.3 s without)."""
+    kind = next(k for k in ("unrestricted", "invalid", "labels") if k in grant)
+    strings = {
+        "kind": kind,
+        **{k: "true" if v is True else v for k, v in grant.items() if k not in ("labels", "names")},
+    }
+    found: dict[str, Any] = {"grants": strings}
+    if "labels" in grant:
+        found["labels"] = [{**r, "key": [r["key"]]} for r in grant["labels"]]
+    if "names" in grant:
+        found["names"] = list(grant["names"])
+    return found
+
+
 def cel_literal(value: Any) -> str:
     """``value`` (JSON: strings, booleans, integers, lists and maps with string keys) as a CEL
     literal of the same value. The API server's CEL refuses a list or map literal whose elements
-    differ in type (a grant's strings, lists and booleans): those elements are each ``dyn``."""
+    differ in type: those elements are each ``dyn`` (an empty list is of any list type)."""
     return _cel(value)[0]
 
 
-def _cel(value: Any) -> tuple[str, str]:
+def _cel(value: Any) -> tuple[str, Any]:
     """(``value`` as CEL, its CEL type), the type as the checker infers it."""
     if isinstance(value, bool):
-        return ("true" if value else "false"), "bool"
+        return ("true" if value else "false"), ("bool",)
     if isinstance(value, (int, str)):
-        return json.dumps(value, ensure_ascii=False), type(value).__name__
+        return json.dumps(value, ensure_ascii=False), (type(value).__name__,)
     if isinstance(value, Mapping):
         items = [(json.dumps(str(k), ensure_ascii=False), *_cel(v)) for k, v in value.items()]
-        dyn = len({t for _, _, t in items}) > 1
+        inner, dyn = _join([t for _, _, t in items])
         body = ",".join(f"{k}:{f'dyn({v})' if dyn else v}" for k, v, _ in items)
-        inner = "dyn" if dyn or not items else items[0][2]
-        return "{" + body + "}", f"map({inner})"
+        return "{" + body + "}", ("map", inner)
     if isinstance(value, (list, tuple)):
         elements = [_cel(v) for v in value]
-        dyn = len({t for _, t in elements}) > 1
+        inner, dyn = _join([t for _, t in elements])
         body = ",".join(f"dyn({v})" if dyn else v for v, _ in elements)
-        inner = "dyn" if dyn or not elements else elements[0][1]
-        return "[" + body + "]", f"list({inner})"
+        return "[" + body + "]", ("list", inner) if elements else None
     raise TypeError(f"{type(value).__name__} has no CEL literal here")
+
+
+def _join(types: list[Any]) -> tuple[Any, bool]:
+    """The one type of an aggregate's elements, and whether they need ``dyn`` (they differ)."""
+    found: Any = None
+    for each in types:
+        joined = _unify(found, each)
+        if joined is _MISMATCH:
+            return ("dyn",), True
+        found = joined
+    return found, False
+
+
+_MISMATCH = ("mismatch",)
+
+
+def _unify(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    if a[0] == b[0] and a[0] in ("list", "map"):
+        inner = _unify(a[1], b[1])
+        return _MISMATCH if inner is _MISMATCH else (a[0], inner)
+    return _MISMATCH
 
 
 def spec_text(spec: Mapping[str, Any]) -> str:

@@ -1,5 +1,7 @@
-"""The shipped compiled-policy manifests: generated from the code, wired to the parameter kind,
-and covering what the compiler compiles and nothing the webhook keeps."""
+"""The compiled policies and their manifests: the policies as the compiler writes them
+(``policy``), wired to the parameter kind and covering what the compiler compiles and nothing the
+webhook keeps; the shipped files generated from the code, binding each policy no wider than it
+matches, and shipping none of the policies the compiler writes."""
 
 from __future__ import annotations
 
@@ -18,12 +20,16 @@ from app.compiled.admission_policy import (
     JUDGED,
     LABEL_ENTRY,
     MARKS,
+    POLICY,
+    PROBE_LABEL,
+    PROBE_MESSAGE,
     SUBRESOURCE_GUARD,
     SUBRESOURCES,
     compiled_rules,
     fast_allowed,
     manifests,
     mode_manifests,
+    policy,
     render_yaml,
     shipped_webhook,
     subresource_policy,
@@ -39,8 +45,26 @@ def documents(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((COMPILED / name).read_text()) if d]
 
 
+# The compiler's probe of the enforcing policy: its dry run carrying PROBE_LABEL.
+PROBED = (
+    f"request.userInfo.username == '{COMPILER}' && request.dryRun == true && "
+    f"object.metadata.?labels[?'{PROBE_LABEL}'].orValue('') == 'true'"
+)
+
+
+def policies() -> list[dict[str, Any]]:
+    """The policies the compiler writes, as it writes them without a ClusterRoleBinding."""
+    return [policy(name) for name in ACTIONS]
+
+
+def shipped() -> list[dict[str, Any]]:
+    """What manifests/compiled and its modes component ship."""
+    return documents("policy.yaml") + documents("modes/policy.yaml")
+
+
 def every() -> list[dict[str, Any]]:
-    return manifests() + mode_manifests()
+    """The policies the compiler writes, and every shipped policy and binding."""
+    return policies() + shipped()
 
 
 def test_the_shipped_policies_are_the_generated_ones() -> None:
@@ -48,6 +72,7 @@ def test_the_shipped_policies_are_the_generated_ones() -> None:
     assert (COMPILED / "modes" / "policy.yaml").read_text() == render_yaml("--modes")
     assert (COMPILED / "split" / "webhook.yaml").read_text() == render_yaml("--webhook")
     assert documents("policy.yaml") == manifests()
+    assert documents("modes/policy.yaml") == mode_manifests()
 
 
 @pytest.mark.parametrize(
@@ -78,15 +103,27 @@ def test_the_crd_serves_the_kind_the_policies_read() -> None:
 
 
 def test_each_mode_has_its_policy_binding_and_action() -> None:
-    by_kind: dict[str, dict[str, Any]] = {}
-    for doc in every():
-        by_kind.setdefault(doc["kind"], {})[doc["metadata"]["name"]] = doc
-    bindings = by_kind["ValidatingAdmissionPolicyBinding"]
+    """Each policy the compiler writes has its shipped binding, with the mode's action and the
+    policy's own matchConstraints as matchResources: a policy rewritten (by the compiler, or
+    whoever holds its rights) reaches nothing its binding does not select. The policies
+    themselves are not shipped: the compiler writes them, with the ClusterRoleBindings' part."""
+    bindings = {
+        d["metadata"]["name"]: d
+        for d in shipped()
+        if d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    shipped_policies = {
+        d["metadata"]["name"] for d in shipped() if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+    assert shipped_policies.isdisjoint(ACTIONS)
     for name, (_, action) in ACTIONS.items():
-        policy = by_kind["ValidatingAdmissionPolicy"][name]
-        assert policy["spec"]["paramKind"] == {"apiVersion": API_VERSION, "kind": KIND}
-        assert policy["spec"]["failurePolicy"] == "Fail"
+        written = policy(name)
+        assert written["metadata"]["name"] == name
+        assert written["spec"]["paramKind"] == {"apiVersion": API_VERSION, "kind": KIND}
+        assert written["spec"]["failurePolicy"] == "Fail"
+        assert bindings[name]["spec"]["policyName"] == name
         assert bindings[name]["spec"]["validationActions"] == [action]
+        assert bindings[name]["spec"]["matchResources"] == written["spec"]["matchConstraints"]
         # Without parameters the policies stand aside: a namespace being deleted loses them
         # (tests/kube/test_namespace_deletion.py), and the webhook judges one never compiled.
         assert bindings[name]["spec"]["paramRef"] == {
@@ -100,33 +137,44 @@ def test_each_mode_has_its_policy_binding_and_action() -> None:
 def test_a_write_the_policy_allows_ends_at_its_match_condition(name: str) -> None:
     """The condition spells out what the validation reads (the API server refuses variables in
     a match condition), tries the key lookups of ``fast_allowed`` first, reads ``granting``
-    once, and judges a kubelet as anyone (the node rules the webhook applies to what the policy
-    judges, the compiled entry sends it too)."""
-    (policy,) = [d for d in every() if d["metadata"]["name"] == name
-                 and d["kind"] == "ValidatingAdmissionPolicy"]  # fmt: skip
-    (condition,) = policy["spec"]["matchConditions"]
-    (validation,) = policy["spec"]["validations"]
+    once per operation judged, and judges a kubelet as anyone (the node rules the webhook
+    applies to what the policy judges, the compiled entry sends it too)."""
+    written = policy(name)
+    (condition,) = written["spec"]["matchConditions"]
+    # (The enforcing policy's first validation refuses the compiler's probe alone.)
+    validation = written["spec"]["validations"][-1]
     assert "variables." not in condition["expression"]
     assert "variables.denied" in validation["expression"]
-    assert condition["expression"].count("].map(granting, ") == 1
+    # Once for the write, once for the delete a change of owner references or finalizers
+    # stands for.
+    assert condition["expression"].count("].map(granting, ") == 2
     assert f"!({fast_allowed()}) && " in condition["expression"]
     assert "system:nodes" not in condition["expression"]
 
 
 def test_the_policies_leave_what_the_webhook_keeps_and_the_parameters_themselves() -> None:
+    """Each policy leaves out what the webhook keeps, and the parameters' group: the enforcing
+    one matches that group only for the compiler's probe, which it alone refuses."""
     group = API_VERSION.split("/")[0]
     for name in ACTIONS:
-        (policy,) = [
-            d for d in every() if d["metadata"]["name"] == name and "paramKind" in d["spec"]
-        ]
+        written = policy(name)
         excluded = {
             (g, r)
-            for rule in policy["spec"]["matchConstraints"]["excludeResourceRules"]
+            for rule in written["spec"]["matchConstraints"]["excludeResourceRules"]
             for g in rule["apiGroups"]
             for r in rule["resources"]
         }
-        assert excluded == {*WEBHOOK_RESOURCES, (group, "*")}
-        (matched,) = policy["spec"]["matchConstraints"]["resourceRules"]
+        own = {(group, "*")} if name != POLICY else set()
+        assert excluded == {*WEBHOOK_RESOURCES, *own}
+        if name == POLICY:
+            (condition,) = written["spec"]["matchConditions"]
+            own_group = f"request.resource.group == '{group}'"
+            assert condition["expression"].startswith(f"{own_group} ? {PROBED} : ")
+            probe, judged = written["spec"]["validations"]
+            assert probe == {"expression": f"!({PROBED})", "message": PROBE_MESSAGE,
+                             "reason": "Forbidden"}  # fmt: skip
+            assert judged["expression"].startswith(f"{own_group} || ")
+        (matched,) = written["spec"]["matchConstraints"]["resourceRules"]
         assert matched["scope"] == "Namespaced" and matched["resources"] == ["*"]
 
 
@@ -175,6 +223,8 @@ def test_the_policies_judge_the_namespaces_the_webhook_judges() -> None:
     for doc in every():
         if "paramKind" in doc["spec"]:
             assert doc["spec"]["matchConstraints"]["namespaceSelector"] == JUDGED
+        if doc["spec"].get("policyName") in ACTIONS:
+            assert doc["spec"]["matchResources"]["namespaceSelector"] == JUDGED
 
 
 def test_the_split_sends_marked_namespaces_only_what_the_policy_leaves() -> None:
@@ -226,11 +276,8 @@ def _matches(rules: list[dict[str, Any]], group: str, resource: str, sub: str, o
 def _judges(group: str, resource: str, sub: str, op: str) -> list[str]:
     """Who in a compiled namespace the rules and selectors send a request to."""
     found = []
-    for document in manifests() + subresource_policy():
-        if document["kind"] != "ValidatingAdmissionPolicy" or document["metadata"]["name"] not in (
-            "label-rbac",
-            SUBRESOURCE_GUARD,
-        ):
+    for document in [policy(POLICY), *subresource_policy()]:
+        if document["kind"] != "ValidatingAdmissionPolicy":
             continue
         match = document["spec"]["matchConstraints"]
         if _matches(match["resourceRules"], group, resource, sub, op) and not _matches(
@@ -259,7 +306,15 @@ def _judges(group: str, resource: str, sub: str, op: str) -> list[str]:
         pytest.param("apps", "deployments", "scale", "UPDATE", COMPILED_ENTRY, id="deploy-scale"),
         pytest.param("example.com", "widgets", "status", "UPDATE", COMPILED_ENTRY, id="crd-status"),
         pytest.param("example.com", "widgets", "scale", "UPDATE", COMPILED_ENTRY, id="crd-scale"),
-        pytest.param("labelrbac.io", "labelrbacparams", "", "CREATE", COMPILED_ENTRY, id="params"),
+        # The policy only for the compiler's probe of it (a dry run).
+        pytest.param(
+            "labelrbac.io",
+            "labelrbacparams",
+            "",
+            "CREATE",
+            f"label-rbac {COMPILED_ENTRY}",
+            id="params",
+        ),
         pytest.param("batch", "jobs", "", "DELETE", COMPILED_ENTRY, id="a-workload"),
         pytest.param("kubevirt.io", "vms", "start", "UPDATE", SUBRESOURCE_GUARD, id="unknown-sub"),
         pytest.param("", "pods", "newsub", "UPDATE", COMPILED_ENTRY, id="unknown-pod-sub"),

@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 
 from app.compiled import compiler as compile_module
-from app.compiled.admission_policy import POLICY, PROBE_LABEL, PROBE_MESSAGE
+from app.compiled.admission_policy import (
+    ACTIONS,
+    POLICY,
+    PROBE_LABEL,
+    PROBE_MESSAGE,
+    Install,
+    policy,
+)
 from app.compiled.compiler import (
     BACKOFF_MAX,
     DISCOVERY_INTERVAL,
@@ -29,6 +36,7 @@ from app.compiled.compiler import (
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
+    PolicyWriter,
     ServedResources,
     backoff,
 )
@@ -38,7 +46,7 @@ from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.params import ALL, MARK, MAX_WORK, NAME
+from app.engine.params import ALL, MARK, MAX_WORK, NAME, ClusterPart
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, Unreachable
@@ -1154,3 +1162,28 @@ def test_a_policy_created_again_is_proven_again_before_the_next_mark() -> None:
     params.step(state.snapshot)
     assert story(client, "t3") == ["params", "params", "mark=true"]
     assert client.probes[probed:] == ["t3"]
+
+
+def test_a_renamed_install_writes_its_policies_under_its_names() -> None:
+    """The chart installed as ``acme-lr`` in ``policy`` (``--policy-name``, the compiler's
+    ``--lease-namespace``): the compiler writes and watches the policies its bindings name,
+    leaving its own namespace out, and none of the shipped install's."""
+    client = Client()
+    policies = PolicyWriter(client, ACTIONS, install=Install("acme-lr", "policy"))  # type: ignore[arg-type]
+    assert policies.names == ("acme-lr", "acme-lr-warn", "acme-lr-audit")
+    chunks = ("{'users': {}, 'groups': {}, 'roles': {}, 'grants': {}}",)
+    assert policies.keep(ClusterPart(chunks, 0, False)) == 3
+    assert [path for _, path, _, _ in client.writes] == [
+        f"{POLICIES}/{name}" for name in policies.names
+    ]
+    renamed = Install("acme-lr", "policy")
+    for (_, _, body, _), shipped in zip(client.writes, ACTIONS, strict=True):
+        assert body == renamed.document(policy(shipped, chunks))
+        assert body["metadata"]["name"] == shipped.replace(POLICY, "acme-lr", 1)
+        (own, *_) = body["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+        assert own["values"] == ["policy", "kube-system"]
+        text = json.dumps(body)
+        assert "system:serviceaccount:label-rbac:" not in text
+        assert renamed.compiler == "system:serviceaccount:policy:acme-lr-compiler"
+        if shipped == POLICY:  # the probe it refuses is the renamed compiler's
+            assert renamed.compiler in text

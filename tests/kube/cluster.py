@@ -53,10 +53,11 @@ SERVICE_NAME = "label-rbac.label-rbac.svc"
 NOT_APPLIED = {"Deployment", "Service", "Certificate", "Issuer", "ServiceMonitor"}
 
 
-def kustomize(overlay: str) -> list[dict[str, Any]]:
-    """``kubectl kustomize manifests/<overlay>``: the objects a user's ``apply -k`` creates."""
+def kustomize(overlay: str, manifests: Path = MANIFESTS) -> list[dict[str, Any]]:
+    """``kubectl kustomize manifests/<overlay>``: the objects a user's ``apply -k`` creates
+    (``manifests``: an earlier release's, for an upgrade)."""
     done = subprocess.run(
-        ["kubectl", "kustomize", str(MANIFESTS / overlay)],
+        ["kubectl", "kustomize", str(manifests / overlay)],
         capture_output=True,
         text=True,
         check=True,
@@ -109,7 +110,8 @@ class LabelRbacCluster:
 
     ``node_authorizer``: label-rbac is the node authorizer (manifests/node-authorizer, ``serve
     --node-authorizer``) instead of the in-tree one. ``overlay``: ``enforce`` (failurePolicy
-    Fail, the installed state) or ``deploy``. ``serve_args``: more flags for ``serve``.
+    Fail, the installed state) or ``deploy``, from ``manifests`` (an earlier release's, for an
+    upgrade: ``apply``). ``serve_args``: more flags for ``serve``.
     ``webhook_url``: what the API server dials (e.g. a load balancer in front of replicas the
     caller runs with ``launch_webhook``); default: the one replica started here.
     ``admission_plugins``: the API server's extra admission plugins. By default the in-tree
@@ -126,8 +128,10 @@ class LabelRbacCluster:
         serve_args: Sequence[str] = (),
         webhook_url: str | None = None,
         admission_plugins: Sequence[str] = (),
+        manifests: Path = MANIFESTS,
     ) -> None:
         self.workdir = workdir
+        self.manifests = manifests
         workdir.mkdir(parents=True, exist_ok=True)
         self.node_authorizer = node_authorizer
         self.overlay = overlay
@@ -155,17 +159,30 @@ class LabelRbacCluster:
     def start(self) -> None:
         cp = self.control_plane
         cp.start()
-        docs = kustomize(self.overlay)
-        cp.apply(
-            ADMIN,
-            [d for d in docs if d["kind"] not in NOT_APPLIED | {"ValidatingWebhookConfiguration"}],
-        )
+        docs = self.install(kustomize(self.overlay, self.manifests))
         if self.node_authorizer:
             for name in ("rbac.yaml", "system-node-binding.yaml"):
                 cp.apply(ADMIN, (MANIFESTS / "node-authorizer" / name).read_text())
         self.webhook = self.launch_webhook(self.webhook_port)
         self.webhook.wait_ready()
-        cp.apply(ADMIN, [webhook_configuration(docs, self.webhook_url, self.tls.ca.read_bytes())])
+        self.register(docs)
+
+    def install(self, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``kubectl apply`` of an overlay's objects (``docs``) but the registration and what
+        runs here instead (``NOT_APPLIED``); ``docs``."""
+        skipped = NOT_APPLIED | {"ValidatingWebhookConfiguration"}
+        self.control_plane.apply(ADMIN, [d for d in docs if d["kind"] not in skipped])
+        return docs
+
+    def register(self, docs: Sequence[Mapping[str, Any]]) -> None:
+        """The overlay's registration, reaching the webhook run here."""
+        config = webhook_configuration(docs, self.webhook_url, self.tls.ca.read_bytes())
+        self.control_plane.apply(ADMIN, [config])
+
+    def upgrade(self, overlay: str) -> None:
+        """``kubectl apply -k manifests/<overlay>`` of this tree over what is installed (no
+        prune: what the new overlay lacks stays)."""
+        self.register(self.install(kustomize(overlay)))
 
     def launch_webhook(self, port: int, *extra: str, log_name: str | None = None) -> Server:
         """One more ``python -m app serve`` replica as label-rbac's ServiceAccount, on ``port``
@@ -221,8 +238,11 @@ class Compilers:
     """``python -m app compile`` processes, as the compiler's ServiceAccount (``user``), by
     identity, logging to files in ``workdir``."""
 
-    def __init__(self, cp: ControlPlane, workdir: Path, user: str = COMPILER) -> None:
-        self.cp, self.workdir, self.user = cp, workdir, user
+    def __init__(
+        self, cp: ControlPlane, workdir: Path, user: str = COMPILER, root: Path = ROOT
+    ) -> None:
+        # ``root``: the tree whose ``app`` runs (an earlier release's, for an upgrade).
+        self.cp, self.workdir, self.user, self.root = cp, workdir, user, root
         self.processes: dict[str, subprocess.Popen[str]] = {}
 
     def start(self, identity: str, *extra: str) -> None:
@@ -239,7 +259,7 @@ class Compilers:
                 identity,
                 *extra,
             ],
-            cwd=ROOT,
+            cwd=self.root,
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,

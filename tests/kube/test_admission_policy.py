@@ -74,6 +74,8 @@ USERS = (
     User("hank"),  # the broken role only
     User("ivan", ("platform",)),  # a ClusterRole bound cluster-wide: team x? on every resource
     User("uma", ("platform",)),  # team-a here and team x? cluster-wide: labels from both
+    User("pam"),  # cluster-wide: team p on the object "fixed" only (resourceNames)
+    User("quinn"),  # cluster-wide: a ClusterRole with a broken annotation
     User("zed"),  # bound after the parameters were rendered
     User("nora"),  # writes configmaps without limits, deletes only team-a's
     BUILDER,  # team-b through a ServiceAccount subject
@@ -121,6 +123,15 @@ RBAC = [
     binding("gina-broken", "broken", "User:gina", namespace=NS),
     binding("hank-broken", "broken", "User:hank", namespace=NS),
     binding("platform", "platform-x", "Group:platform"),
+    role(
+        "named-p",
+        "",
+        [rule("create update patch delete", "configmaps", names="fixed")],
+        {"configmaps": {"team": ["p"]}},
+    ),
+    binding("pam", "named-p", "User:pam"),
+    role("cluster-broken", "", [rule("create update", "configmaps")], "{not json"),
+    binding("quinn", "cluster-broken", "User:quinn"),
     role("writer", NS, [rule("create update patch", "configmaps")]),
     _team("deleter-a", ["a"], verbs="delete"),
     binding("nora-writer", "writer", "User:nora", namespace=NS),
@@ -357,6 +368,7 @@ LABELS: list[dict[str, str]] = [
     {"team": "w"},
     {"team": "u"},
     {"team": "x1"},
+    {"team": "p"},
 ]
 OLD_STATES: list[dict[str, str]] = [{"team": "a"}, {"team": "b"}, {}, {"team": "c"}, {"team": "w"}]
 NAMES = ("plain", "fixed")

@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
+from app.compiled.compiler import FIELD_MANAGER
 from app.compiled.registration import COMPILED_ENTRY
 from app.webhook.certs import CertPaths, generate
 from tests import helm
@@ -57,6 +58,11 @@ RENAMED_COMPILER = service_account("policy", "acme-lr-compiler")
 HOOKS = (
     service_account("label-rbac", "label-rbac-enforce"),
     service_account("policy", "acme-lr-enforce"),
+    # The pre-upgrade Job's (templates/keep-policies-hook.yaml).
+    service_account("label-rbac", "label-rbac-keep-policies"),
+    # The post-delete Job's (templates/remove-policies-hook.yaml).
+    service_account("label-rbac", "label-rbac-remove-policies"),
+    service_account("policy", "acme-lr-remove-policies"),
 )
 # The install on a cluster without cert-manager (its own namespace).
 BARE_WEBHOOK = service_account("bare", "label-rbac")
@@ -71,8 +77,9 @@ USERS: tuple[User, ...] = (
 # The report CRDs (wgpolicyk8s.io), as Policy Reporter's chart installs them.
 REPORT_CRDS = ROOT.parent / "shared" / "fixtures" / "policy-reports"
 CLUSTER_REPORT = "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/label-rbac"
-# The previous release of the chart (0.1.0), which `helm upgrade --reuse-values` upgrades from.
-PREVIOUS_RELEASE = "64d1f540d7da1cc94a2a000170f287fdf5f2b366"
+# The previous release of the chart (0.2.0), which `helm upgrade --reuse-values` upgrades from.
+PREVIOUS_RELEASE = "f764e3fe839dea68aa56ad4845b95ea538e254c2"
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 
 
 @dataclass
@@ -184,7 +191,9 @@ class Install:
         if wait:
             self.webhook.wait_ready()
 
-    def start_compiler(self) -> None:
+    def start_compiler(self, root: Path = ROOT) -> None:
+        """The compiler's replicas as the Deployment's pods (``root``: the tree whose code they
+        run, an earlier release's image)."""
         compiler = f"{self.name}-compiler"
         status, _ = self.cp.request(
             ADMIN, "GET", f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{compiler}"
@@ -199,7 +208,7 @@ class Install:
             args = [a for a in rendered[1:] if a != identity and not a.startswith("--probe-bind=")]
             assert len(args) == len(rendered) - 3, rendered
             user = f"system:serviceaccount:{self.namespace}:{compiler}"
-            self.compilers = Compilers(self.cp, self.workdir, user)
+            self.compilers = Compilers(self.cp, self.workdir, user, root)
             self.compilers.start(f"{compiler}-0", *args, f"--probe-bind=127.0.0.1:{self.probes}")
 
     def mark_ready(self) -> None:
@@ -224,11 +233,11 @@ class Install:
             status, answer = self.cp.request(ADMIN, "PUT", f"{path}/{name}/status", deployment)
             assert status == 200, answer
 
-    def run_hook(self, timeout: float = 60) -> None:
-        """The post-install Job, as the Job controller and a kubelet would run it: each container
-        in order (kubectl, the rendered arguments) as the Job's ServiceAccount, then the Job's
-        status Complete."""
-        path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{self.name}-enforce"
+    def run_hook(self, timeout: float = 60, job: str = "enforce") -> None:
+        """A hook's Job (the post-install one, or ``job``), as the Job controller and a kubelet
+        would run it: each container in order (kubectl, the rendered arguments) as the Job's
+        ServiceAccount, then the Job's status Complete."""
+        path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{self.name}-{job}"
         wait_for(lambda: self.cp.request(ADMIN, "GET", path)[0] == 200, "the hook", timeout)
         _, job = self.cp.request(ADMIN, "GET", path)
         pod = job["spec"]["template"]["spec"]
@@ -275,6 +284,14 @@ class Install:
         assert status == 200, answer
         return finish(testing) + ran.stdout
 
+    def uninstall(self) -> None:
+        """``helm uninstall --wait``, running the post-delete Job of the compiled rule (which
+        deletes the policies the compiler wrote) when the chart rendered one."""
+        removing = self.helm("uninstall", RELEASE, "--wait", background=True)
+        if "compiled.enabled=true" in self.sets:
+            self.run_hook(job="remove-policies")
+        finish(removing)
+
     def stop(self) -> None:
         """The pods gone (after ``helm uninstall`` deleted their Deployments)."""
         if self.compilers is not None:
@@ -290,6 +307,23 @@ FAILING_CLOSED = {
     "pod-status.labelrbac.io": "Ignore",
     "node-objects.labelrbac.io": "Ignore",
 }
+
+
+def compiler_policy(cp: ControlPlane, name: str) -> dict[str, Any]:
+    """The policy ``name`` as the compiler wrote it: its field manager's apply holds the
+    ClusterRoleBindings' part (``clusterChunks``)."""
+    status, found = cp.request(ADMIN, "GET", f"{POLICIES}/{name}")
+    assert status == 200, found
+    applies = [
+        m for m in found["metadata"]["managedFields"]
+        if m["manager"] == FIELD_MANAGER and m["operation"] == "Apply"
+    ]  # fmt: skip
+    assert len(applies) == 1, found["metadata"]["managedFields"]
+    (applied,) = applies
+    variables = applied["fieldsV1"]["f:spec"]["f:variables"]
+    assert 'k:{"name":"clusterChunks"}' in variables, variables
+    assert "clusterChunks" in [v["name"] for v in found["spec"]["variables"]]
+    return dict(found)
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 180) -> str:
@@ -332,20 +366,24 @@ def alice_judged(cp: ControlPlane, namespace: str, by: str = "") -> None:
 
 class Load:
     """bob (team=b) creating labeled ConfigMaps in ``namespace`` as fast as one client does,
-    until stopped: the writes that failed, and how many there were."""
+    until stopped: the writes that failed, and how many there were. With ``refused``, alice
+    creating unlabeled ones instead: the writes that passed."""
 
-    def __init__(self, cp: ControlPlane, namespace: str) -> None:
-        self.cp, self.namespace = cp, namespace
+    def __init__(self, cp: ControlPlane, namespace: str, refused: bool = False) -> None:
+        self.cp, self.namespace, self.refused = cp, namespace, refused
         self.failures: list[str] = []
         self.writes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        user, labels = ("alice", {}) if self.refused else ("bob", {"team": "b"})
         while not self._stop.is_set():
-            answer = configmap(self.cp, "bob", self.namespace, {"team": "b"})
+            answer = configmap(self.cp, user, self.namespace, labels)
             self.writes += 1
-            if answer:
+            if self.refused and not answer.startswith("403"):
+                self.failures.append(answer or "allowed")
+            elif not self.refused and answer:
                 self.failures.append(answer)
             time.sleep(0.02)
 
@@ -491,12 +529,16 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
         # The compiler's probes: leading with a current watch, and what it wrote.
         probes = f"http://127.0.0.1:{release.probes}"
         assert "leading" in probe(probes + "/readyz")
-        metrics = probe(probes + "/metrics")
-        assert "label_rbac_compiler_leader 1.0" in metrics
-        written = re.search(r"^label_rbac_compiler_params_written_total (\S+)$", metrics, re.M)
-        assert written is not None and float(written.group(1)) >= 1, metrics
-        lags = re.search(r"^label_rbac_compiler_lag_seconds_count (\S+)$", metrics, re.M)
-        assert lags is not None and float(lags.group(1)) >= 1, metrics
+
+        def reported() -> None:  # (the RBAC changes of the install itself written, too)
+            metrics = probe(probes + "/metrics")
+            assert "label_rbac_compiler_leader 1.0" in metrics
+            written = re.search(r"^label_rbac_compiler_params_written_total (\S+)$", metrics, re.M)
+            assert written is not None and float(written.group(1)) >= 1, metrics
+            lags = re.search(r"^label_rbac_compiler_lag_seconds_count (\S+)$", metrics, re.M)
+            assert lags is not None and float(lags.group(1)) >= 1, metrics
+
+        eventually(reported, timeout=30)
         # The compiler's skip-unjudged in the compiled entry survives a helm upgrade.
         eventually(lambda: skips(cp, "acme-lr", "services", COMPILED_ENTRY), timeout=30)
         release.upgrade()
@@ -508,13 +550,18 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
             ADMIN, "DELETE", "/apis/labelrbac.io/v1alpha1/namespaces/t2/labelrbacparams/label-rbac"
         )
         assert status == 403 and "system:serviceaccount:policy:acme-lr-compiler" in str(answer)
+        # The policy its compiler wrote, under the install's name, leaving its namespace out.
+        written = compiler_policy(cp, "acme-lr")
+        (own, *_) = written["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+        assert own["values"] == ["policy", "kube-system"]
+        assert cp.request(ADMIN, "GET", f"{POLICIES}/label-rbac")[0] == 404
         with Load(cp, "t2") as load:
-            release.helm("uninstall", RELEASE, "--wait")
+            release.uninstall()
         assert load.failures == [], load.failures
     finally:
         release.stop()
     # What stays (docs/install.md, "Uninstall"): the CRD, and with it the parameters, which
-    # nothing reads any more.
+    # nothing reads any more. (The compiler's policy: deleted by the post-delete Job.)
     assert leftovers(cp) == {"CustomResourceDefinition": ["labelrbacparams.labelrbac.io"]}
     removed_cleanly(cp, "t2", "t2-after")
 
@@ -570,6 +617,7 @@ def test_overlay_removal(tmp_path: Path) -> None:
             eventually(lambda: alice_judged(cp, "t1", by="label-rbac"), timeout=30)
             commands = documented_overlay_removal()
             assert [c[:2] for c in commands] == [["delete", "validatingwebhookconfiguration"],
+                                                 ["delete", "clusterrolebinding"],
                                                  ["delete", "validatingadmissionpolicybinding,"
                                                   "validatingadmissionpolicy"],
                                                  ["sleep", "5"],
@@ -597,55 +645,88 @@ def test_overlay_removal(tmp_path: Path) -> None:
         removed_cleanly(cp, "t1", "t1-after")
 
 
-def previous_chart(into: Path) -> Path:
-    """The chart of the previous release, from git history."""
+def previous_release(into: Path) -> Path:
+    """The tree of the previous release (its chart, manifests and code), from git history."""
     archive = subprocess.run(
-        ["git", "archive", PREVIOUS_RELEASE, "charts/label-rbac"], cwd=ROOT, capture_output=True
+        ["git", "archive", PREVIOUS_RELEASE, "charts/label-rbac", "app", "manifests"],
+        cwd=ROOT,
+        capture_output=True,
     )
     if archive.returncode != 0:
         pytest.skip(f"no git history of {PREVIOUS_RELEASE[:7]}: {archive.stderr.decode()}")
     into.mkdir(parents=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into / "charts" / "label-rbac"
+    return into
 
 
 def test_upgrade_from_the_previous_release(cp: ControlPlane, tmp_path: Path) -> None:
-    """The previous release installed as docs/install.md says, then ``helm upgrade
-    --reuse-values`` (its values, the new chart) under load: no write refused, still failing
-    closed and judging, the new chart's objects (labeled with its version) in place."""
+    """The previous release with the compiled rule, installed as docs/install.md says and its
+    compiler running the previous release's code, then ``helm upgrade --reuse-values`` (its
+    values, the new chart) and the new compiler's rollout, under load: no write refused and no
+    unlabeled write let through on the way; still failing closed and judging; the policy the
+    previous release installed kept (not deleted by Helm) and taken over by the compiler,
+    holding the ClusterRoleBindings' part; the new chart's objects (labeled with its version) in
+    place; removed by ``helm uninstall`` with its post-delete Job."""
     new_namespace(cp, "t3")
     tenants(cp, "t3")
-    release = Install(cp, tmp_path, "label-rbac", "label-rbac")
+    # The CRD an earlier install left (docs/install.md, "Uninstall"), removed as documented:
+    # another release's, Helm would not take it over.
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/labelrbacparams.labelrbac.io"
+    cp.request(ADMIN, "DELETE", crd)
+    wait_for(lambda: cp.request(ADMIN, "GET", crd)[0] == 404, "the CRD gone", timeout=60)
+    release = Install(cp, tmp_path, "label-rbac", "label-rbac", sets=["compiled.enabled=true"])
+    previous = previous_release(tmp_path / "old")
     try:
-        installing = release.install(background=True, chart=previous_chart(tmp_path / "old"))
+        installing = release.install(background=True, chart=previous / "charts" / "label-rbac")
         wait_for(lambda: release_deployed(cp, release), "the Deployments", timeout=60)
-        release.start()
+        release.start_webhook()
+        release.start_compiler(root=previous)
         release.mark_ready()
         release.run_hook()
         finish(installing)
-        eventually(lambda: alice_judged(cp, "t3"))
-        assert "helm.sh/chart" not in release.deployment("label-rbac")["metadata"]["labels"]
-        with Load(cp, "t3") as load:
-            release.rolled_out(release.upgrade(background=True))
-        print(f"upgrade from {PREVIOUS_RELEASE[:7]}: {load.writes} writes")
+        eventually(lambda: alice_judged(cp, "t3", by="label-rbac"), timeout=60)
+        labels = release.deployment("label-rbac")["metadata"]["labels"]
+        assert labels["helm.sh/chart"] == "label-rbac-0.2.0", labels
+        status, installed = cp.request(ADMIN, "GET", f"{POLICIES}/label-rbac")
+        assert status == 200 and "clusterChunks" not in str(installed["spec"]), installed
+        with Load(cp, "t3") as load, Load(cp, "t3", refused=True) as unlabeled:
+            upgrading = release.upgrade(background=True)
+            # Before Helm applies the new chart: the policy annotated to be kept.
+            release.run_hook(job="keep-policies")
+            release.rolled_out(upgrading)
+            # The rollout: the new compiler's pods replace the previous release's.
+            assert release.compilers is not None
+            release.compilers.stop_all()
+            release.start_compiler()
+            taken_over = eventually(lambda: compiler_policy(cp, "label-rbac"), timeout=60)
+            eventually(lambda: alice_judged(cp, "t3", by="label-rbac"), timeout=30)
+        print(f"upgrade from {PREVIOUS_RELEASE[:7]}: {load.writes} writes, "
+              f"{unlabeled.writes} unlabeled ones")  # fmt: skip
         assert load.writes > 5 and load.failures == [], load.failures
+        assert unlabeled.writes > 5 and unlabeled.failures == [], unlabeled.failures
+        assert taken_over["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
         version = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())["version"]
         for name in ("label-rbac", "label-rbac-compiler"):
             labels = release.deployment(name)["metadata"]["labels"]
             assert labels["helm.sh/chart"] == f"label-rbac-{version}", name
-        assert failure_policies(cp, "label-rbac") == FAILING_CLOSED
+        assert failure_policies(cp, "label-rbac") == {
+            **FAILING_CLOSED,
+            COMPILED_ENTRY: "Fail",
+        }
+        # The binding now pins what the policy may match.
+        bindings = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+        _, bound = cp.request(ADMIN, "GET", f"{bindings}/label-rbac")
+        assert bound["spec"]["matchResources"] == taken_over["spec"]["matchConstraints"]
         # The previous release's values kept: the CA bundle of its existing Secret.
         path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/label-rbac"
         _, config = cp.request(ADMIN, "GET", path)
         ca = base64.b64encode(release.tls.ca.read_bytes()).decode()
         assert {w["clientConfig"]["caBundle"] for w in config["webhooks"]} == {ca}
-        alice_judged(cp, "t3")
         skips(cp, "label-rbac", "services")
         # helm test: the webhook available, an unlabeled ConfigMap refused to the test's
         # label-restricted ServiceAccount, a labeled one allowed; its objects gone after.
         output = release.helm_test()
         assert "refused as expected" in output and "Succeeded" in output, output
-        assert "labels.labelrbac.io" in output, output
         roles = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/label-rbac-test"
 
         def removed() -> None:
@@ -653,12 +734,48 @@ def test_upgrade_from_the_previous_release(cp: ControlPlane, tmp_path: Path) -> 
 
         eventually(removed)
         with Load(cp, "t3") as load:
-            release.helm("uninstall", RELEASE, "--wait")
+            release.uninstall()
         assert load.failures == [], load.failures
     finally:
         release.stop()
     # (The CRD an earlier test's compiled install left, as docs/install.md says, aside.)
     assert {k: v for k, v in leftovers(cp).items() if k != "CustomResourceDefinition"} == {}
+
+
+def test_overlay_upgrade_from_the_previous_release(tmp_path: Path) -> None:
+    """The previous release's manifests/enforce-compiled, its compiler running the previous
+    release's code, then ``kubectl apply -k manifests/enforce-compiled`` of this one (no prune)
+    and the new compiler, under load: no write refused and no unlabeled write let through on the
+    way; the policy the previous release applied stays and the compiler takes it over (a forced
+    server-side apply), holding the ClusterRoleBindings' part."""
+    require_control_plane()
+    previous = previous_release(tmp_path / "old")
+    users = (*DEFAULT_USERS, COMPILER)
+    with LabelRbacCluster(
+        tmp_path, users=users, overlay="enforce-compiled", manifests=previous / "manifests"
+    ) as kube:
+        cp = kube.control_plane
+        new_namespace(cp, "t1")
+        tenants(cp, "t1")
+        old = Compilers(cp, tmp_path, root=previous)
+        new = Compilers(cp, tmp_path)
+        old.start("old-0")
+        try:
+            eventually(lambda: alice_judged(cp, "t1", by="label-rbac"), timeout=30)
+            with Load(cp, "t1") as load, Load(cp, "t1", refused=True) as unlabeled:
+                kube.upgrade("enforce-compiled")
+                # The rollout: the new compiler's pods replace the previous release's.
+                old.stop_all()
+                new.start("new-0")
+                eventually(lambda: compiler_policy(cp, "label-rbac"), timeout=60)
+                eventually(lambda: alice_judged(cp, "t1", by="label-rbac"), timeout=30)
+            assert load.writes > 5 and load.failures == [], load.failures
+            assert unlabeled.writes > 5 and unlabeled.failures == [], unlabeled.failures
+        finally:
+            old.stop_all()
+            new.stop_all()
+            if kube.webhook is not None:
+                stop(kube.webhook.process)
 
 
 def generated_tls(cp: ControlPlane, namespace: str) -> tuple[bytes, dict[str, bytes]]:

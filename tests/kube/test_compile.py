@@ -3,11 +3,14 @@
 The shipped component (manifests/compiled: CRD, policies, the compiler's RBAC) is installed in a
 loopback control plane and two compiler processes run as the compiler's ServiceAccount. Tests
 watch what a tenant sees: a denial naming the roles once the parameters are written, the
-retryable denial of a just-bound subject until they are, and the same after the leader is killed.
+retryable denial of a just-bound subject until they are, and the same after the leader is killed;
+and what the compiler's RBAC lets it do to the policies it writes: create and update them by name,
+watch them by name, nothing else.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app.compiled.admission_policy import COMPILER
+from app.compiled.admission_policy import ACTIONS, COMPILER, policy
+from app.compiled.admission_policy import POLICY as ENFORCING
+from app.compiled.admission_policy import binding as policy_binding
+from app.compiled.compiler import FIELD_MANAGER
 from tests.kube.cluster import Compilers
 from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, ControlPlane, User
@@ -203,3 +209,87 @@ def test_when_the_leader_dies_the_other_takes_over_within_the_lease_and_loses_no
     # Log lines reach the file through a writer thread, a moment after the fact.
     wait_for(lambda: "leading" in compilers.log("two"), "the new leader to log it", timeout=5)
     assert create(cp, "carol", "a") == ""
+
+
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+APPLY = f"?fieldManager={FIELD_MANAGER}&force=true"
+# A policy the compiler may write that no binding of this cluster names (the modes component is
+# not installed here), so writing it judges nothing.
+SOFTENED = f"{ENFORCING}-audit"
+
+
+def apply_policy(cp: ControlPlane, user: str, document: dict[str, Any]) -> tuple[int, Any]:
+    """A server-side apply of ``document`` as ``user``, as the compiler writes its policies."""
+    path = f"{POLICIES}/{document['metadata']['name']}{APPLY}"
+    return cp.request(user, "PATCH", path, document, content_type="application/apply-patch+yaml")
+
+
+def bare(name: str) -> dict[str, Any]:
+    """A policy ``name`` matching nothing: small, since the API server refuses a write RBAC
+    does not authorize before reading its body (and may close the connection while a large
+    one is still being sent)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"validations": [{"expression": "true"}]},
+    }
+
+
+def test_the_compilers_rbac_writes_its_policies_by_name_and_nothing_else(
+    cluster: tuple[ControlPlane, Compilers],
+) -> None:
+    """manifests/compiled/rbac.yaml: the compiler's identity creates one of its policies by a
+    server-side apply (``patch`` by name, no ``create``), updates it, reads it and watches it by
+    name; any other policy, an unnamed list or watch, a plain create, a delete and every write
+    of a binding are refused by RBAC."""
+    cp, _ = cluster
+    assert set(ACTIONS) == {ENFORCING, f"{ENFORCING}-warn", SOFTENED}
+    cp.request(ADMIN, "DELETE", f"{POLICIES}/{SOFTENED}")
+    status, created = apply_policy(cp, COMPILER, policy(SOFTENED))
+    assert status == 201, created["message"]
+    managers = {m["manager"] for m in created["metadata"]["managedFields"]}
+    assert managers == {FIELD_MANAGER}
+    chunks = ["{'users': {}, 'groups': {}, 'roles': {}, 'grants': {}}"]
+    status, updated = apply_policy(cp, COMPILER, policy(SOFTENED, chunks))
+    assert status == 200, updated
+    names = [v["name"] for v in updated["spec"]["variables"]]
+    assert names[:2] == ["cluster0", "clusterChunks"]
+    assert cp.request(COMPILER, "GET", f"{POLICIES}/{SOFTENED}")[0] == 200
+    by_name = f"fieldSelector=metadata.name%3D{SOFTENED}"
+    status, listing = cp.request(COMPILER, "GET", f"{POLICIES}?{by_name}")
+    assert status == 200, listing
+    assert [i["metadata"]["name"] for i in listing["items"]] == [SOFTENED]
+    # A watch by name: the object as it stands, as the first event.
+    status, stream = cp.request(
+        COMPILER, "GET", f"{POLICIES}?watch=true&{by_name}&timeoutSeconds=1"
+    )
+    assert status == 200, stream
+    # One JSON event a line (one event alone decodes whole).
+    events = (
+        [stream]
+        if isinstance(stream, dict)
+        else [json.loads(line) for line in stream.splitlines() if line.strip()]
+    )
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", SOFTENED)]
+    refused = {
+        "another policy's apply": apply_policy(cp, COMPILER, bare("other")),
+        "a guard's apply": apply_policy(cp, COMPILER, bare(f"{ENFORCING}-params")),
+        "a plain create": cp.request(COMPILER, "POST", POLICIES, bare("new")),
+        "a delete": cp.request(COMPILER, "DELETE", f"{POLICIES}/{SOFTENED}"),
+        "a list of every policy": cp.request(COMPILER, "GET", POLICIES),
+        "a watch of every policy": cp.request(COMPILER, "GET", f"{POLICIES}?watch=true"),
+        "a binding's apply": cp.request(
+            COMPILER, "PATCH", f"{BINDINGS}/{SOFTENED}{APPLY}", policy_binding(SOFTENED),
+            content_type="application/apply-patch+yaml",
+        ),
+        "a binding's create": cp.request(COMPILER, "POST", BINDINGS, policy_binding(SOFTENED)),
+        "a binding's read": cp.request(COMPILER, "GET", f"{BINDINGS}/{ENFORCING}"),
+    }  # fmt: skip
+    assert {what: status for what, (status, _) in refused.items()} == {
+        what: 403 for what in refused
+    }
+    assert cp.request(ADMIN, "GET", f"{POLICIES}/other")[0] == 404
+    assert cp.request(ADMIN, "GET", f"{BINDINGS}/{SOFTENED}")[0] == 404
+    assert cp.request(ADMIN, "DELETE", f"{POLICIES}/{SOFTENED}")[0] == 200

@@ -3,18 +3,17 @@
 {{- $name := include "label-rbac.name" . -}}
 {{- $namespace := include "label-rbac.namespace" . }}
 apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
+kind: ValidatingAdmissionPolicyBinding
 metadata:
   name: '{{ $name }}'
   labels:
     app.kubernetes.io/name: label-rbac
     {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
 spec:
-  failurePolicy: Fail
-  paramKind:
-    apiVersion: labelrbac.io/v1alpha1
-    kind: LabelRbacParams
-  matchConstraints:
+  policyName: '{{ $name }}'
+  validationActions:
+  - Deny
+  matchResources:
     namespaceSelector:
       matchExpressions:
       - key: kubernetes.io/metadata.name
@@ -39,15 +38,6 @@ spec:
       - '*'
       scope: Namespaced
     excludeResourceRules:
-    - apiGroups:
-      - labelrbac.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - '*'
-      scope: Namespaced
     - apiGroups:
       - ''
       apiVersions:
@@ -123,414 +113,6 @@ spec:
       - rolebindings
       - roles
       scope: Namespaced
-  variables:
-  - name: requested
-    expression: request.?name.orValue('')
-  - name: key
-    expression: 'request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.''
-      + request.requestResource.group)'
-  - name: op
-    expression: 'request.operation == ''DELETE'' && variables.requested == '''' ? ''DELETECOLLECTION''
-      : request.operation'
-  - name: delegated
-    expression: has(params.spec.delegated)
-  - name: marked
-    expression: namespaceObject.metadata.?labels[?'labelrbac.io/compiled'].orValue('') == 'true'
-  - name: indexed
-    expression: variables.key in params.spec.?indexed.orValue([])
-  - name: unknown
-    expression: '!variables.delegated && !variables.indexed && !(variables.key in params.spec.?unjudged.orValue([]))
-      && !(''system:masters'' in request.userInfo.groups)'
-  - name: granting
-    expression: '[request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
-      == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
-      (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0]'
-  - name: restricted
-    expression: variables.granting.filter(g, has(g.labels))
-  - name: invalid
-    expression: variables.granting.filter(g, has(g.invalid))
-  - name: newLabels
-    expression: 'request.operation == ''CREATE'' || request.operation == ''UPDATE'' ? object.metadata.?labels.orValue({})
-      : {}'
-  - name: oldLabels
-    expression: 'request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})'
-  - name: oldOk
-    expression: 'request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      variables.restricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p,
-      stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p,
-      stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]'
-  - name: newOk
-    expression: 'request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      variables.restricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact ||
-      r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
-      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]'
-  - name: denied
-    expression: '!has(params.spec.delegated) && variables.granting.size() > 0 && !variables.granting.exists(g,
-      has(g.unrestricted)) && [variables.granting.filter(g, has(g.labels))].map(restricted, restricted.size()
-      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      restricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p,
-      stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p,
-      stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation != ''CREATE''
-      && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written, restricted.exists(g,
-      g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p))
-      || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]))[0]'
-  - name: mode
-    expression: 'variables.invalid.size() > 0 || variables.restricted.exists(g, g.mode == ''enforce'')
-      ? (params.spec.mode) : variables.restricted.exists(g, g.mode == ''warn'') ? (params.spec.mode ==
-      ''audit'' ? ''audit'' : ''warn'') : ''audit'''
-  - name: name
-    expression: 'variables.requested != '''' ? variables.requested : oldObject != null ? oldObject.metadata.?name.orValue('''')
-      : object.metadata.?name.orValue('''')'
-  - name: who
-    expression: '''user "'' + request.userInfo.username + ''" may not '' + {''CREATE'': ''create'', ''UPDATE'':
-      ''update'', ''DELETE'': ''delete'', ''DELETECOLLECTION'': ''deletecollection''}[variables.op] +
-      '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' : '''') + (request.namespace
-      != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''')'
-  - name: broken
-    expression: variables.invalid.map(g, g.invalid).transformList(i, s, variables.invalid.map(g, g.invalid).indexOf(s)
-      == i, s).join('; ')
-  - name: allows
-    expression: variables.restricted.map(g, g.allows).transformList(i, s, variables.restricted.map(g,
-      g.allows).indexOf(s) == i, s).join('; ')
-  - name: message
-    expression: 'variables.restricted.size() == 0 ? variables.who + '': '' + variables.broken : variables.who
-      + '': '' + (!variables.oldOk ? [variables.restricted[0].labels.filter(r, !(r.key in variables.oldLabels
-      ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0] : [variables.restricted[0].labels.filter(r, !(r.key in variables.newLabels
-      ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? ''label '' + v.key + ''="''
-      + variables.newLabels[v.key] + ''" is not permitted'' : ''missing label '' + v.key)[0]) + '' (''
-      + variables.allows + (variables.invalid.size() > 0 ? ''; '' + variables.broken : '''') + '')'''
-  - name: unlisted
-    expression: 'variables.granting.size() == 0 && !variables.delegated && variables.indexed && !(''system:masters''
-      in request.userInfo.groups) && (variables.op == ''CREATE'' ? authorizer.requestResource.check(''create'').allowed()
-      : variables.op == ''UPDATE'' ? authorizer.requestResource.name(variables.requested).check(''update'').allowed()
-      || authorizer.requestResource.name(variables.requested).check(''patch'').allowed() : variables.op
-      == ''DELETE'' ? authorizer.requestResource.name(variables.requested).check(''delete'').allowed()
-      : authorizer.requestResource.check(''deletecollection'').allowed())'
-  - name: changed
-    expression: '(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))'
-  - name: deleteGranting
-    expression: 'variables.changed ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op,
-      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []'
-  - name: deleteRestricted
-    expression: variables.deleteGranting.filter(g, has(g.labels))
-  - name: deleteInvalid
-    expression: variables.deleteGranting.filter(g, has(g.invalid))
-  - name: deleteDenied
-    expression: 'variables.changed && !has(params.spec.delegated) && variables.deleteGranting.size() >
-      0 && !variables.deleteGranting.exists(g, has(g.unrestricted)) && (variables.deleteRestricted.size()
-      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation
-      != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact
-      || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
-      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]))'
-  - name: deleteMode
-    expression: 'variables.deleteInvalid.size() > 0 || variables.deleteRestricted.exists(g, g.mode ==
-      ''enforce'') ? (params.spec.mode) : variables.deleteRestricted.exists(g, g.mode == ''warn'') ? (params.spec.mode
-      == ''audit'' ? ''audit'' : ''warn'') : ''audit'''
-  - name: deleteMessage
-    expression: '[[(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      ? ''metadata.ownerReferences'' : '''', (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))
-      ? ''metadata.finalizers'' : ''''].filter(f, f != '''')].map(fields, variables.who + '': it '' +
-      (request.operation == ''CREATE'' ? ''sets '' : ''changes '') + fields.join('' and '') + '', and
-      '' + fields.map(f, f == ''metadata.ownerReferences'' ? "the garbage collector deletes an object
-      once its owners are gone (at once for an owner that does not exist) and whatever a deleted owner
-      owns" : f == ''metadata.finalizers'' ? "a finalizer holds the object''s deletion (a held ServiceAccount
-      still authenticates its tokens) and, removed, completes it" : '''').join(''; '') + '', so the write
-      is judged as deleting the object: '' + ''user "'' + request.userInfo.username + ''" may not '' +
-      ''delete'' + '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' :
-      '''') + (request.namespace != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''') + '':
-      '' + (variables.deleteRestricted.size() == 0 ? variables.deleteInvalid.map(g, g.invalid).transformList(i,
-      s, variables.deleteInvalid.map(g, g.invalid).indexOf(s) == i, s).join(''; '') : (!(request.operation
-      == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored, variables.deleteRestricted.exists(g,
-      g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p))
-      || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]) ? [variables.deleteRestricted[0].labels.filter(r, !(r.key in
-      variables.oldLabels ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0] : [variables.deleteRestricted[0].labels.filter(r, !(r.key in
-      variables.newLabels ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.newLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0]) + '' ('' + variables.deleteRestricted.map(g, g.allows).transformList(i,
-      s, variables.deleteRestricted.map(g, g.allows).indexOf(s) == i, s).join(''; '') + (variables.deleteInvalid.size()
-      > 0 ? ''; '' + variables.deleteInvalid.map(g, g.invalid).transformList(i, s, variables.deleteInvalid.map(g,
-      g.invalid).indexOf(s) == i, s).join(''; '') : '''') + '')'') + ''. '' + (request.operation == ''CREATE''
-      ? ''Create it without '' : ''Leave '') + fields.join('' and '') + (request.operation == ''CREATE''
-      ? '''' : '' as stored'') + '', or ask someone who may delete the object to make the change'')[0]'
-  matchConditions:
-  - name: may-refuse
-    expression: '(has(params.spec.delegated) || (((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      && !has(params.spec.delegated) && (((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).size() > 0 && !(((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).exists(g, has(g.unrestricted)) && (((((request.operation == ''CREATE''
-      ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([])
-      != oldObject.metadata.?ownerReferences.orValue([])) || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).size() == 0 || !(request.operation == ''CREATE''
-      || [oldObject.metadata.?labels.orValue({})].map(stored, ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in stored
-      ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s,
-      stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])
-      || !(request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 :
-      request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in written
-      ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s,
-      written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])))
-      && (((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() >
-      0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.invalid))).size() > 0 || ((((request.operation ==
-      ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE''
-      && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode)
-      : ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0
-      : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode
-      == ''audit'' ? ''audit'' : ''warn'') : ''audit'') == ''enforce'' || !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
-      [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?groups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)))))) ||
-      params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?clusterGroups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))))) &&
-      ((!(has(params.spec.delegated)) && !((request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])) &&
-      !((request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))
-      in params.spec.?unjudged.orValue([])) && !(''system:masters'' in request.userInfo.groups)) || [([request.?name.orValue('''')].map(requested,
-      [request.operation == ''DELETE'' && requested == '''' ? ''DELETECOLLECTION'' : request.operation].map(op,
-      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0])].map(granting, (granting.size() == 0 && !(has(params.spec.delegated)) &&
-      ((request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))
-      in params.spec.?indexed.orValue([])) && !(''system:masters'' in request.userInfo.groups) && ((request.operation
-      == ''DELETE'' && (request.?name.orValue('''')) == '''' ? ''DELETECOLLECTION'' : request.operation)
-      == ''CREATE'' ? authorizer.requestResource.check(''create'').allowed() : (request.operation == ''DELETE''
-      && (request.?name.orValue('''')) == '''' ? ''DELETECOLLECTION'' : request.operation) == ''UPDATE''
-      ? authorizer.requestResource.name((request.?name.orValue(''''))).check(''update'').allowed() ||
-      authorizer.requestResource.name((request.?name.orValue(''''))).check(''patch'').allowed() : (request.operation
-      == ''DELETE'' && (request.?name.orValue('''')) == '''' ? ''DELETECOLLECTION'' : request.operation)
-      == ''DELETE'' ? authorizer.requestResource.name((request.?name.orValue(''''))).check(''delete'').allowed()
-      : authorizer.requestResource.check(''deletecollection'').allowed())) || (!has(params.spec.delegated)
-      && granting.size() > 0 && !granting.exists(g, has(g.unrestricted)) && [granting.filter(g, has(g.labels))].map(restricted,
-      restricted.size() == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      restricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p,
-      stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p,
-      stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation != ''CREATE''
-      && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written, restricted.exists(g,
-      g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p))
-      || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]))[0]) && ((granting.filter(g, has(g.invalid))).size() > 0 ||
-      (granting.filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode) : (granting.filter(g,
-      has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode == ''audit'' ? ''audit'' : ''warn'')
-      : ''audit'') == ''enforce'')[0]))'
-  validations:
-  - expression: '!(variables.delegated && variables.marked) && !(variables.unknown && variables.marked)
-      && !(variables.unlisted || variables.denied && variables.mode == ''enforce'' || variables.deleteDenied
-      && variables.deleteMode == ''enforce'')'
-    messageExpression: 'variables.delegated && variables.marked ? variables.who + '': namespace "'' +
-      request.namespace + ''" is labeled labelrbac.io/compiled=true, which leaves its writes to the compiled
-      policy, but it is too large to compile; the compiler removes the label in a moment (or: kubectl
-      label namespace '' + request.namespace + '' labelrbac.io/compiled-)'' : variables.unknown && variables.marked
-      ? variables.who + '': the compiled label permissions of namespace "'' + request.namespace + ''"
-      do not know '' + variables.key + '' yet (served since the compiler last looked); retry in a moment''
-      : variables.granting.size() == 0 ? variables.who + '': the compiled label permissions of namespace
-      "'' + request.namespace + ''" do not list this user yet; retry in a moment'' : (variables.denied
-      && variables.mode == ''enforce'' ? variables.message : variables.deleteMessage)'
-    reason: Forbidden
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: '{{ $name }}'
-  labels:
-    app.kubernetes.io/name: label-rbac
-    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
-spec:
-  policyName: '{{ $name }}'
-  validationActions:
-  - Deny
   paramRef:
     name: label-rbac
     parameterNotFoundAction: Allow
@@ -963,999 +545,6 @@ spec:
 {{- $name := include "label-rbac.name" . -}}
 {{- $namespace := include "label-rbac.namespace" . }}
 apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: '{{ $name }}-warn'
-  labels:
-    app.kubernetes.io/name: label-rbac
-    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
-spec:
-  failurePolicy: Fail
-  paramKind:
-    apiVersion: labelrbac.io/v1alpha1
-    kind: LabelRbacParams
-  matchConstraints:
-    namespaceSelector:
-      matchExpressions:
-      - key: kubernetes.io/metadata.name
-        operator: NotIn
-        values:
-        - '{{ $namespace }}'
-        - kube-system
-      - key: labelrbac.io/exempt
-        operator: NotIn
-        values:
-        - 'true'
-    resourceRules:
-    - apiGroups:
-      - '*'
-      apiVersions:
-      - '*'
-      operations:
-      - CREATE
-      - UPDATE
-      - DELETE
-      resources:
-      - '*'
-      scope: Namespaced
-    excludeResourceRules:
-    - apiGroups:
-      - labelrbac.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - '*'
-      scope: Namespaced
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - bindings
-      - events
-      - pods
-      - podtemplates
-      - replicationcontrollers
-      - serviceaccounts
-      scope: Namespaced
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - daemonsets
-      - deployments
-      - replicasets
-      - statefulsets
-      scope: Namespaced
-    - apiGroups:
-      - autoscaling
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - horizontalpodautoscalers
-      scope: Namespaced
-    - apiGroups:
-      - batch
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - cronjobs
-      - jobs
-      scope: Namespaced
-    - apiGroups:
-      - coordination.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - leases
-      scope: Namespaced
-    - apiGroups:
-      - events.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - events
-      scope: Namespaced
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - clusterrolebindings
-      - clusterroles
-      - rolebindings
-      - roles
-      scope: Namespaced
-  variables:
-  - name: requested
-    expression: request.?name.orValue('')
-  - name: key
-    expression: 'request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.''
-      + request.requestResource.group)'
-  - name: op
-    expression: 'request.operation == ''DELETE'' && variables.requested == '''' ? ''DELETECOLLECTION''
-      : request.operation'
-  - name: delegated
-    expression: has(params.spec.delegated)
-  - name: marked
-    expression: namespaceObject.metadata.?labels[?'labelrbac.io/compiled'].orValue('') == 'true'
-  - name: indexed
-    expression: variables.key in params.spec.?indexed.orValue([])
-  - name: unknown
-    expression: '!variables.delegated && !variables.indexed && !(variables.key in params.spec.?unjudged.orValue([]))
-      && !(''system:masters'' in request.userInfo.groups)'
-  - name: granting
-    expression: '[request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
-      == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
-      (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0]'
-  - name: restricted
-    expression: variables.granting.filter(g, has(g.labels))
-  - name: invalid
-    expression: variables.granting.filter(g, has(g.invalid))
-  - name: newLabels
-    expression: 'request.operation == ''CREATE'' || request.operation == ''UPDATE'' ? object.metadata.?labels.orValue({})
-      : {}'
-  - name: oldLabels
-    expression: 'request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})'
-  - name: oldOk
-    expression: 'request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      variables.restricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p,
-      stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p,
-      stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]'
-  - name: newOk
-    expression: 'request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      variables.restricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact ||
-      r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
-      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]'
-  - name: denied
-    expression: '!has(params.spec.delegated) && variables.granting.size() > 0 && !variables.granting.exists(g,
-      has(g.unrestricted)) && [variables.granting.filter(g, has(g.labels))].map(restricted, restricted.size()
-      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      restricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p,
-      stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p,
-      stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation != ''CREATE''
-      && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written, restricted.exists(g,
-      g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p))
-      || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]))[0]'
-  - name: mode
-    expression: 'variables.invalid.size() > 0 || variables.restricted.exists(g, g.mode == ''enforce'')
-      ? (params.spec.mode) : variables.restricted.exists(g, g.mode == ''warn'') ? (params.spec.mode ==
-      ''audit'' ? ''audit'' : ''warn'') : ''audit'''
-  - name: name
-    expression: 'variables.requested != '''' ? variables.requested : oldObject != null ? oldObject.metadata.?name.orValue('''')
-      : object.metadata.?name.orValue('''')'
-  - name: who
-    expression: '''user "'' + request.userInfo.username + ''" may not '' + {''CREATE'': ''create'', ''UPDATE'':
-      ''update'', ''DELETE'': ''delete'', ''DELETECOLLECTION'': ''deletecollection''}[variables.op] +
-      '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' : '''') + (request.namespace
-      != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''')'
-  - name: broken
-    expression: variables.invalid.map(g, g.invalid).transformList(i, s, variables.invalid.map(g, g.invalid).indexOf(s)
-      == i, s).join('; ')
-  - name: allows
-    expression: variables.restricted.map(g, g.allows).transformList(i, s, variables.restricted.map(g,
-      g.allows).indexOf(s) == i, s).join('; ')
-  - name: message
-    expression: 'variables.restricted.size() == 0 ? variables.who + '': '' + variables.broken : variables.who
-      + '': '' + (!variables.oldOk ? [variables.restricted[0].labels.filter(r, !(r.key in variables.oldLabels
-      ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0] : [variables.restricted[0].labels.filter(r, !(r.key in variables.newLabels
-      ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? ''label '' + v.key + ''="''
-      + variables.newLabels[v.key] + ''" is not permitted'' : ''missing label '' + v.key)[0]) + '' (''
-      + variables.allows + (variables.invalid.size() > 0 ? ''; '' + variables.broken : '''') + '')'''
-  - name: unlisted
-    expression: 'variables.granting.size() == 0 && !variables.delegated && variables.indexed && !(''system:masters''
-      in request.userInfo.groups) && (variables.op == ''CREATE'' ? authorizer.requestResource.check(''create'').allowed()
-      : variables.op == ''UPDATE'' ? authorizer.requestResource.name(variables.requested).check(''update'').allowed()
-      || authorizer.requestResource.name(variables.requested).check(''patch'').allowed() : variables.op
-      == ''DELETE'' ? authorizer.requestResource.name(variables.requested).check(''delete'').allowed()
-      : authorizer.requestResource.check(''deletecollection'').allowed())'
-  - name: changed
-    expression: '(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))'
-  - name: deleteGranting
-    expression: 'variables.changed ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op,
-      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []'
-  - name: deleteRestricted
-    expression: variables.deleteGranting.filter(g, has(g.labels))
-  - name: deleteInvalid
-    expression: variables.deleteGranting.filter(g, has(g.invalid))
-  - name: deleteDenied
-    expression: 'variables.changed && !has(params.spec.delegated) && variables.deleteGranting.size() >
-      0 && !variables.deleteGranting.exists(g, has(g.unrestricted)) && (variables.deleteRestricted.size()
-      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation
-      != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact
-      || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
-      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]))'
-  - name: deleteMode
-    expression: 'variables.deleteInvalid.size() > 0 || variables.deleteRestricted.exists(g, g.mode ==
-      ''enforce'') ? (params.spec.mode) : variables.deleteRestricted.exists(g, g.mode == ''warn'') ? (params.spec.mode
-      == ''audit'' ? ''audit'' : ''warn'') : ''audit'''
-  - name: deleteMessage
-    expression: '[[(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      ? ''metadata.ownerReferences'' : '''', (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))
-      ? ''metadata.finalizers'' : ''''].filter(f, f != '''')].map(fields, variables.who + '': it '' +
-      (request.operation == ''CREATE'' ? ''sets '' : ''changes '') + fields.join('' and '') + '', and
-      '' + fields.map(f, f == ''metadata.ownerReferences'' ? "the garbage collector deletes an object
-      once its owners are gone (at once for an owner that does not exist) and whatever a deleted owner
-      owns" : f == ''metadata.finalizers'' ? "a finalizer holds the object''s deletion (a held ServiceAccount
-      still authenticates its tokens) and, removed, completes it" : '''').join(''; '') + '', so the write
-      is judged as deleting the object: '' + ''user "'' + request.userInfo.username + ''" may not '' +
-      ''delete'' + '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' :
-      '''') + (request.namespace != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''') + '':
-      '' + (variables.deleteRestricted.size() == 0 ? variables.deleteInvalid.map(g, g.invalid).transformList(i,
-      s, variables.deleteInvalid.map(g, g.invalid).indexOf(s) == i, s).join(''; '') : (!(request.operation
-      == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored, variables.deleteRestricted.exists(g,
-      g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p))
-      || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]) ? [variables.deleteRestricted[0].labels.filter(r, !(r.key in
-      variables.oldLabels ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0] : [variables.deleteRestricted[0].labels.filter(r, !(r.key in
-      variables.newLabels ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.newLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0]) + '' ('' + variables.deleteRestricted.map(g, g.allows).transformList(i,
-      s, variables.deleteRestricted.map(g, g.allows).indexOf(s) == i, s).join(''; '') + (variables.deleteInvalid.size()
-      > 0 ? ''; '' + variables.deleteInvalid.map(g, g.invalid).transformList(i, s, variables.deleteInvalid.map(g,
-      g.invalid).indexOf(s) == i, s).join(''; '') : '''') + '')'') + ''. '' + (request.operation == ''CREATE''
-      ? ''Create it without '' : ''Leave '') + fields.join('' and '') + (request.operation == ''CREATE''
-      ? '''' : '' as stored'') + '', or ask someone who may delete the object to make the change'')[0]'
-  matchConditions:
-  - name: may-refuse
-    expression: 'has(params.spec.softened) && ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      && !has(params.spec.delegated) && (((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).size() > 0 && !(((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).exists(g, has(g.unrestricted)) && (((((request.operation == ''CREATE''
-      ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([])
-      != oldObject.metadata.?ownerReferences.orValue([])) || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).size() == 0 || !(request.operation == ''CREATE''
-      || [oldObject.metadata.?labels.orValue({})].map(stored, ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in stored
-      ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s,
-      stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])
-      || !(request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 :
-      request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in written
-      ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s,
-      written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])))
-      && (((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() >
-      0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.invalid))).size() > 0 || ((((request.operation ==
-      ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE''
-      && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode)
-      : ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0
-      : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode
-      == ''audit'' ? ''audit'' : ''warn'') : ''audit'') == ''warn'' || !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
-      [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?groups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)))))) ||
-      params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?clusterGroups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))))) &&
-      [([request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested ==
-      '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group)].map(key, !(key in params.spec.?indexed.orValue([]))
-      ? [] : [(params.spec.?users[?request.userInfo.username].orValue([]) + request.userInfo.groups.map(g,
-      params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0])].map(granting, (!has(params.spec.delegated) && granting.size() > 0 && !granting.exists(g,
-      has(g.unrestricted)) && [granting.filter(g, has(g.labels))].map(restricted, restricted.size() ==
-      0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored, restricted.exists(g,
-      g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p))
-      || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]) || !(request.operation != ''CREATE'' && request.operation !=
-      ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written, restricted.exists(g, g.labels.all(r,
-      r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p))
-      || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]))[0]) && ((granting.filter(g, has(g.invalid))).size() > 0 ||
-      (granting.filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode) : (granting.filter(g,
-      has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode == ''audit'' ? ''audit'' : ''warn'')
-      : ''audit'') == ''warn'')[0])'
-  validations:
-  - expression: '!(variables.denied && variables.mode == ''warn'' || variables.deleteDenied && variables.deleteMode
-      == ''warn'')'
-    messageExpression: '(variables.denied && variables.mode == ''warn'' ? variables.message : variables.deleteMessage)
-      + '' (not enforced: warn mode)'''
-    reason: Forbidden
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: '{{ $name }}-audit'
-  labels:
-    app.kubernetes.io/name: label-rbac
-    {{- include "label-rbac.commonLabels" (dict "root" $ "component" "policy") | nindent 4 }}
-spec:
-  failurePolicy: Fail
-  paramKind:
-    apiVersion: labelrbac.io/v1alpha1
-    kind: LabelRbacParams
-  matchConstraints:
-    namespaceSelector:
-      matchExpressions:
-      - key: kubernetes.io/metadata.name
-        operator: NotIn
-        values:
-        - '{{ $namespace }}'
-        - kube-system
-      - key: labelrbac.io/exempt
-        operator: NotIn
-        values:
-        - 'true'
-    resourceRules:
-    - apiGroups:
-      - '*'
-      apiVersions:
-      - '*'
-      operations:
-      - CREATE
-      - UPDATE
-      - DELETE
-      resources:
-      - '*'
-      scope: Namespaced
-    excludeResourceRules:
-    - apiGroups:
-      - labelrbac.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - '*'
-      scope: Namespaced
-    - apiGroups:
-      - ''
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - bindings
-      - events
-      - pods
-      - podtemplates
-      - replicationcontrollers
-      - serviceaccounts
-      scope: Namespaced
-    - apiGroups:
-      - apps
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - daemonsets
-      - deployments
-      - replicasets
-      - statefulsets
-      scope: Namespaced
-    - apiGroups:
-      - autoscaling
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - horizontalpodautoscalers
-      scope: Namespaced
-    - apiGroups:
-      - batch
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - cronjobs
-      - jobs
-      scope: Namespaced
-    - apiGroups:
-      - coordination.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - leases
-      scope: Namespaced
-    - apiGroups:
-      - events.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - events
-      scope: Namespaced
-    - apiGroups:
-      - rbac.authorization.k8s.io
-      apiVersions:
-      - '*'
-      operations:
-      - '*'
-      resources:
-      - clusterrolebindings
-      - clusterroles
-      - rolebindings
-      - roles
-      scope: Namespaced
-  variables:
-  - name: requested
-    expression: request.?name.orValue('')
-  - name: key
-    expression: 'request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.''
-      + request.requestResource.group)'
-  - name: op
-    expression: 'request.operation == ''DELETE'' && variables.requested == '''' ? ''DELETECOLLECTION''
-      : request.operation'
-  - name: delegated
-    expression: has(params.spec.delegated)
-  - name: marked
-    expression: namespaceObject.metadata.?labels[?'labelrbac.io/compiled'].orValue('') == 'true'
-  - name: indexed
-    expression: variables.key in params.spec.?indexed.orValue([])
-  - name: unknown
-    expression: '!variables.delegated && !variables.indexed && !(variables.key in params.spec.?unjudged.orValue([]))
-      && !(''system:masters'' in request.userInfo.groups)'
-  - name: granting
-    expression: '[request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested
-      == '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource +
-      (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0]'
-  - name: restricted
-    expression: variables.granting.filter(g, has(g.labels))
-  - name: invalid
-    expression: variables.granting.filter(g, has(g.invalid))
-  - name: newLabels
-    expression: 'request.operation == ''CREATE'' || request.operation == ''UPDATE'' ? object.metadata.?labels.orValue({})
-      : {}'
-  - name: oldLabels
-    expression: 'request.operation == ''CREATE'' ? {} : oldObject.metadata.?labels.orValue({})'
-  - name: oldOk
-    expression: 'request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      variables.restricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p,
-      stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p,
-      stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]'
-  - name: newOk
-    expression: 'request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      variables.restricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact ||
-      r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
-      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]'
-  - name: denied
-    expression: '!has(params.spec.delegated) && variables.granting.size() > 0 && !variables.granting.exists(g,
-      has(g.unrestricted)) && [variables.granting.filter(g, has(g.labels))].map(restricted, restricted.size()
-      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      restricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p,
-      stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p,
-      stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation != ''CREATE''
-      && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written, restricted.exists(g,
-      g.labels.all(r, r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p))
-      || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]))[0]'
-  - name: mode
-    expression: 'variables.invalid.size() > 0 || variables.restricted.exists(g, g.mode == ''enforce'')
-      ? (params.spec.mode) : variables.restricted.exists(g, g.mode == ''warn'') ? (params.spec.mode ==
-      ''audit'' ? ''audit'' : ''warn'') : ''audit'''
-  - name: name
-    expression: 'variables.requested != '''' ? variables.requested : oldObject != null ? oldObject.metadata.?name.orValue('''')
-      : object.metadata.?name.orValue('''')'
-  - name: who
-    expression: '''user "'' + request.userInfo.username + ''" may not '' + {''CREATE'': ''create'', ''UPDATE'':
-      ''update'', ''DELETE'': ''delete'', ''DELETECOLLECTION'': ''deletecollection''}[variables.op] +
-      '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' : '''') + (request.namespace
-      != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''')'
-  - name: broken
-    expression: variables.invalid.map(g, g.invalid).transformList(i, s, variables.invalid.map(g, g.invalid).indexOf(s)
-      == i, s).join('; ')
-  - name: allows
-    expression: variables.restricted.map(g, g.allows).transformList(i, s, variables.restricted.map(g,
-      g.allows).indexOf(s) == i, s).join('; ')
-  - name: message
-    expression: 'variables.restricted.size() == 0 ? variables.who + '': '' + variables.broken : variables.who
-      + '': '' + (!variables.oldOk ? [variables.restricted[0].labels.filter(r, !(r.key in variables.oldLabels
-      ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0] : [variables.restricted[0].labels.filter(r, !(r.key in variables.newLabels
-      ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? ''label '' + v.key + ''="''
-      + variables.newLabels[v.key] + ''" is not permitted'' : ''missing label '' + v.key)[0]) + '' (''
-      + variables.allows + (variables.invalid.size() > 0 ? ''; '' + variables.broken : '''') + '')'''
-  - name: unlisted
-    expression: 'variables.granting.size() == 0 && !variables.delegated && variables.indexed && !(''system:masters''
-      in request.userInfo.groups) && (variables.op == ''CREATE'' ? authorizer.requestResource.check(''create'').allowed()
-      : variables.op == ''UPDATE'' ? authorizer.requestResource.name(variables.requested).check(''update'').allowed()
-      || authorizer.requestResource.name(variables.requested).check(''patch'').allowed() : variables.op
-      == ''DELETE'' ? authorizer.requestResource.name(variables.requested).check(''delete'').allowed()
-      : authorizer.requestResource.check(''deletecollection'').allowed())'
-  - name: changed
-    expression: '(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))'
-  - name: deleteGranting
-    expression: 'variables.changed ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op,
-      [request.requestResource.resource + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []'
-  - name: deleteRestricted
-    expression: variables.deleteGranting.filter(g, has(g.labels))
-  - name: deleteInvalid
-    expression: variables.deleteGranting.filter(g, has(g.invalid))
-  - name: deleteDenied
-    expression: 'variables.changed && !has(params.spec.delegated) && variables.deleteGranting.size() >
-      0 && !variables.deleteGranting.exists(g, has(g.unrestricted)) && (variables.deleteRestricted.size()
-      == 0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored,
-      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact
-      || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s, stored[r.key].endsWith(s))
-      || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]) || !(request.operation
-      != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      variables.deleteRestricted.exists(g, g.labels.all(r, r.key in written ? (written[r.key] in r.exact
-      || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s, written[r.key].endsWith(s))
-      || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0]))'
-  - name: deleteMode
-    expression: 'variables.deleteInvalid.size() > 0 || variables.deleteRestricted.exists(g, g.mode ==
-      ''enforce'') ? (params.spec.mode) : variables.deleteRestricted.exists(g, g.mode == ''warn'') ? (params.spec.mode
-      == ''audit'' ? ''audit'' : ''warn'') : ''audit'''
-  - name: deleteMessage
-    expression: '[[(request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      ? ''metadata.ownerReferences'' : '''', (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([]))
-      ? ''metadata.finalizers'' : ''''].filter(f, f != '''')].map(fields, variables.who + '': it '' +
-      (request.operation == ''CREATE'' ? ''sets '' : ''changes '') + fields.join('' and '') + '', and
-      '' + fields.map(f, f == ''metadata.ownerReferences'' ? "the garbage collector deletes an object
-      once its owners are gone (at once for an owner that does not exist) and whatever a deleted owner
-      owns" : f == ''metadata.finalizers'' ? "a finalizer holds the object''s deletion (a held ServiceAccount
-      still authenticates its tokens) and, removed, completes it" : '''').join(''; '') + '', so the write
-      is judged as deleting the object: '' + ''user "'' + request.userInfo.username + ''" may not '' +
-      ''delete'' + '' '' + variables.key + (variables.name != '''' ? '' "'' + variables.name + ''"'' :
-      '''') + (request.namespace != '''' ? '' in namespace "'' + request.namespace + ''"'' : '''') + '':
-      '' + (variables.deleteRestricted.size() == 0 ? variables.deleteInvalid.map(g, g.invalid).transformList(i,
-      s, variables.deleteInvalid.map(g, g.invalid).indexOf(s) == i, s).join(''; '') : (!(request.operation
-      == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored, variables.deleteRestricted.exists(g,
-      g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p))
-      || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]) ? [variables.deleteRestricted[0].labels.filter(r, !(r.key in
-      variables.oldLabels ? (variables.oldLabels[r.key] in r.exact || r.prefixes.exists(p, variables.oldLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.oldLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.oldLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.oldLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.oldLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0] : [variables.deleteRestricted[0].labels.filter(r, !(r.key in
-      variables.newLabels ? (variables.newLabels[r.key] in r.exact || r.prefixes.exists(p, variables.newLabels[r.key].startsWith(p))
-      || r.suffixes.exists(s, variables.newLabels[r.key].endsWith(s)) || r.patterns.exists(p, variables.newLabels[r.key].matches(p)))
-      : params.spec.allowUnlabeled))[0]].map(v, v.key in variables.newLabels ? "the existing object''s
-      label " + v.key + ''="'' + variables.newLabels[v.key] + ''" is not permitted'' : ''the existing
-      object has no label '' + v.key)[0]) + '' ('' + variables.deleteRestricted.map(g, g.allows).transformList(i,
-      s, variables.deleteRestricted.map(g, g.allows).indexOf(s) == i, s).join(''; '') + (variables.deleteInvalid.size()
-      > 0 ? ''; '' + variables.deleteInvalid.map(g, g.invalid).transformList(i, s, variables.deleteInvalid.map(g,
-      g.invalid).indexOf(s) == i, s).join(''; '') : '''') + '')'') + ''. '' + (request.operation == ''CREATE''
-      ? ''Create it without '' : ''Leave '') + fields.join('' and '') + (request.operation == ''CREATE''
-      ? '''' : '' as stored'') + '', or ask someone who may delete the object to make the change'')[0]'
-  matchConditions:
-  - name: may-refuse
-    expression: 'has(params.spec.softened) && ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      && !has(params.spec.delegated) && (((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).size() > 0 && !(((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).exists(g, has(g.unrestricted)) && (((((request.operation == ''CREATE''
-      ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([])
-      != oldObject.metadata.?ownerReferences.orValue([])) || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).size() == 0 || !(request.operation == ''CREATE''
-      || [oldObject.metadata.?labels.orValue({})].map(stored, ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size()
-      > 0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in stored
-      ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p)) || r.suffixes.exists(s,
-      stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])
-      || !(request.operation != ''CREATE'' && request.operation != ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written,
-      ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 :
-      request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.labels.all(r, r.key in written
-      ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p)) || r.suffixes.exists(s,
-      written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p))) : params.spec.allowUnlabeled)))[0])))
-      && (((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() >
-      0 : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.invalid))).size() > 0 || ((((request.operation ==
-      ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0 : request.operation == ''UPDATE''
-      && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode)
-      : ((((request.operation == ''CREATE'' ? object.metadata.?ownerReferences.orValue([]).size() > 0
-      : request.operation == ''UPDATE'' && object.metadata.?ownerReferences.orValue([]) != oldObject.metadata.?ownerReferences.orValue([]))
-      || (request.operation == ''CREATE'' ? object.metadata.?finalizers.orValue([]).size() > 0 : request.operation
-      == ''UPDATE'' && object.metadata.?finalizers.orValue([]) != oldObject.metadata.?finalizers.orValue([])))
-      ? [request.?name.orValue('''')].map(requested, [''DELETE''].map(op, [request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)].map(key,
-      !(key in params.spec.?indexed.orValue([])) ? [] : [(params.spec.?users[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0] : []).filter(g, has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode
-      == ''audit'' ? ''audit'' : ''warn'') : ''audit'') == ''audit'' || !(params.spec.?users[?request.userInfo.username].orValue([]).exists(id,
-      [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?groups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)))))) ||
-      params.spec.?clusterUsers[?request.userInfo.username].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))) || request.userInfo.?groups.orValue([]).exists(s,
-      params.spec.?clusterGroups[?s].orValue([]).exists(id, [params.spec.grants[?(params.spec.roles[id][?(request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group))].orValue((request.requestResource.resource
-      + (request.requestResource.group == '''' ? '''' : ''.'' + request.requestResource.group)) in params.spec.?indexed.orValue([])
-      ? params.spec.roles[id][?''*''].orValue({}) : {}))[?(request.operation == ''DELETE'' && request.?name.orValue('''')
-      == '''' ? ''DELETECOLLECTION'' : request.operation)].orValue('''')].orValue({})].exists(g, !has(g.names)
-      && (has(g.unrestricted) || has(g.labels) && (request.operation == ''CREATE'' || g.labels.all(r,
-      r.key in (oldObject.metadata.?labels.orValue({})) ? ((oldObject.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (oldObject.metadata.?labels.orValue({}))[r.key].startsWith(p))
-      || r.suffixes.exists(s, (oldObject.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (oldObject.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled)) && (request.operation
-      == ''DELETE'' || g.labels.all(r, r.key in (object.metadata.?labels.orValue({})) ? ((object.metadata.?labels.orValue({}))[r.key]
-      in r.exact || r.prefixes.exists(p, (object.metadata.?labels.orValue({}))[r.key].startsWith(p)) ||
-      r.suffixes.exists(s, (object.metadata.?labels.orValue({}))[r.key].endsWith(s)) || r.patterns.exists(p,
-      (object.metadata.?labels.orValue({}))[r.key].matches(p))) : params.spec.allowUnlabeled))))))) &&
-      [([request.?name.orValue('''')].map(requested, [request.operation == ''DELETE'' && requested ==
-      '''' ? ''DELETECOLLECTION'' : request.operation].map(op, [request.requestResource.resource + (request.requestResource.group
-      == '''' ? '''' : ''.'' + request.requestResource.group)].map(key, !(key in params.spec.?indexed.orValue([]))
-      ? [] : [(params.spec.?users[?request.userInfo.username].orValue([]) + request.userInfo.groups.map(g,
-      params.spec.?groups[?g].orValue([])).flatten() + params.spec.?clusterUsers[?request.userInfo.username].orValue([])
-      + request.userInfo.groups.map(g, params.spec.?clusterGroups[?g].orValue([])).flatten()).map(r, params.spec.roles[r][?key].orValue(params.spec.roles[r][?''*''].orValue({})))].map(entries,
-      [entries.filter(m, op in m).map(m, params.spec.grants[m[op]])].map(found, op != ''CREATE'' ? found.filter(g,
-      !has(g.names) || requested in g.names) : found.filter(g, !has(g.names)) + (found.exists(g, has(g.names)
-      && requested in g.names) && entries.filter(m, ''UPDATE'' in m).map(m, params.spec.grants[m[''UPDATE'']]).exists(g,
-      !has(g.names) || requested in g.names) ? found.filter(g, has(g.names) && requested in g.names) :
-      []))[0])[0])[0])[0])[0])].map(granting, (!has(params.spec.delegated) && granting.size() > 0 && !granting.exists(g,
-      has(g.unrestricted)) && [granting.filter(g, has(g.labels))].map(restricted, restricted.size() ==
-      0 || !(request.operation == ''CREATE'' || [oldObject.metadata.?labels.orValue({})].map(stored, restricted.exists(g,
-      g.labels.all(r, r.key in stored ? (stored[r.key] in r.exact || r.prefixes.exists(p, stored[r.key].startsWith(p))
-      || r.suffixes.exists(s, stored[r.key].endsWith(s)) || r.patterns.exists(p, stored[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]) || !(request.operation != ''CREATE'' && request.operation !=
-      ''UPDATE'' || [object.metadata.?labels.orValue({})].map(written, restricted.exists(g, g.labels.all(r,
-      r.key in written ? (written[r.key] in r.exact || r.prefixes.exists(p, written[r.key].startsWith(p))
-      || r.suffixes.exists(s, written[r.key].endsWith(s)) || r.patterns.exists(p, written[r.key].matches(p)))
-      : params.spec.allowUnlabeled)))[0]))[0]) && ((granting.filter(g, has(g.invalid))).size() > 0 ||
-      (granting.filter(g, has(g.labels))).exists(g, g.mode == ''enforce'') ? (params.spec.mode) : (granting.filter(g,
-      has(g.labels))).exists(g, g.mode == ''warn'') ? (params.spec.mode == ''audit'' ? ''audit'' : ''warn'')
-      : ''audit'') == ''audit'')[0])'
-  validations:
-  - expression: '!(variables.denied && variables.mode == ''audit'' || variables.deleteDenied && variables.deleteMode
-      == ''audit'')'
-    messageExpression: '(variables.denied && variables.mode == ''audit'' ? variables.message : variables.deleteMessage)'
-    reason: Forbidden
----
-apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
 metadata:
   name: '{{ $name }}-warn'
@@ -1966,6 +555,115 @@ spec:
   policyName: '{{ $name }}-warn'
   validationActions:
   - Warn
+  matchResources:
+    namespaceSelector:
+      matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+        - '{{ $namespace }}'
+        - kube-system
+      - key: labelrbac.io/exempt
+        operator: NotIn
+        values:
+        - 'true'
+    resourceRules:
+    - apiGroups:
+      - '*'
+      apiVersions:
+      - '*'
+      operations:
+      - CREATE
+      - UPDATE
+      - DELETE
+      resources:
+      - '*'
+      scope: Namespaced
+    excludeResourceRules:
+    - apiGroups:
+      - labelrbac.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - '*'
+      scope: Namespaced
+    - apiGroups:
+      - ''
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - bindings
+      - events
+      - pods
+      - podtemplates
+      - replicationcontrollers
+      - serviceaccounts
+      scope: Namespaced
+    - apiGroups:
+      - apps
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - daemonsets
+      - deployments
+      - replicasets
+      - statefulsets
+      scope: Namespaced
+    - apiGroups:
+      - autoscaling
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - horizontalpodautoscalers
+      scope: Namespaced
+    - apiGroups:
+      - batch
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - cronjobs
+      - jobs
+      scope: Namespaced
+    - apiGroups:
+      - coordination.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - leases
+      scope: Namespaced
+    - apiGroups:
+      - events.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - events
+      scope: Namespaced
+    - apiGroups:
+      - rbac.authorization.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - clusterrolebindings
+      - clusterroles
+      - rolebindings
+      - roles
+      scope: Namespaced
   paramRef:
     name: label-rbac
     parameterNotFoundAction: Allow
@@ -1981,6 +679,115 @@ spec:
   policyName: '{{ $name }}-audit'
   validationActions:
   - Audit
+  matchResources:
+    namespaceSelector:
+      matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: NotIn
+        values:
+        - '{{ $namespace }}'
+        - kube-system
+      - key: labelrbac.io/exempt
+        operator: NotIn
+        values:
+        - 'true'
+    resourceRules:
+    - apiGroups:
+      - '*'
+      apiVersions:
+      - '*'
+      operations:
+      - CREATE
+      - UPDATE
+      - DELETE
+      resources:
+      - '*'
+      scope: Namespaced
+    excludeResourceRules:
+    - apiGroups:
+      - labelrbac.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - '*'
+      scope: Namespaced
+    - apiGroups:
+      - ''
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - bindings
+      - events
+      - pods
+      - podtemplates
+      - replicationcontrollers
+      - serviceaccounts
+      scope: Namespaced
+    - apiGroups:
+      - apps
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - daemonsets
+      - deployments
+      - replicasets
+      - statefulsets
+      scope: Namespaced
+    - apiGroups:
+      - autoscaling
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - horizontalpodautoscalers
+      scope: Namespaced
+    - apiGroups:
+      - batch
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - cronjobs
+      - jobs
+      scope: Namespaced
+    - apiGroups:
+      - coordination.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - leases
+      scope: Namespaced
+    - apiGroups:
+      - events.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - events
+      scope: Namespaced
+    - apiGroups:
+      - rbac.authorization.k8s.io
+      apiVersions:
+      - '*'
+      operations:
+      - '*'
+      resources:
+      - clusterrolebindings
+      - clusterroles
+      - rolebindings
+      - roles
+      scope: Namespaced
   paramRef:
     name: label-rbac
     parameterNotFoundAction: Allow
