@@ -6,14 +6,18 @@ the same rule written by hand as one expression and label-rbac's webhook, in the
 A loopback control plane (tests/kube/controlplane.py: etcd and kube-apiserver) holds a tenant,
 alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings in her namespace
 (other users bound to ten label-restricted Roles). For each N, wrk POSTs ConfigMaps labeled
-``team=a`` as alice (each a new object: ``generateName``) at each concurrency, under
+``team=a`` as alice (each a new object: ``generateName``; carol with ``--writer cluster``) at
+each concurrency, under
 
 - ``none``: no policy bound (RBAC only);
 - ``trivial``: one policy matching the same writes, one constant expression (the floor of any
   policy);
 - ``rule``: the same rule written by hand for alice alone, one expression and no parameters: the
   cost the compiled path is held to;
-- ``compiled``: manifests/compiled/policy.yaml with the parameters ``label-rbac compile`` writes;
+- ``compiled``: the enforcing policy as the compiler writes it (``admission_policy.policy``
+  holding the ClusterRoleBindings' part that ``render_cluster`` renders), under a name of its
+  own, with manifests/compiled/policy.yaml's guards and the parameters ``label-rbac compile``
+  writes (rendered and written here, as the compiler);
 - ``params`` (only with ``--setups``): the compiled policy judging nothing (no match condition,
   its validation one constant expression), to tell its parameters' cost from its expressions';
   ``granting``, ``unlisted``, ``denied``: no match condition, its validation one expression
@@ -23,13 +27,15 @@ alice, bound to a Role restricting configmaps to ``team=a``, and N RoleBindings 
 - ``webhook``: label-rbac's ``/validate`` registered as ``manifests/enforce`` registers it (the
   ValidatingWebhookConfiguration pointed at loopback, as tests/kube/cluster.py installs it),
   served by the real ``python -m app serve`` process watching this API server;
-- ``full``: ``manifests/enforce-compiled`` as shipped: its policies and the split registration
-  (``manifests/compiled/split``) with the conditions the compiler keeps in it, the compiler
-  (``python -m app compile``, which also marks the namespace compiled) and the webhook running;
+- ``full``: ``manifests/enforce-compiled`` as shipped: its bindings and guards and the split
+  registration (``manifests/compiled/split``) with the conditions the compiler keeps in it, the
+  compiler (``python -m app compile``, which writes the policy ``label-rbac`` with its
+  constants, the parameters, and marks the namespace compiled) and the webhook running;
 - its parts and options (only with ``--setups``): ``split``, that registration alone (no
-  policy); ``modes``, the policy and the warn and audit policies of the optional
-  ``manifests/compiled/modes``, without the split; ``full-modes``, the shipped install with that
-  component added.
+  policy); ``modes``, ``compiled`` with the warn and audit policies and the bindings of the
+  optional ``manifests/compiled/modes``, without the split; ``full-modes``, the shipped install
+  with that component added (the compiler run with ``--compile-softened``, which writes those
+  policies).
 
 Setups alternate within each round, every other round in reverse order, and every figure is the
 median of the rounds. Per setup: p50 latency and throughput, the p50 added over ``none`` and the
@@ -42,19 +48,15 @@ two increments); ``cpu_vs_trivial`` divides whole CPU figures, and the ratio of 
 average is printed with each size; ``--json FILE`` writes the rows.
 
 ``--cluster-grants K[,K...]`` adds K restricted ClusterRoles (seven resources each, each its
-own label values) bound cluster-wide, each to a user of its own, and measures each size: the
-compiled policy (``compiled``) then reads them copied into the namespace's parameters, as
-shipped. ``constant`` (only with ``--setups``) is the layout that stores each grant once: the
-namespace's parameters (``label-rbac-own``) hold only its own RoleBindings' part, and the
-cluster-wide part (subjects, roles, grants) is one CEL constant in the policy's variables,
-which every judged write reads (match conditions cannot read variables: the one that decides
-whether a write may be refused binds the constant again for itself): what such a constant
-costs each write as K grows. ``literal`` and ``flat-literal`` are the trivial policy reading that
-constant on every write, as ``constant`` writes it (every value ``dyn``: the API server's CEL
-refuses a literal mixing types) or flattened to one map of strings to lists of strings: whether
-the API server builds the constant again on every call (it does not). The API server refuses
-an expression of more than 100,000 code points, so the constant holds about 170 of these grants
-at most (the run stops there).
+own label values) bound cluster-wide, each to a user of its own, and measures each size. The
+ClusterRoleBindings' part is stored once, in the policy's constants (``cluster0..N``, each at
+most 90,000 code points: the API server refuses an expression over 100,000), so the
+namespace's parameters do not grow with K, the policy does: each size prints both, and the
+number of constants. ``--writer cluster`` measures the writes of carol instead of alice: her
+grant (configmaps and the six others, ``team=a``) comes only from a restricted ClusterRole bound
+cluster-wide (``bench-writer``, bound after the K others), so no role of the namespace permits
+her writes and the policy's match condition, which cannot read its constants, sends every one
+of them to the validation, which finds her grant there. The baselines then name carol.
 
 ``--globs N`` binds alice to one more Role, first in binding order, restricting configmaps by N
 value globs spread over ``--glob-keys`` label keys (``--glob-shape general``: none a literal, a
@@ -65,7 +67,7 @@ that role on every write before the next role permits it. It is what a role anot
 writes and binds to alice costs her writes.
 
     python -m bench vap --bindings 10,5000 --connections 1,8 --seconds 5 --rounds 5
-    python -m bench vap --bindings 10 --setups compiled,constant --cluster-grants 0,50,100
+    python -m bench vap --bindings 10,5000 --setups full --cluster-grants 0,200 --writer cluster
 
 ``--profile DIR`` writes the API server's CPU profile of each setup's first run
 (``go tool pprof -top DIR/full-10-c8.pprof``): what to look at before changing the policy.
@@ -92,12 +94,12 @@ from typing import Any
 
 import yaml
 
-from app.compiled.admission_policy import COMPILER, _bind
+from app.compiled.admission_policy import ACTIONS, CHUNKS, COMPILER, POLICY, binding, policy
 from app.compiled.registration import COMPILED_ENTRY, CONDITION
 from app.engine.context import Options
 from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
-from app.engine.params import MARK, Target, render, spec_text
+from app.engine.params import MARK, ClusterPart, Target, render, render_cluster
 from app.settings import Settings
 from bench.core.kube import Webhook, documents, kustomize, start_compiler, webhook_configuration
 from bench.core.processes import process_cpu
@@ -106,6 +108,9 @@ from tests.process import stop
 
 NS = "t1"
 ALICE = User("alice", ("tenants",))
+# ``--writer cluster``: a tenant granted only by a restricted ClusterRole bound cluster-wide.
+CAROL = User("carol", ("tenants",))
+WRITERS = {"namespace": ALICE, "cluster": CAROL}
 SETUPS = ("none", "trivial", "rule", "compiled", "webhook", "full")
 # Always measured: the baselines every other setup is compared with.
 BASELINES = ("none", "trivial", "rule")
@@ -120,15 +125,12 @@ PARTS = {
     "unlisted": "!variables.unlisted",
     "denied": "!variables.denied",
 }
-# ``--cluster-grants``: the trivial policy reading the cluster-wide part as one constant, as the
-# ``constant`` setup writes it (every value ``dyn``) or flattened to strings only (one type).
-LITERALS = ("literal", "flat-literal")
-EXTRA = (*PARTS, "split", *MODES, "constant", *LITERALS)
+EXTRA = (*PARTS, "split", *MODES)
 # The setups that register the split webhook configuration, and those the compiler's mark and
 # conditions are waited for.
 SPLIT = ("split", "full", "full-modes")
 # The setups a write of a forbidden label is refused under.
-REFUSING = ("rule", "compiled", "webhook", "denied", "file", *MODES, "full", "constant")
+REFUSING = ("rule", "compiled", "webhook", "denied", "file", *MODES, "full")
 RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 
 TRIVIAL = [
@@ -160,19 +162,23 @@ TRIVIAL = [
     },
 ]
 
-# ``rule``: the same rule written by hand for alice alone, one expression and no parameters: what
-# the compiled path is held to (its CPU added over ``none``, ``cpu_vs_rule``).
-RULE = copy.deepcopy(TRIVIAL)
-RULE[0]["metadata"]["name"] = RULE[1]["metadata"]["name"] = RULE[1]["spec"]["policyName"] = (
-    "bench-rule"
-)
-RULE[0]["spec"]["validations"] = [
-    {
-        "expression": "request.userInfo.username != 'alice' || request.operation == 'DELETE'"
-        " || object.metadata.?labels[?'team'].orValue('') == 'a'",
-        "reason": "Forbidden",
-    }
-]
+
+def rule(writer: str) -> list[dict[str, Any]]:
+    """``rule``: the same rule written by hand for ``writer`` alone, one expression and no
+    parameters: what the compiled path is held to (its CPU added over ``none``,
+    ``cpu_vs_rule``)."""
+    docs = copy.deepcopy(TRIVIAL)
+    docs[0]["metadata"]["name"] = docs[1]["metadata"]["name"] = "bench-rule"
+    docs[1]["spec"]["policyName"] = "bench-rule"
+    docs[0]["spec"]["validations"] = [
+        {
+            "expression": f"request.userInfo.username != '{writer}' || "
+            "request.operation == 'DELETE' || object.metadata.?labels[?'team'].orValue('') == 'a'",
+            "reason": "Forbidden",
+        }
+    ]
+    return docs
+
 
 BODY = {
     "apiVersion": "v1",
@@ -240,16 +246,23 @@ def role_binding(name: str, role_name: str, user: str) -> dict[str, Any]:
 # ``--cluster-grants``: the resources each ClusterRole restricts (and the API server serves).
 CLUSTER_RESOURCES = ("configmaps", "secrets", "services", "endpoints", "persistentvolumeclaims",
                      "limitranges", "resourcequotas")  # fmt: skip
-# ``constant``: the parameters of the namespace's own part, beside the shipped ones.
-OWN = "label-rbac-own"
+# ``compiled``: the name the enforcing policy and its binding take when the benchmark writes them,
+# apart from the compiler's own (``full``), which it never touches.
+COMPILED = "bench-compiled"
 
 
 def cluster_grant(index: int) -> list[dict[str, Any]]:
     """A ClusterRole restricting CLUSTER_RESOURCES by label values of its own, bound
     cluster-wide to a user of its own."""
-    name = f"bench-cluster-{index}"
     # One label rule for all seven: one grant, as a role restricting a set of resources alike.
-    permissions = {r: {"team": [f"c{index}"], "tier": [f"t{index}-*"]} for r in CLUSTER_RESOURCES}
+    labels = {"team": [f"c{index}"], "tier": [f"t{index}-*"]}
+    return cluster_role(f"bench-cluster-{index}", labels, f"cluster-user-{index}")
+
+
+def cluster_role(name: str, labels: dict[str, list[str]], user: str) -> list[dict[str, Any]]:
+    """A ClusterRole restricting CLUSTER_RESOURCES to ``labels``, bound cluster-wide to
+    ``user``."""
+    permissions = {r: labels for r in CLUSTER_RESOURCES}
     return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -264,112 +277,29 @@ def cluster_grant(index: int) -> list[dict[str, Any]]:
             "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": name},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                          "name": f"cluster-user-{index}"}],
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         },
     ]  # fmt: skip
 
 
-def split_cluster_part(spec: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``spec`` as (the namespace's own part, the cluster-wide part): the ClusterRoleBindings'
-    subjects and the roles and grants only they refer to."""
-    cluster_roles = {i for key in ("clusterUsers", "clusterGroups")
-                     for ids in spec[key].values() for i in ids}  # fmt: skip
-    own_roles = {i for key in ("users", "groups") for ids in spec[key].values() for i in ids}
-    roles = cluster_roles - own_roles
-
-    def grants_of(ids: set[str]) -> set[str]:
-        return {g for i in ids for ops in spec["roles"][i].values() for g in ops.values()}
-
-    grants = grants_of(roles) - grants_of(own_roles)
-    cluster = {
-        "clusterUsers": spec["clusterUsers"],
-        "clusterGroups": spec["clusterGroups"],
-        "roles": {i: spec["roles"][i] for i in sorted(roles)},
-        "grants": {g: spec["grants"][g] for g in sorted(grants)},
-    }
-    own = {**spec, "clusterUsers": {}, "clusterGroups": {},
-           "roles": {i: r for i, r in spec["roles"].items() if i not in roles},
-           "grants": {g: v for g, v in spec["grants"].items() if g not in grants}}  # fmt: skip
-    return own, cluster
+# ``--writer cluster``: carol's grant, bound after every ``bench-cluster-*`` (binding-name order),
+# so the policy finds it in the last of its constants.
+WRITER_GRANT = cluster_role("bench-writer", {"team": ["a"]}, CAROL.name)
 
 
-def cel_literal(value: Any) -> str:
-    """``value`` (JSON) as a CEL literal: every map value and list element ``dyn``, since the
-    API server's CEL refuses a literal mixing types (a grant's strings, lists and booleans)."""
-    if isinstance(value, dict):
-        items = ",".join(f"{json.dumps(k)}:dyn({cel_literal(v)})" for k, v in value.items())
-        return "{" + items + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(f"dyn({cel_literal(v)})" for v in value) + "]"
-    return json.dumps(value)
-
-
-def either_part(expression: str, cluster: str) -> str:
-    """``expression`` reading a role or grant id that ``params`` lacks from ``cluster`` (a CEL
-    map of the cluster-wide part), and the subjects of ClusterRoleBindings only from there."""
-    for key in ("clusterUsers", "clusterGroups"):
-        expression = expression.replace(f"params.spec.?{key}", f"{cluster}.?{key}")
-    for field in ("roles", "grants"):
-        found, at = [], 0
-        lookup = f"params.spec.{field}["
-        while (start := expression.find(lookup, at)) >= 0:
-            found.append(expression[at:start])
-            depth, end = 1, start + len(lookup)
-            while depth:  # the lookup's closing bracket
-                depth += {"[": 1, "]": -1}.get(expression[end], 0)
-                end += 1
-            key = either_part(expression[start + len(lookup) : end - 1], cluster)
-            bare = key.removeprefix("?")
-            either = f"(({bare}) in params.spec.{field} ? params.spec.{field} : {cluster}.{field})"
-            found.append(f"{either}[{key}]")
-            at = end
-        expression = "".join(found) + expression[at:]
-    return expression
-
-
-def flat(value: Any, path: str = "") -> dict[str, list[str]]:
-    """``value`` (JSON) as one map of strings to lists of strings: its leaves by path."""
-    if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in flat(item, f"{path}/{key}").items()}
-    if isinstance(value, list):
-        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{path}/{i}").items()}
-    return {path: [json.dumps(value)]}
-
-
-def literal_policy(literal: str) -> list[dict[str, Any]]:
-    """The trivial policy, its validation reading ``literal`` (a map) on every write."""
-    docs = copy.deepcopy(TRIVIAL)
-    docs[0]["spec"]["variables"] = [{"name": "cluster", "expression": literal}]
-    docs[0]["spec"]["validations"] = [
-        {"expression": "!(request.userInfo.username in variables.cluster)"}
-    ]
-    return docs
-
-
-def constant_policy(cluster: dict[str, Any]) -> list[dict[str, Any]]:
-    """The compiled policy reading the cluster-wide part from one constant of its variables
-    and the namespace's own part from ``OWN``. Match conditions cannot read variables: each
-    binds the constant for itself."""
-    docs = documents("policy.yaml")
-    literal = cel_literal(cluster)
-    for doc in docs:
-        if doc["kind"] == "ValidatingAdmissionPolicy" and doc["metadata"]["name"] == "label-rbac":
-            for condition in doc["spec"].get("matchConditions", []):
-                changed = either_part(condition["expression"], "lrc")
-                if changed != condition["expression"]:
-                    condition["expression"] = _bind("lrc", literal, changed)
-            for part in doc["spec"]["variables"] + doc["spec"]["validations"]:
-                for field in ("expression", "messageExpression"):
-                    if field in part:
-                        part[field] = either_part(part[field], "variables.cluster")
-            doc["spec"]["variables"].insert(0, {"name": "cluster", "expression": literal})
-        if (
-            doc["kind"] == "ValidatingAdmissionPolicyBinding"
-            and doc["spec"]["policyName"] == "label-rbac"
-        ):
-            doc["spec"]["paramRef"]["name"] = OWN
-    return docs
+def compiled_policies(chunks: tuple[str, ...], names: tuple[str, ...] = (POLICY,)) -> list[Any]:
+    """The policies ``names`` as the compiler writes them, holding ``chunks``, and their
+    bindings, renamed (``COMPILED``: the enforcing one) apart from the compiler's own, with
+    manifests/compiled/policy.yaml's guards."""
+    docs: list[Any] = []
+    for name in names:
+        renamed = COMPILED + name.removeprefix(POLICY)
+        found, bound = policy(name, chunks), binding(name)
+        found["metadata"]["name"] = bound["metadata"]["name"] = renamed
+        bound["spec"]["policyName"] = renamed
+        docs += [found, bound]
+    shipped = documents("policy.yaml")
+    return docs + [d for d in shipped if d["metadata"]["name"] not in ACTIONS]
 
 
 def ok(cp: ControlPlane, user: str, method: str, path: str, body: Any = None) -> Any:
@@ -390,9 +320,23 @@ def grow_bindings(cp: ControlPlane, total: int) -> None:
         list(pool.map(lambda b: ok(cp, ADMIN, "POST", path, b), todo))
 
 
+def drop_cluster_grants(cp: ControlPlane, kept: int) -> None:
+    """Delete the ``cluster_grant`` objects past the first ``kept`` (a size after a larger one):
+    an unbound ClusterRole's annotation still adds its resources to every namespace's index."""
+    paths = [
+        f"{RBAC_API}/{plural}/{item['metadata']['name']}"
+        for plural in ("clusterrolebindings", "clusterroles")
+        for item in ok(cp, ADMIN, "GET", f"{RBAC_API}/{plural}")["items"]
+        if re.fullmatch(r"bench-cluster-\d+", item["metadata"]["name"])
+        and int(item["metadata"]["name"].rsplit("-", 1)[1]) >= kept
+    ]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda path: ok(cp, ADMIN, "DELETE", path), paths))
+
+
 def write_params(cp: ControlPlane, served: tuple[str, ...] = ("configmaps",)) -> Written:
-    """Compile the namespace as the compiler does and write it as the compiler, and its own
-    part apart (``OWN``); its bytes, and the cluster-wide part."""
+    """Compile every namespace as the compiler does and write its parameters as the compiler;
+    the measured namespace's bytes, and the ClusterRoleBindings' part the policy holds."""
     objects = [
         (kind, item)
         for kind, path in (
@@ -406,28 +350,25 @@ def write_params(cp: ControlPlane, served: tuple[str, ...] = ("configmaps",)) ->
     ]
     snapshot = snapshot_from_objects(objects, Settings().compiler)
     target = Target.of([Resource("", r) for r in served], Options())
-    written = Written(0, 0, {})
+    cluster = render_cluster(snapshot, target)
+    if cluster.delegated is not None:
+        raise RuntimeError(f"every namespace left to the webhook: {cluster.delegated}")
+    size = 0
     for namespace in sorted(snapshot.namespaces):
         rendered = render(snapshot, namespace, target)
-        if namespace != NS:
-            apply_params(cp, rendered.manifest())
-            continue
-        own, cluster = split_cluster_part(dict(rendered.spec))
         apply_params(cp, rendered.manifest())
-        apply_params(cp, {**rendered.manifest(), "spec": own,
-                          "metadata": {"name": OWN, "namespace": NS}})  # fmt: skip
-        written = Written(rendered.size, len(spec_text(own).encode()), cluster)
-    return written
+        if namespace == NS:
+            size = rendered.size
+    return Written(size, cluster)
 
 
 @dataclass(frozen=True)
 class Written:
-    """What ``write_params`` wrote in the measured namespace: the parameters' bytes as shipped,
-    the bytes of its own part alone, and the cluster-wide part."""
+    """What ``write_params`` wrote: the measured namespace's parameters' bytes, and the
+    ClusterRoleBindings' part the policy holds (``chunks``, of ``size`` code points)."""
 
     size: int
-    own_size: int
-    cluster: dict[str, Any]
+    cluster: ClusterPart
 
 
 def apply_params(cp: ControlPlane, manifest: dict[str, Any]) -> None:
@@ -439,38 +380,61 @@ def apply_params(cp: ControlPlane, manifest: dict[str, Any]) -> None:
         raise RuntimeError(f"apply {manifest['metadata']}: {done.stderr}")
 
 
-def part_of_policy(expression: str) -> list[dict[str, Any]]:
-    """The compiled policy and its bindings, its validations the one ``expression`` and no
-    match condition."""
-    docs = documents("policy.yaml")
-    for doc in docs:
-        if doc["kind"] == "ValidatingAdmissionPolicy" and doc["metadata"]["name"] == "label-rbac":
-            doc["spec"]["validations"] = [{"expression": expression, "reason": "Forbidden"}]
-            doc["spec"].pop("matchConditions", None)
+def part_of_policy(expression: str, chunks: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``compiled``, its validations the one ``expression`` and no match condition."""
+    docs = compiled_policies(chunks)
+    docs[0]["spec"]["validations"] = [{"expression": expression, "reason": "Forbidden"}]
+    docs[0]["spec"].pop("matchConditions", None)
     return docs
 
 
+POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+
+
 def clear(cp: ControlPlane) -> None:
-    """No admission of ours: no policies, no webhook registered."""
-    for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
-        cp.kubectl(ADMIN, "delete", kind, "--all", "--wait=true")
+    """No admission of ours: no policy bound, no webhook registered. The policies the compiler
+    writes and keeps (``ACTIONS``) stay, unbound: the API server evaluates a policy only
+    through a binding."""
+    cp.kubectl(ADMIN, "delete", "validatingadmissionpolicybindings", "--all", "--wait=true")
+    names = [p["metadata"]["name"] for p in ok(cp, ADMIN, "GET", POLICIES)["items"]]
+    unkept = [name for name in names if name not in ACTIONS]
+    if unkept:
+        cp.kubectl(ADMIN, "delete", "validatingadmissionpolicies", *unkept, "--wait=true")
     cp.kubectl(ADMIN, "delete", "validatingwebhookconfigurations", "--all", "--wait=true")
 
 
 @functools.cache
 def shipped_policies() -> list[dict[str, Any]]:
-    """The ValidatingAdmissionPolicies and bindings ``manifests/enforce-compiled`` installs."""
+    """The ValidatingAdmissionPolicies and bindings ``manifests/enforce-compiled`` installs (the
+    compiler writes the policies reading the parameters)."""
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     return [d for d in kustomize("enforce-compiled") if d["kind"] in kinds]
+
+
+def compilers_constants(cp: ControlPlane, timeout: float = 120) -> tuple[str, ...]:
+    """The constants of the enforcing policy the running compiler wrote, once it holds
+    ``CHUNKS``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, found = cp.request(ADMIN, "GET", f"{POLICIES}/{POLICY}")
+        if status == 200:
+            variables = found["spec"].get("variables", [])
+            if any(v["name"] == CHUNKS for v in variables):
+                return tuple(v["expression"] for v in variables
+                             if re.fullmatch(r"cluster\d+", v["name"]))  # fmt: skip
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the compiler wrote no policy {POLICY} in time: {status}")
+        time.sleep(1)
 
 
 def installed_registration(cp: ControlPlane, webhook: Webhook, timeout: float = 120) -> Any:
     """The split registration (``manifests/enforce-compiled``'s) as the running compiler keeps
     it: registered, then read back once the compiler has written its conditions and marked the
-    namespace compiled."""
+    namespace compiled (which it does once the policy it writes is bound and refuses its
+    probe: the shipped install's policies are applied meanwhile)."""
     config = webhook_configuration(kustomize("enforce-compiled"), webhook.server.base_url,
                                    webhook.tls.ca.read_bytes())  # fmt: skip
-    cp.apply(ADMIN, [config])
+    cp.apply(ADMIN, [config, *shipped_policies()])
     name = config["metadata"]["name"]
     path = f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}"
     started = time.monotonic()
@@ -491,54 +455,59 @@ def conditions(configuration: Any) -> list[Any]:
     return list(entry.get("matchConditions", []))
 
 
-def configure(
-    cp: ControlPlane,
-    setup: str,
-    webhook: Webhook,
-    other: str | None = None,
-    registration: Any = None,
-    cluster: dict[str, Any] | None = None,
-) -> None:
-    """Admit with exactly ``setup`` (``file``: the YAML ``other``; ``registration``: the split
-    registration as the compiler keeps it; ``cluster``: the constant of ``constant``); wait until
-    the API server applies it."""
+@dataclass(frozen=True)
+class Installed:
+    """What the setups install beside the parameters: the webhook, the YAML of ``--policy``,
+    the split registration as the compiler keeps it, the policy's constants (``compiled``), and
+    the user writing."""
+
+    webhook: Webhook
+    other: str | None
+    registration: Any
+    chunks: tuple[str, ...]
+    writer: str
+
+
+def configure(cp: ControlPlane, setup: str, installed: Installed) -> None:
+    """Admit with exactly ``setup``; wait until the API server applies it: the writer's label
+    is allowed, another refused where ``setup`` refuses it."""
     clear(cp)
     if setup == "trivial":
         cp.apply(ADMIN, TRIVIAL)
     elif setup == "rule":
-        cp.apply(ADMIN, RULE)
+        cp.apply(ADMIN, rule(installed.writer))
     elif setup == "compiled":
-        cp.apply(ADMIN, documents("policy.yaml"))
-    elif setup == "full":
-        cp.apply(ADMIN, shipped_policies())
-    elif setup in MODES:
-        cp.apply(ADMIN, shipped_policies() + documents("modes/policy.yaml"))
+        cp.apply(ADMIN, compiled_policies(installed.chunks))
+    elif setup in ("full", "full-modes"):
+        compilers_constants(cp)
+        modes = documents("modes/policy.yaml") if setup == "full-modes" else []
+        cp.apply(ADMIN, shipped_policies() + modes)
+    elif setup == "modes":
+        cp.apply(ADMIN, compiled_policies(installed.chunks, tuple(ACTIONS)))
     elif setup in PARTS:
-        cp.apply(ADMIN, part_of_policy(PARTS[setup]))
-    elif setup == "constant":
-        cp.apply(ADMIN, constant_policy(cluster or {}))
-    elif setup == "literal":
-        cp.apply(ADMIN, literal_policy(cel_literal(cluster or {})))
-    elif setup == "flat-literal":
-        cp.apply(ADMIN, literal_policy(json.dumps(flat(cluster or {}))))
-    elif setup == "file" and other is not None:
-        cp.apply(ADMIN, other)
+        cp.apply(ADMIN, part_of_policy(PARTS[setup], installed.chunks))
+    elif setup == "file" and installed.other is not None:
+        cp.apply(ADMIN, installed.other)
     elif setup == "webhook":
-        cp.apply(ADMIN, [webhook.config])
+        cp.apply(ADMIN, [installed.webhook.config])
     if setup in SPLIT:
-        cp.apply(ADMIN, [registration])
+        cp.apply(ADMIN, [installed.registration])
     # The policy informer picks bindings up within a second or two, and compiles a policy's
     # expressions first: longer on a loaded machine.
-    probe = {"metadata": {"generateName": "p-", "labels": {"team": "b"}}}
+    path = f"/api/v1/namespaces/{NS}/configmaps?dryRun=All"
+    allowed = {"metadata": {"generateName": "p-", "labels": {"team": "a"}}}
+    refused = {"metadata": {"generateName": "p-", "labels": {"team": "b"}}}
     deadline = time.monotonic() + 30
     while True:
         time.sleep(1)
-        path = f"/api/v1/namespaces/{NS}/configmaps?dryRun=All"
-        status, _ = cp.request("alice", "POST", path, probe)
+        status, _ = cp.request(installed.writer, "POST", path, refused)
         if (status == 403) == (setup in REFUSING):
             break
         if time.monotonic() > deadline:
             raise RuntimeError(f"{setup}: the probe answered {status}")
+    status, answer = cp.request(installed.writer, "POST", path, allowed)
+    if status != 201:
+        raise RuntimeError(f"{setup}: {installed.writer}'s own label answered {status} {answer}")
     time.sleep(2)  # every replica of the informer's view settled
 
 
@@ -564,7 +533,7 @@ def wrk(
     profile: Path | None = None,
 ) -> dict[str, float]:
     """p50 ms, requests/s and CPU seconds per create (the API server's; the webhook's when
-    given) of POSTs as alice; with ``profile``, the API server's CPU profile meanwhile."""
+    given) of the script's POSTs; with ``profile``, the API server's CPU profile meanwhile."""
     url = f"{cp.url}/api/v1/namespaces/{NS}/configmaps"
     assert cp.apiserver is not None
     profiler = profiling(cp, max(1, seconds - 1), profile)
@@ -608,7 +577,7 @@ def summarize(
     c: int,
     setups: list[str],
 ) -> list[dict[str, Any]]:
-    """One row per setup: medians of the rounds, against ``none`` and ``trivial``."""
+    """One row per setup: medians of the rounds, against ``none``, ``trivial`` and ``rule``."""
 
     def med(setup: str, key: str) -> float:
         return statistics.median(r[key] for r in results[(setup, c)])
@@ -626,6 +595,7 @@ def summarize(
             "p50_ms": round(p50, 3), "rps": round(rate, 1),
             "added_p50_ms": round(added, 3),
             "throughput_ratio": round(rate / base_rate, 3),
+            "rps_vs_rule": round(rate / med("rule", "rps"), 3),
             "cpu_ms_per_create": round(med(setup, "cpu_ms"), 4),
             "webhook_cpu_ms_per_create": round(med(setup, "webhook_cpu_ms"), 4),
             "cpu_vs_trivial": round(med(setup, "cpu_ms") / med("trivial", "cpu_ms"), 3),
@@ -658,6 +628,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cluster-grants",
         help="numbers K of restricted ClusterRoles bound cluster-wide, measured in turn (0,50,200)",
     )
+    parser.add_argument(
+        "--writer",
+        choices=sorted(WRITERS),
+        default="namespace",
+        help="who creates: alice, bound in the namespace, or carol, bound only cluster-wide",
+    )
     parser.add_argument("--globs", type=int, default=0, help="value globs of a role bound to alice")
     parser.add_argument("--glob-keys", type=int, default=1, help="label keys they are spread over")
     parser.add_argument("--glob-shape", choices=sorted(SHAPES), default="general")
@@ -675,13 +651,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(asked) - set(SETUPS + EXTRA)
     if unknown:
         parser.error(f"unknown setups: {', '.join(sorted(unknown))}")
+    if args.globs and args.writer != "namespace":
+        parser.error("--globs binds its role in the namespace: to alice, --writer namespace")
     setups = [*BASELINES, *(name for name in asked if name not in BASELINES)]
     other = None
     if args.policy is not None:
         other = args.policy.read_text()  # read once; kubectl parses it at each apply
         setups.append("file")
+    writer = WRITERS[args.writer]
     workdir = Path(tempfile.mkdtemp(prefix="bench-vap-"))
-    users = (User(ADMIN, ("system:masters",)), ALICE, COMPILER_USER, WEBHOOK_USER)
+    users = (User(ADMIN, ("system:masters",)), ALICE, CAROL, COMPILER_USER, WEBHOOK_USER)
     cp = ControlPlane(workdir, users=users)
     cp.start()
     webhook: Webhook | None = None
@@ -696,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
             labels = glob_values(args.globs, args.glob_keys, args.glob_shape)[1]
             body["metadata"]["labels"].update(labels)
             lua = LUA.replace(json.dumps(BODY, separators=(",", ":")), json.dumps(body))
-        script.write_text(lua.replace("TOKEN", cp.users["alice"].token))
+        script.write_text(lua.replace("TOKEN", cp.users[writer.name].token))
         for namespace in (NS, "label-rbac"):
             ok(cp, ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
         cp.apply(ADMIN, documents("crd.yaml"))
@@ -704,15 +683,19 @@ def main(argv: list[str] | None = None) -> int:
         cp.apply(ADMIN, documents("rbac.yaml"))
         cp.apply(ADMIN, [role(f"team-{i}", str(i)) for i in range(10)] + [role("team-a", "a")])
         cp.apply(ADMIN, [role_binding("alice", "team-a", "alice")])
+        if writer is CAROL:
+            cp.apply(ADMIN, WRITER_GRANT)
         if args.globs:  # bound before team-a (binding-name order): tried first on every write
             cp.apply(ADMIN, [glob_role(args.globs, args.glob_keys, args.glob_shape)])
             cp.apply(ADMIN, [role_binding("0-globs", "globs", "alice")])
         webhook = Webhook(cp, workdir, full_compiler=True)
         registration = None
         if set(SPLIT) & set(setups):
-            compiler = start_compiler(cp, workdir)
+            softened = ("--compile-softened",) if "full-modes" in setups else ()
+            compiler = start_compiler(cp, workdir, *softened)
             registration = installed_registration(cp, webhook)
-        served = CLUSTER_RESOURCES if args.cluster_grants else ("configmaps",)
+        clustered = args.cluster_grants or writer is CAROL
+        served = CLUSTER_RESOURCES if clustered else ("configmaps",)
         grants = [int(k) for k in (args.cluster_grants or "0").split(",")]
         sizes = [(int(n), k) for n in args.bindings.split(",") for k in grants]
         for total, k in sizes:
@@ -720,20 +703,20 @@ def main(argv: list[str] | None = None) -> int:
             grow_bindings(cp, total)
             if k:
                 cp.apply(ADMIN, [o for i in range(k) for o in cluster_grant(i)])
-            for i in range(k, max(grants)):  # fewer than the size before: unbind the rest
-                cp.kubectl(ADMIN, "delete", "clusterrolebinding", f"bench-cluster-{i}",
-                           "--ignore-not-found")  # fmt: skip
+            drop_cluster_grants(cp, k)
             written = write_params(cp, served)
-            size = written.size
-            constant = len(json.dumps(written.cluster, separators=(",", ":")))
-            print(f"bindings={total} cluster grants={k}: params {size} B, own part "
-                  f"{written.own_size} B, cluster part {constant} B; load average "
-                  f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+            part = written.cluster
+            print(f"bindings={total} cluster grants={k}: params {written.size} B per namespace, "
+                  f"policy constants {part.size} code points in {len(part.chunks)}; load "
+                  f"average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+            if compiler is not None:
+                print(f"  the compiler's: {compared(cp, part.chunks)}", flush=True)
+            installed = Installed(webhook, other, registration, part.chunks, writer.name)
             results: dict[tuple[str, int], list[dict[str, float]]] = {}
             for n in range(args.rounds):
                 # Every other round in reverse order, so that no setup always runs first.
                 for setup in setups if n % 2 == 0 else setups[::-1]:
-                    configure(cp, setup, webhook, other, registration, written.cluster)
+                    configure(cp, setup, installed)
                     for c in connections:
                         profile = None
                         if args.profile is not None and n == 0:
@@ -742,17 +725,18 @@ def main(argv: list[str] | None = None) -> int:
                         run = wrk(cp, c, args.seconds, script, webhook, profile)
                         results.setdefault((setup, c), []).append(run)
             for c in connections:
-                for row in summarize(results, total, size, c, setups):
-                    row.update(cluster_grants=k, own_params_bytes=written.own_size,
-                               constant_bytes=constant)  # fmt: skip
+                for row in summarize(results, total, written.size, c, setups):
+                    row.update(cluster_grants=k, writer=writer.name,
+                               constant_code_points=part.size, chunks=len(part.chunks))  # fmt: skip
                     rows.append(row)
                     extra = (f" + webhook {row['webhook_cpu_ms_per_create']:.2f}"
                              if row["setup"] in ("webhook", *SPLIT) else "")  # fmt: skip
                     print(
-                        f"bindings={total:<5} K={k:<4} params={size:>8} B  C={c}  "
+                        f"bindings={total:<5} K={k:<4} {writer.name} C={c}  "
                         f"{row['setup']:<8} "
                         f"p50 {row['p50_ms']:6.2f} ms (+{row['added_p50_ms']:5.2f})  "
-                        f"{row['rps']:7.0f} req/s ({row['throughput_ratio']:.2f}x)  "
+                        f"{row['rps']:7.0f} req/s ({row['throughput_ratio']:.2f}x, "
+                        f"{row['rps_vs_rule']:.2f}x rule's)  "
                         f"API server CPU/create {row['cpu_ms_per_create']:.3f} ms{extra} "
                         f"(+{row['added_cpu_ms']:.3f}: {row['cpu_vs_rule']}x rule's)",
                         flush=True,
@@ -767,6 +751,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0
+
+
+def compared(cp: ControlPlane, chunks: tuple[str, ...], timeout: float = 60) -> str:
+    """Whether the running compiler's policy holds ``chunks`` (what ``compiled`` installs):
+    waited for, since it writes the policy once it has seen the last ClusterRoleBinding."""
+    deadline = time.monotonic() + timeout
+    while (live := compilers_constants(cp)) != chunks and time.monotonic() < deadline:
+        time.sleep(1)
+    if live == chunks:
+        return f"the same {len(live)} constants"
+    return (
+        f"{len(live)} constants of {sum(map(len, live))} code points, not these (its index "
+        "differs: a resource restricted a moment ago stays indexed 10 minutes)"
+    )
 
 
 if __name__ == "__main__":
