@@ -55,12 +55,11 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from app.compiled.registration import CONDITION
-from bench.core.kube import Client, Webhook, documents, start_compiler
+from bench.core.kube import Client, Webhook, count, documents, dormant, stamp, start_compiler
 from bench.core.layout import ANNOTATION, cluster_objects, layout, namespace_objects
 from bench.core.processes import peak_rss_mb, process_cpu
 from bench.core.stats import percentile
@@ -110,14 +109,6 @@ def load(admin: Client, objects: int, cluster_roles: int, clients: int) -> tuple
         for kind in kinds:  # each kind after the kinds it refers to
             list(pool.map(create, (item for item in items if phase(item) == kind)))
     return len(items), time.monotonic() - started
-
-
-def count(admin: Client, path: str) -> int:
-    """How many objects the collection at ``path`` holds (one item listed)."""
-    status, answer = admin.send("GET", f"{path}?limit=1")
-    if status != 200:
-        return 0
-    return len(answer["items"]) + int(answer["metadata"].get("remainingItemCount", 0))
 
 
 @dataclass
@@ -313,10 +304,6 @@ def figures(results: list[Measured], kind: str, setup: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def stamp(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def hops(results: list[Measured], events: list[dict[str, Any]]) -> dict[str, Any]:
     """Where a compiled change's time goes, from the API server's audit log: from the change
     to the compiler's write of the namespace's parameters (its watch, its queue, the render),
@@ -361,14 +348,6 @@ def wait_compiled(admin: Client, timeout: float) -> float:
             raise RuntimeError("the parameters of every namespace were not written in time")
         time.sleep(0.5)
     return time.monotonic() - started
-
-
-def dormant(config: dict[str, Any]) -> dict[str, Any]:
-    """The shipped webhook registration selecting no namespace: the API server never calls it
-    (the webhook is asked directly), while the compiler keeps its coverage condition in it as
-    it does in a cluster (``app.compiled.registration``)."""
-    never = {"matchLabels": {"labelrbac.io/bench-never": "true"}}
-    return {**config, "webhooks": [{**w, "namespaceSelector": never} for w in config["webhooks"]]}
 
 
 def wait_covered(admin: Client, name: str, timeout: float) -> float:

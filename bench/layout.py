@@ -4,7 +4,7 @@ Through a real kube-apiserver v1.36 and etcd (tests/kube/controlplane.py), the c
 by ``--clients`` parallel clients: per namespace ``tenant-<i>`` two annotated Roles, one plain
 Role and three RoleBindings (the scale layout's, ``bench.core.layout``, without its
 ClusterRole binding), and K restricted ClusterRoles of seven resources each bound cluster-wide,
-each to a user of its own (``bench.vap.cluster_grant``). The compiled component is installed as
+each to a user of its own (``bench.core.layout.cluster_grant``). The compiled component is installed as
 shipped (CRD, the compiler's ServiceAccount and RBAC, the policies; the webhook's registration
 held dormant, there for the compiler's coverage conditions) and the compiler
 (``python -m app compile``) runs as its ServiceAccount. Reported, in one run:
@@ -70,12 +70,10 @@ from app.engine.params import API_VERSION, PLURAL, render, render_cluster, spec_
 from app.settings import Settings
 from app.source.api import METADATA_LIST
 from bench.core.compiled import target
-from bench.core.kube import Client, Webhook, documents, start_compiler
-from bench.core.layout import namespace_objects
+from bench.core.kube import Client, Webhook, count, documents, dormant, stamp, start_compiler
+from bench.core.layout import CLUSTER_RESOURCES, cluster_grant, namespace_objects
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu, rss_bytes
 from bench.core.stats import percentile
-from bench.freshness import count, dormant, stamp
-from bench.vap import CLUSTER_RESOURCES, cluster_grant
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import free_port, stop
 

@@ -102,6 +102,7 @@ from app.engine.model import Resource
 from app.engine.params import MARK, ClusterPart, Target, render, render_cluster
 from app.settings import Settings
 from bench.core.kube import Webhook, documents, kustomize, start_compiler, webhook_configuration
+from bench.core.layout import CLUSTER_RESOURCES, cluster_grant, cluster_role
 from bench.core.processes import process_cpu
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import stop
@@ -243,43 +244,9 @@ def role_binding(name: str, role_name: str, user: str) -> dict[str, Any]:
     }
 
 
-# ``--cluster-grants``: the resources each ClusterRole restricts (and the API server serves).
-CLUSTER_RESOURCES = ("configmaps", "secrets", "services", "endpoints", "persistentvolumeclaims",
-                     "limitranges", "resourcequotas")  # fmt: skip
 # ``compiled``: the name the enforcing policy and its binding take when the benchmark writes them,
 # apart from the compiler's own (``full``), which it never touches.
 COMPILED = "bench-compiled"
-
-
-def cluster_grant(index: int) -> list[dict[str, Any]]:
-    """A ClusterRole restricting CLUSTER_RESOURCES by label values of its own, bound
-    cluster-wide to a user of its own."""
-    # One label rule for all seven: one grant, as a role restricting a set of resources alike.
-    labels = {"team": [f"c{index}"], "tier": [f"t{index}-*"]}
-    return cluster_role(f"bench-cluster-{index}", labels, f"cluster-user-{index}")
-
-
-def cluster_role(name: str, labels: dict[str, list[str]], user: str) -> list[dict[str, Any]]:
-    """A ClusterRole restricting CLUSTER_RESOURCES to ``labels``, bound cluster-wide to
-    ``user``."""
-    permissions = {r: labels for r in CLUSTER_RESOURCES}
-    return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name,
-                         "annotations": {"labelrbac.io/permissions": json.dumps(permissions)}},
-            "rules": [{"apiGroups": [""], "resources": list(CLUSTER_RESOURCES), "verbs": ["*"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": name},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-        },
-    ]  # fmt: skip
 
 
 # ``--writer cluster``: carol's grant, bound after every ``bench-cluster-*`` (binding-name order),

@@ -18,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -159,3 +160,23 @@ def start_compiler(
             env={**os.environ, "KUBECONFIG": "", "PYTHONPATH": str(root)},
             start_new_session=True,
         )  # fmt: skip
+
+
+def count(admin: Client, path: str) -> int:
+    """How many objects the collection at ``path`` holds (one item listed)."""
+    status, answer = admin.send("GET", f"{path}?limit=1")
+    if status != 200:
+        return 0
+    return len(answer["items"]) + int(answer["metadata"].get("remainingItemCount", 0))
+
+
+def dormant(config: dict[str, Any]) -> dict[str, Any]:
+    """The shipped webhook registration selecting no namespace: the API server never calls it
+    (the webhook is asked directly), while the compiler keeps its coverage condition in it as
+    it does in a cluster (``app.compiled.registration``)."""
+    never = {"matchLabels": {"labelrbac.io/bench-never": "true"}}
+    return {**config, "webhooks": [{**w, "namespaceSelector": never} for w in config["webhooks"]]}
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

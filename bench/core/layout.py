@@ -108,3 +108,39 @@ def write_json_dir(yaml_dir: Path, directory: Path) -> None:
         items = list(yaml.load_all(path.read_text(), Loader=LOADER))
         document = {"apiVersion": "v1", "kind": "List", "items": items}
         (directory / f"{path.stem}.json").write_text(json.dumps(document))
+
+
+# ``--cluster-grants``: the resources each ClusterRole restricts (and the API server serves).
+CLUSTER_RESOURCES = ("configmaps", "secrets", "services", "endpoints", "persistentvolumeclaims",
+                     "limitranges", "resourcequotas")  # fmt: skip
+
+
+def cluster_role(name: str, labels: dict[str, list[str]], user: str) -> list[dict[str, Any]]:
+    """A ClusterRole restricting CLUSTER_RESOURCES to ``labels``, bound cluster-wide to
+    ``user``."""
+    permissions = {r: labels for r in CLUSTER_RESOURCES}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name,
+                         "annotations": {"labelrbac.io/permissions": json.dumps(permissions)}},
+            "rules": [{"apiGroups": [""], "resources": list(CLUSTER_RESOURCES), "verbs": ["*"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    ]  # fmt: skip
+
+
+def cluster_grant(index: int) -> list[dict[str, Any]]:
+    """A ClusterRole restricting CLUSTER_RESOURCES by label values of its own, bound
+    cluster-wide to a user of its own."""
+    # One label rule for all seven: one grant, as a role restricting a set of resources alike.
+    labels = {"team": [f"c{index}"], "tier": [f"t{index}-*"]}
+    return cluster_role(f"bench-cluster-{index}", labels, f"cluster-user-{index}")
