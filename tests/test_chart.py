@@ -331,13 +331,14 @@ def test_renamed_install_carries_its_names_everywhere() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("values", "namespace", "name"),
-    [
-        pytest.param([], "label-rbac", "label-rbac", id="default-names"),
-        pytest.param([CI / "renamed-values.yaml"], "policy", "acme-lr", id="renamed"),
-    ],
-)
+# The shipped install's names, and a renamed one's: (values files, namespace, name).
+INSTALLS = [
+    pytest.param([], "label-rbac", "label-rbac", id="default-names"),
+    pytest.param([CI / "renamed-values.yaml"], "policy", "acme-lr", id="renamed"),
+]
+
+
+@pytest.mark.parametrize(("values", "namespace", "name"), INSTALLS)
 def test_uninstall_removes_the_policies_the_compiler_wrote(
     values: list[Path], namespace: str, name: str
 ) -> None:
@@ -374,13 +375,7 @@ def test_uninstall_removes_the_policies_the_compiler_wrote(
     assert not [d for d in plain if "remove-policies" in d["metadata"]["name"]]
 
 
-@pytest.mark.parametrize(
-    ("values", "namespace", "name"),
-    [
-        pytest.param([], "label-rbac", "label-rbac", id="default-names"),
-        pytest.param([CI / "renamed-values.yaml"], "policy", "acme-lr", id="renamed"),
-    ],
-)
+@pytest.mark.parametrize(("values", "namespace", "name"), INSTALLS)
 def test_the_compilers_policies_are_bound_not_rendered(
     values: list[Path], namespace: str, name: str
 ) -> None:
