@@ -4,9 +4,9 @@ Through a real kube-apiserver v1.36 and etcd (tests/kube/controlplane.py), the c
 by ``--clients`` parallel clients: per namespace ``tenant-<i>`` two annotated Roles, one plain
 Role and three RoleBindings (the scale layout's, ``bench.core.layout``, without its
 ClusterRole binding), and K restricted ClusterRoles of seven resources each bound cluster-wide,
-each to a user of its own (``bench.core.layout.cluster_grant``). The compiled component is installed as
-shipped (CRD, the compiler's ServiceAccount and RBAC, the policies; the webhook's registration
-held dormant, there for the compiler's coverage conditions) and the compiler
+each to a user of its own (``bench.core.layout.cluster_grant``). The compiled component is
+installed as shipped (CRD, the compiler's ServiceAccount and RBAC, the policies; the webhook's
+registration held dormant, there for the compiler's coverage conditions) and the compiler
 (``python -m app compile``) runs as its ServiceAccount. Reported, in one run:
 
 - **build**: the objects created and how long it took;
