@@ -19,6 +19,8 @@ registration held dormant, there for the compiler's coverage conditions) and the
   of the layout and the K grants;
 - **API server RSS** (/proc) with the cluster built and no compiled path, after the first
   compile, and at the end;
+- **first compile CPU**: CPU milliseconds per namespace the API server, etcd and the compiler
+  spent from the compiler's start until everything was written (/proc);
 - **compiler peak RSS** (VmHWM) of the first compile, of a replica taking the lease over with
   everything stored (a new identity: a restart elsewhere), and for the baseline the upgrade:
   this release's compiler taking the lease over from the previous release's, the previous
@@ -542,8 +544,16 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         time.sleep(5)
         out["apiserver_rss_none_mb"] = apiserver_mb(cp)
         install(cp, layout.root, "policy.yaml")
+        parts = {"apiserver": cp.apiserver, "etcd": cp.etcd}
+        before = {name: process_cpu(p.pid) for name, p in parts.items() if p is not None}
         compiler = Compiler.start(cp, workdir, layout.root, "bench")
         out["written_s"] = round(wait_written(admin, compiler.started, layout.name == "this"), 1)
+        parts["compiler"] = compiler.process
+        out["first_compile_cpu_ms_per_namespace"] = {
+            name: round(1000 * (process_cpu(p.pid) - before.get(name, 0.0)) / layout.namespaces, 1)
+            for name, p in parts.items()
+            if p is not None
+        }
         middle = f"tenant-{layout.namespaces // 2}"
         probe = Probe("cluster-user-0", middle, grant_labels(0, "c0"), grant_labels(0, "nobody"))
         out["enforcing_s"] = round(probe.wait(admin, compiler.started), 1)
@@ -551,7 +561,8 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         out["compiler_peak_first_mb"] = compiler.peak_mb()
         print(f"[{layout.name}] all written after {out['written_s']} s, enforcing after "
               f"{out['enforcing_s']} s, settled after {out['settled_s']} s; compiler peak "
-              f"{out['compiler_peak_first_mb']} MB", flush=True)  # fmt: skip
+              f"{out['compiler_peak_first_mb']} MB; CPU ms a namespace "
+              f"{out['first_compile_cpu_ms_per_namespace']}", flush=True)  # fmt: skip
         out.update(stored(admin))
         out.update(information(layout.namespaces, layout.grants))
         out["stored_vs_information"] = round(out["stored_bytes"] / out["information_bytes"], 2)

@@ -1130,6 +1130,14 @@ def mark_owner() -> list[dict[str, Any]]:
 
 
 VISIBLE = f"{POLICY}-params-visible"
+# The compiler's proof that the informer of parameters the policies read has caught up with a
+# batch of creates (``ParamsWriter._prove``): it sets the annotation ``EPOCH`` on one
+# namespace's parameters after the batch's creates were answered, then sends a dry-run update
+# carrying the same value as the label ``EPOCH``, which ``VISIBLE`` refuses (``EPOCH_MESSAGE``)
+# until the parameters it reads carry that epoch.
+EPOCH = "labelrbac.io/epoch"
+EPOCH_MESSAGE = "the parameters the policies read have not reached this epoch yet"
+_EPOCH_ASKED = f"object.metadata.?labels[?'{EPOCH}']"
 
 
 def visible() -> list[dict[str, Any]]:
@@ -1138,7 +1146,9 @@ def visible() -> list[dict[str, Any]]:
     the compiler writes parameters it has just created a second time before it marks the
     namespace, so a namespace is never marked compiled while the policy would find no parameters
     there and stand aside (its informer of Namespaces, which routes the webhook's entries, may
-    be ahead of its informer of parameters)."""
+    be ahead of its informer of parameters). A dry-run update asking for an epoch (the label
+    ``EPOCH``) passes only once that informer holds the parameters at that epoch: one such
+    proof stands for every namespace created before the epoch was set."""
     found = _guard(
         VISIBLE,
         [
@@ -1155,7 +1165,16 @@ def visible() -> list[dict[str, Any]]:
         matchConditions=[
             {"name": "the-compiler", "expression": f"request.userInfo.username == '{COMPILER}'"}
         ],
-        validations=[{"expression": "true"}],
+        validations=[
+            {
+                "expression": (
+                    f"!{_EPOCH_ASKED}.hasValue() || "
+                    f"params.metadata.?annotations[?'{EPOCH}'] == {_EPOCH_ASKED}"
+                ),
+                "message": EPOCH_MESSAGE,
+                "reason": "Forbidden",
+            }
+        ],
     )
     found[0]["spec"]["paramKind"] = {"apiVersion": API_VERSION, "kind": KIND}
     found[1]["spec"]["paramRef"] = {"name": NAME, "parameterNotFoundAction": "Deny"}

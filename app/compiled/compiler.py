@@ -49,6 +49,16 @@ from app.compiled.admission_policy import (
     policy,
 )
 from app.compiled.health import CompilerHealth
+from app.compiled.proof import (
+    BATCH,
+    FIELD_MANAGER,
+    MERGE,
+    NOT_SEEN,
+    SEEN_RETRIES,
+    EpochUnchecked,
+    Unseen,
+    prove,
+)
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
 from app.engine.incremental import CATEGORIES, NAMESPACES, Change, LiveSnapshot
@@ -85,17 +95,12 @@ from app.source.metadata import MetadataInformer
 
 log = logging.getLogger("label_rbac.compile")
 
-FIELD_MANAGER = "label-rbac-compiler"
 APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
-# The API server's refusal of an update of parameters its informer does not hold yet, and the
-# pauses before trying again (``ParamsWriter._seen`` and ``_probe``): at most 0.775 s of a
-# writer's time.
-NOT_SEEN = "no params found"
-SEEN_RETRIES = (0.025, 0.05, 0.1, 0.2, 0.4)
-# The Namespace mark is merge-patched: unlike an apply, a merge patch never creates the object
-# (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
-MERGE = "application/merge-patch+json"
+# The Namespace mark is merge-patched (``MERGE``): unlike an apply, a merge patch never creates
+# the object (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
+# ``NOT_SEEN`` and ``SEEN_RETRIES``: the API server's refusal of an update of parameters its
+# informer does not hold yet, and the pauses before trying again (``app.compiled.proof``).
 # How often the served resources are listed again (a new aggregated API becomes compilable); a
 # CRD changing (created, established, deleted, a version served or not) starts one at once.
 DISCOVERY_INTERVAL = 60.0
@@ -254,6 +259,9 @@ class Written:
     # key an annotation now restricts, the registration's annotation keeps it (the webhook's
     # fence then refuses to hand that restriction out to anyone new).
     unjudged: frozenset[str] = frozenset()
+    # Whether the policies are known to see these parameters (``app.compiled.proof``): a
+    # namespace is marked only then.
+    seen: bool = True
 
 
 def _unjudged(spec: Mapping[str, Any]) -> frozenset[str]:
@@ -474,6 +482,10 @@ class PendingNamespaces:
         """Whether nothing is pending."""
         return not (self._everything or self._touched or self._rest)
 
+    def at_least(self, n: int) -> bool:
+        """Whether ``n`` namespaces or more are pending (every one counts as many)."""
+        return self._everything or len(self._touched) + len(self._rest) >= n
+
     def take(self, known: Set[str], busy: Set[str], most: int) -> list[str]:
         """Up to ``most`` of the pending namespaces in ``known`` and not in ``busy`` (those stay
         pending); namespaces no longer known are dropped."""
@@ -563,6 +575,12 @@ class ParamsWriter:
         self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="params-writer")
         # Writes in flight, carried from one step to the next (a step never waits for them all).
         self._running: dict[Future[Written | None], str] = {}
+        # New parameters waiting to be proven seen by the policies, a batch at a time, and the
+        # proof in flight (``app.compiled.proof``), with the batch it proves.
+        self._unseen = Unseen()
+        self._proof: Future[None] | None = None
+        self._proof_batch: dict[str, object] = {}
+        self._proof_failures, self._proof_due = 0, 0.0
         # Discovery and the coverage run beside the writes: their reads (a request per API group,
         # the registration) never hold up a touched namespace.
         self._beside = ThreadPoolExecutor(1, thread_name_prefix="beside")
@@ -598,6 +616,7 @@ class ParamsWriter:
             with self._lock:
                 self._pending.add(ALL)
             self._written = self._stored()
+            self._unseen.reset()
             self.policies.reset()
             if self._coverage is not None:
                 self._beside.submit(self._coverage.reset)  # after any check running now
@@ -672,7 +691,8 @@ class ParamsWriter:
 
     def settle(self, timeout: float | None = None) -> None:
         """Wait for the writes in flight and the checks beside them (tests; shutting down)."""
-        wait(list(self._running), timeout)
+        proof: list[Future[Any]] = [self._proof] if self._proof is not None else []
+        wait([*self._running, *proof], timeout)
         if self._beside_due is not None:
             wait([self._beside_due], timeout)
 
@@ -694,8 +714,9 @@ class ParamsWriter:
         except KubeError as exc:
             log.warning("could not read the parameters written so far: %s", exc)
             return {}
+        # Parameters stored but not marked are proven seen before they are.
         return {
-            namespace: replace(found, marked=namespace in compiled)
+            namespace: replace(found, marked=namespace in compiled, seen=namespace in compiled)
             for namespace, found in stored
             if found is not None
         }
@@ -797,18 +818,28 @@ class ParamsWriter:
             if self._lease.current():
                 current = (self._snapshots() if self._snapshots else None) or snapshot
                 busy = set(running.values()) | lost | self._waiting(Namespaces(current))
-                for namespace in self._take(current, busy, WRITERS - len(running)):
+                busy.add(self._unseen.proving)
+                taken = self._take(current, busy, WRITERS - len(running))
+                # Many new namespaces: their proofs are batched (``app.compiled.proof``).
+                with self._lock:
+                    many = BATCH - len(taken) - len(running) - len(self._unseen)
+                    bulk = self._unseen.batches and self._pending.at_least(many)
+                for namespace in taken:
                     previous = self._written.get(namespace)
                     future = self._pool.submit(
-                        self._render_write, current, namespace, target, previous
+                        self._render_write, current, namespace, target, previous, bulk
                     )
                     future.add_done_callback(lambda _: self._wake.set())
                     running[future] = namespace
+                self._start_proof(set(running.values()))
             left = deadline - time.monotonic()
-            if not running or left <= 0:
+            proof: list[Future[Any]] = [self._proof] if self._proof is not None else []
+            if not (running or proof) or left <= 0:
                 return done
-            finished, _ = wait(running, left, FIRST_COMPLETED)
+            finished, _ = wait([*running, *proof], left, FIRST_COMPLETED)
             for future in finished:
+                if future not in running:
+                    continue
                 namespace = running.pop(future)
                 previous = self._written.get(namespace)
                 result = self._result(namespace, future)
@@ -820,6 +851,8 @@ class ParamsWriter:
                 elif result is not previous:
                     self._written[namespace] = result
                     done += 1
+            if self._proof is not None and self._proof in finished:
+                self._proof_done()  # after the writes it proves are recorded
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
         """What the write gave; None (and a retry scheduled) when it failed. Parameters written
@@ -843,14 +876,63 @@ class ParamsWriter:
         return result
 
     def _render_write(
-        self, snapshot: Snapshot, namespace: str, target: Target, previous: Written | None
+        self,
+        snapshot: Snapshot,
+        namespace: str,
+        target: Target,
+        previous: Written | None,
+        bulk: bool = False,
     ) -> Written | None:
         """Render ``namespace`` and write it if it changed (in a writer thread): ``previous``
         when nothing needed writing, None once the lease may have moved on."""
         rendered = render(snapshot, namespace, target)
         if not (spec := self._due(rendered, previous)):
             return previous
-        return self._write(rendered, spec, previous)
+        return self._write(rendered, spec, previous, bulk)
+
+    def _start_proof(self, busy: set[str]) -> None:
+        """Start proving the new parameters waiting for it unless a proof is in flight or
+        the last one failed less than its backoff ago."""
+        if self._proof is not None or self._clock() < self._proof_due:
+            return
+        found = self._unseen.take(busy)
+        if found is None:
+            return
+        sentinel, self._proof_batch = found
+        path = f"/apis/{API_VERSION}/namespaces/{sentinel}/{PLURAL}/{NAME}"
+        self._proof = self._pool.submit(prove, self._client, path, self._unseen.epochs)
+        self._proof.add_done_callback(lambda _: self._wake.set())
+
+    def _proof_done(self) -> None:
+        """The proof finished: the namespaces it proves are written again (their mark is
+        due); a failed one is tried again after a backoff, with what waits then."""
+        assert self._proof is not None
+        future, self._proof = self._proof, None
+        try:
+            future.result()
+        except EpochUnchecked as exc:
+            back = self._unseen.failed(unchecked=True)
+            log.info("proving new parameters one namespace at a time (%s)", exc)
+            with self._lock:
+                self._pending.add(back)
+            return
+        except KubeError as exc:
+            self._unseen.failed(unchecked=False)
+            self._proof_failures += 1
+            delay = backoff(self._proof_failures)
+            self._proof_due = self._clock() + delay
+            self._failures_log.warning(
+                "could not prove new parameters seen (retrying in %.1fs): %s", delay, exc
+            )
+            return
+        self._proof_failures = 0
+        proven = self._unseen.proven(self._proof_batch)
+        for namespace in proven:
+            found = self._written.get(namespace)
+            if found is not None and found is self._proof_batch[namespace]:
+                self._written[namespace] = replace(found, seen=True)
+        with self._lock:
+            self._pending.add(proven)
 
     def gone(self, namespace: str) -> None:
         """The parameters of ``namespace`` were deleted (the watch of them says so): write them
@@ -858,14 +940,19 @@ class ParamsWriter:
         namespace; one created again under the same name must get them, or the policy refuses
         every write it matches there."""
         self._written.pop(namespace, None)
+        self._unseen.discard(namespace)
         with self._lock:
             self._pending.add((namespace,))
         self._wake.set()
 
-    def _write(self, rendered: Rendered, spec: bytes, previous: Written | None) -> Written | None:
+    def _write(
+        self, rendered: Rendered, spec: bytes, previous: Written | None, bulk: bool = False
+    ) -> Written | None:
         """Write a namespace's parameters, and its mark after them (before them when it loses
-        it), so that at every moment the webhook or the policy judges its writes. None, writing
-        nothing, once the lease may have moved on."""
+        it), so that at every moment the webhook or the policy judges its writes. New parameters
+        are marked once the policies see them: proven here, or with ``bulk`` left to a proof of
+        many (``app.compiled.proof``). None, writing nothing, once the lease may have moved
+        on."""
         if not self._lease.current():
             return None
         delegated = rendered.delegated is not None
@@ -892,7 +979,11 @@ class ParamsWriter:
         written = Written(spec, delegated, marked, since, _unjudged(rendered.spec))
         if delegated or (previous is not None and previous.marked):
             return written
-        if previous is None:
+        if previous is None or not previous.seen:
+            if bulk:
+                unseen = replace(written, marked=False, seen=False)
+                self._unseen.add(rendered.namespace, unseen)
+                return unseen
             self._seen(path, body)
         if not self.policies.ready:  # marked once the policies are written (``_keep_cluster``)
             with self._lock:

@@ -18,6 +18,8 @@ import pytest
 from app.compiled import compiler as compile_module
 from app.compiled.admission_policy import (
     ACTIONS,
+    EPOCH,
+    EPOCH_MESSAGE,
     POLICY,
     PROBE_LABEL,
     PROBE_MESSAGE,
@@ -26,6 +28,7 @@ from app.compiled.admission_policy import (
 )
 from app.compiled.compiler import (
     BACKOFF_MAX,
+    BATCH,
     DISCOVERY_INTERVAL,
     FIELD_MANAGER,
     KEEP_INDEXED,
@@ -78,6 +81,12 @@ class Client:
         # (the API server has not loaded the enforcing policy).
         self.probes: list[str] = []
         self.unloaded = 0
+        # The epochs set on parameters (``app.compiled.proof``), the asks for one refused before
+        # the informer holds it, and whether the policy checks epochs at all.
+        self.epochs: dict[str, str] = {}
+        self.epoch_lag = 0
+        self.checks_epochs = True
+        self.asked: list[str] = []
         self.policy_written = False
         self._created: set[str] = set()
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
@@ -118,6 +127,8 @@ class Client:
             raise ApiError(422, "Invalid", f"... denied request: {NOT_SEEN} for policy binding")
         if params:
             self._created.add(path)
+        if params and EPOCH in (body.get("metadata") or {}).get("annotations", {}):
+            self.epochs[path] = body["metadata"]["annotations"][EPOCH]
         if path == f"{POLICIES}/{POLICY}":
             self.policy_written = True
         if "leases" in path:
@@ -126,7 +137,22 @@ class Client:
 
     def _probe(self, path: str, body: Mapping[str, Any]) -> Any:
         """The compiler's probe (a dry-run update): refused by the enforcing policy once it is
-        written and loaded (after ``unloaded`` probes), where the parameters are."""
+        written and loaded (after ``unloaded`` probes), where the parameters are. A dry run
+        asking for an epoch is refused until the epoch was set and ``epoch_lag`` asks for it
+        were refused (unless the policy does not check epochs)."""
+        if EPOCH in body["metadata"]["labels"]:
+            asked = body["metadata"]["labels"][EPOCH]
+            with self._lock:
+                self.asked.append(asked)
+                lagging = self.epoch_lag > 0 and self.epochs.get(path) == asked
+                self.epoch_lag -= lagging
+            if self.checks_epochs and (lagging or self.epochs.get(path) != asked):
+                raise ApiError(422, "Invalid", f"... denied request: {EPOCH_MESSAGE}")
+            if self.epochs.get(path) == asked:  # seen (a proof's, not its check of the policy)
+                with self._lock:
+                    self.writes.append(("ASK", path, body, []))
+                    self.types.append("")
+            return body
         assert body["metadata"]["labels"] == {PROBE_LABEL: "true"}
         with self._lock:
             self.probes.append(path.split("/")[5])
@@ -385,6 +411,85 @@ def test_a_namespace_is_marked_only_once_an_update_of_its_new_parameters_is_admi
     assert told == ["params"] * (1 + tries) + (["mark=true"] if marked else [])
 
 
+def many_namespaces(n: int) -> LiveSnapshot:
+    objects: list[tuple[str, dict[str, Any]]] = []
+    for i in range(n):
+        name = f"n{i:02d}"
+        team = role("team-a", name, [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}})
+        objects += [team, binding("a", "team-a", "User:alice", namespace=name), namespace(name)]
+    return live(*objects)
+
+
+def proofs(client: Client) -> tuple[dict[str, int], dict[str, int]]:
+    """Check that every namespace was marked only once the policies were proven to see its
+    parameters: by an update of them admitted (one namespace), or by an epoch set after they
+    were created and then seen (a batch; the epoch before the one seen, as an informer that
+    coalesces one object's changes needs). The namespaces proven each way, by their marks."""
+    created: dict[str, int] = {}
+    one: dict[str, int] = {}
+    sets: list[tuple[str, int]] = []  # (epoch, when set)
+    seen_from = -1  # parameters created before this write are proven seen
+    batch: dict[str, int] = {}
+    for i, (method, path, body, _) in enumerate(client.writes):
+        name = path.split("/")[5] if path.count("/") > 5 else path.rsplit("/", 1)[-1]
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        if method == "ASK":
+            asked = body["metadata"]["labels"][EPOCH]
+            (k,) = [k for k, (epoch, _) in enumerate(sets) if epoch == asked]
+            seen_from = max(seen_from, sets[k - 1][1] if k else -1)
+        elif "labelrbacparams" in path and EPOCH in annotations:
+            sets.append((annotations[EPOCH], i))
+        elif "labelrbacparams" in path:
+            if name in created:
+                one.setdefault(name, i)
+            created.setdefault(name, i)
+        elif path.startswith("/api/v1/namespaces/") and body["metadata"]["labels"][MARK]:
+            if name in one and one[name] < i:
+                continue
+            assert created[name] < seen_from, f"{name} marked unproven"
+            batch[name] = i
+    return one, batch
+
+
+def test_many_new_namespaces_are_proven_seen_by_a_batch_before_they_are_marked() -> None:
+    """A first compile: each namespace's parameters are sent once, and a few proofs of a batch
+    (an epoch set, then seen) stand for the update each would otherwise need."""
+    client, clock = Client(), [0.0]
+    client.epoch_lag = 3
+    state = many_namespaces(40)
+    writer(client, clock).step(state.snapshot)
+    one, batch = proofs(client)
+    assert sorted(batch) + sorted(one) == sorted(f"n{i:02d}" for i in range(40))
+    assert len(batch) > 40 - BATCH
+    assert len([1 for method, *_ in client.writes if method == "ASK"]) < 10
+
+
+def test_a_policy_that_does_not_check_epochs_leaves_each_namespace_proven_on_its_own() -> None:
+    """An older release's policy admits any epoch: proofs of a batch would prove nothing, so
+    each namespace's update proves it, once a few sentinels were refused."""
+    client, clock = Client(), [0.0]
+    client.checks_epochs = False
+    writer(client, clock).step(many_namespaces(30).snapshot)
+    one, batch = proofs(client)
+    assert batch == {} and sorted(one) == [f"n{i:02d}" for i in range(30)]
+    assert not [1 for method, *_ in client.writes if method == "ASK"]
+
+
+def test_a_batch_never_seen_is_not_marked_and_is_proven_again_later() -> None:
+    client, clock = Client(), [0.0]
+    client.epoch_lag = 10**6  # the informer never gets there
+    state = many_namespaces(30)
+    params = writer(client, clock, timed=True)
+    params.step(state.snapshot)
+    assert not [w for w in client.writes if w[1].startswith("/api/v1/namespaces/n")][BATCH:]
+    client.epoch_lag = 0
+    clock[0] += BACKOFF_MAX
+    for _ in range(3):
+        params.step(state.snapshot)
+    one, batch = proofs(client)
+    assert len(one) + len(batch) == 30
+
+
 def test_a_namespace_that_does_not_exist_is_not_marked_and_is_tried_again() -> None:
     client, clock = Client(), [0.0]
     client.missing.add("/api/v1/namespaces/t2")
@@ -523,7 +628,8 @@ def test_a_touched_namespace_goes_before_the_rest_of_a_full_render() -> None:
 
 def test_the_compiled_condition_keeps_its_transition_time_while_it_says_the_same() -> None:
     def condition(client: Client, namespace: str) -> dict[str, Any]:
-        (body,) = [b for _, p, b, _ in client.writes if f"{namespace}/labelrbacparams" in p]
+        # Sent twice when unmarked: the apply, then the update proving the policies see it.
+        *_, body = [b for _, p, b, _ in client.writes if f"{namespace}/labelrbacparams" in p]
         return dict(body["status"]["conditions"][0])
 
     first, clock = Client(), [0.0]

@@ -287,7 +287,10 @@ spec:
   - name: the-compiler
     expression: request.userInfo.username == 'system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler'
   validations:
-  - expression: 'true'
+  - expression: '!object.metadata.?labels[?''labelrbac.io/epoch''].hasValue() || params.metadata.?annotations[?''labelrbac.io/epoch'']
+      == object.metadata.?labels[?''labelrbac.io/epoch'']'
+    message: the parameters the policies read have not reached this epoch yet
+    reason: Forbidden
   paramKind:
     apiVersion: labelrbac.io/v1alpha1
     kind: LabelRbacParams
