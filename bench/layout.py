@@ -18,7 +18,8 @@ registration held dormant, there for the compiler's coverage conditions) and the
   and the cluster part once, rendered by the engine (``app.engine.params``) for one namespace
   of the layout and the K grants;
 - **API server RSS** (/proc) with the cluster built and no compiled path, after the first
-  compile, and at the end;
+  compile, and at the end; and its live heap then (its /metrics: what the last garbage
+  collection kept, without the garbage its RSS still holds);
 - **all marked**: seconds from the compiler's start until every namespace is marked compiled
   (the first full compile: every namespace's plain writes judged by the policy);
 - **first compile CPU**: CPU milliseconds per namespace the API server, etcd and the compiler
@@ -201,6 +202,18 @@ def information(namespaces: int, grants: int) -> dict[str, int]:
 def apiserver_mb(cp: ControlPlane) -> float:
     assert cp.apiserver is not None
     return round(rss_bytes(cp.apiserver.pid) / 1e6, 1)
+
+
+def apiserver_heap_mb(cp: ControlPlane) -> float:
+    """The API server's live heap as its /metrics tells it (what the last garbage collection
+    kept; its RSS also holds garbage not collected yet and memory not returned): -1 if absent."""
+    status, text = cp.request(ADMIN, "GET", "/metrics", timeout=60)
+    lines = text.splitlines() if status == 200 and isinstance(text, str) else []
+    for name in ("go_gc_heap_live_bytes", "go_memstats_heap_alloc_bytes"):
+        for line in lines:
+            if line.startswith(f"{name} "):
+                return round(float(line.split()[1]) / 1e6, 1)
+    return -1.0
 
 
 # -- the compiler -----------------------------------------------------------------------------
@@ -573,6 +586,7 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         print(f"[{layout.name}] built {objects} objects in {seconds:.0f} s", flush=True)
         time.sleep(5)
         out["apiserver_rss_none_mb"] = apiserver_mb(cp)
+        out["apiserver_heap_none_mb"] = apiserver_heap_mb(cp)
         install(cp, layout.root, "policy.yaml")
         parts = {"apiserver": cp.apiserver, "etcd": cp.etcd}
         before = {name: process_cpu(p.pid) for name, p in parts.items() if p is not None}
@@ -599,6 +613,7 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         out.update(information(layout.namespaces, layout.grants))
         out["stored_vs_information"] = round(out["stored_bytes"] / out["information_bytes"], 2)
         out["apiserver_rss_compiled_mb"] = apiserver_mb(cp)
+        out["apiserver_heap_compiled_mb"] = apiserver_heap_mb(cp)
         print(f"[{layout.name}] stored {out['stored_bytes'] / 1e6:.1f} MB "
               f"({out['stored_vs_information']}x the information); API server "
               f"{out['apiserver_rss_none_mb']:.0f} MB before, "
@@ -622,6 +637,7 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
             out["compiler_peak_upgrade_mb"] = compiler.peak_mb()
             out["upgraded"] = stored(admin)
         out["apiserver_rss_end_mb"] = apiserver_mb(cp)
+        out["apiserver_heap_end_mb"] = apiserver_heap_mb(cp)
         out["load_average_after"] = round(os.getloadavg()[0], 2)
     finally:
         if compiler is not None:
@@ -676,6 +692,9 @@ ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("API server RSS MB, none", "apiserver_rss_none_mb", str),
     ("API server RSS MB, compiled", "apiserver_rss_compiled_mb", str),
     ("API server RSS MB, end", "apiserver_rss_end_mb", str),
+    ("API server live heap MB, none", "apiserver_heap_none_mb", str),
+    ("API server live heap MB, compiled", "apiserver_heap_compiled_mb", str),
+    ("API server live heap MB, end", "apiserver_heap_end_mb", str),
     ("compiler peak MB, first", "compiler_peak_first_mb", str),
     ("compiler peak MB, takeover", "compiler_peak_takeover_mb", str),
     ("compiler peak MB, upgrade", "compiler_peak_upgrade_mb", str),

@@ -274,12 +274,13 @@ def _cluster_found(op: str, key: str) -> str:
 def _cluster_grant(chunk: str, grant_id: str) -> str:
     """CEL: the grant ``grant_id`` of ``chunk`` as a namespace's parameters hold one, built
     from the maps of one type each the constants hold it in (``params.grant_maps``: a literal
-    mixing types costs the API server seconds to check, through a ``dyn`` per value)."""
-    labels = (
-        f"{chunk}.labels[x].map(q, {{'key': dyn(q.key[0]), 'exact': dyn(q.exact), "
-        "'prefixes': dyn(q.prefixes), 'suffixes': dyn(q.suffixes), "
-        "'patterns': dyn(q.patterns)})"
+    mixing types costs the API server seconds to check, through a ``dyn`` per value), a
+    requirement's empty lists put back."""
+    lists = ", ".join(
+        f"'{name}': dyn(q.?{name}.orValue([]))"
+        for name in ("exact", "prefixes", "suffixes", "patterns")
     )
+    labels = f"{chunk}.labels[x].map(q, {{'key': dyn(q.key[0]), {lists}}})"
     kinds = {
         "unrestricted": "'role': dyn(s.role), 'unrestricted': dyn(true)",
         "invalid": "'role': dyn(s.role), 'invalid': dyn(s.invalid)",

@@ -786,7 +786,8 @@ def grant_maps(grant: Mapping[str, Any]) -> dict[str, Any]:
     """A grant as the cluster part's constants hold it, in maps each of one type: ``grants``,
     its strings (``role``, ``mode``, ``allows``, ``invalid``, ``unrestricted`` as "true", and
     ``kind``: ``unrestricted``, ``invalid`` or ``labels``); ``labels``, its requirements with
-    every value a list of strings (``key`` a list of one); ``names``, its resourceNames. The API
+    every value a list of strings (``key`` a list of one), an empty one left out; ``names``, its
+    resourceNames. The API
     server's CEL checks a literal mixing types only through one ``dyn`` per value, and building
     those took it seconds per policy write (3.8 s for 250 grants, against 0.3 s without)."""
     kind = next(k for k in ("unrestricted", "invalid", "labels") if k in grant)
@@ -796,7 +797,11 @@ def grant_maps(grant: Mapping[str, Any]) -> dict[str, Any]:
     }
     found: dict[str, Any] = {"grants": strings}
     if "labels" in grant:
-        found["labels"] = [{**r, "key": [r["key"]]} for r in grant["labels"]]
+        # Without its empty lists: each empty list literal cost the API server's type checker
+        # more than the rest of the constant (0.5 s against 0.1 s for 200 grants).
+        found["labels"] = [
+            {k: v for k, v in {**r, "key": [r["key"]]}.items() if v != []} for r in grant["labels"]
+        ]
     if "names" in grant:
         found["names"] = list(grant["names"])
     return found
