@@ -32,8 +32,8 @@ registration held dormant, there for the compiler's coverage conditions) and the
   edits, alternating: the ``LabelRbacParams`` whose resourceVersion changed (listed metadata
   only before and after), the compiler's writes of policies (the API server's audit log), and
   seconds from the edit to its enforcement, as the affected cluster-bound user's dry-run
-  creates see it through the API server (polled: every 20 ms for the first second, then every
-  250 ms): the value the edit grants is allowed and the one it took away (or a value never
+  creates see it through the API server (polled: every 20 ms for the first 5 seconds, then
+  every 250 ms): the value the edit grants is allowed and the one it took away (or a value never
   granted) is refused by the label rule. Once enforced, the compiler's writes are waited out
   (``--quiet`` seconds without one); ``settled_s`` is when its last write came;
 - **namespaced**: ``--edits`` RoleBindings added, each binding a new user to a namespace's
@@ -433,7 +433,7 @@ class Probe:
             waited = time.monotonic() - since
             if waited > WAIT:
                 raise RuntimeError(f"not enforced in time: {self}")
-            time.sleep(0.02 if waited < 1 else 0.25 if waited < 10 else 1.0)
+            time.sleep(0.02 if waited < 5 else 0.25 if waited < 10 else 1.0)
         return time.monotonic() - since
 
 
