@@ -28,6 +28,7 @@ BENCHMARKS = {
     "connections": "bench.connections",
     "framing": "bench.framing",
     "layout": "bench.layout",
+    "constants": "bench.constants",
 }
 
 

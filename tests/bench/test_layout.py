@@ -30,6 +30,11 @@ def test_a_tiny_layout_run_stores_the_cluster_part_once_and_the_previous_layout_
         # label-rbac, default and the kube-* namespaces have parameters too.
         assert run["params_objects"] == namespaces + 5
         assert 0 < run["written_s"] <= run["enforcing_s"]
+        assert run["marked_s"] > 0  # every namespace marked: the first compile's end
+        cpu = run["first_compile_cpu_ms_per_namespace"]
+        assert set(cpu) == {"apiserver", "etcd", "compiler"} and min(cpu.values()) > 0
+        for at in ("none", "compiled", "end"):
+            assert run[f"apiserver_heap_{at}_mb"] > 10, at  # the API server's live heap
         assert run["information_bytes"] == namespaces * run["own_bytes"] + run["cluster_bytes"]
         assert run["apiserver_rss_none_mb"] > 50 and run["apiserver_rss_compiled_mb"] > 50
         for peak in ("first", "takeover"):

@@ -33,6 +33,7 @@ FLAGS = {
         "--edits",
         "--json",
     ),
+    "constants": ("--cluster-grants", "--rounds", "--json"),
 }
 
 
