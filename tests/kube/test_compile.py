@@ -73,6 +73,18 @@ def holder(cp: ControlPlane) -> str:
     return lease["spec"]["holderIdentity"] if status == 200 else ""
 
 
+def install_compiled(cp: ControlPlane, *namespaces: str) -> None:
+    """The compiled component's CRD, policies and RBAC as shipped, and ``namespaces``."""
+    for namespace in ("label-rbac", *namespaces):
+        cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    cp.apply(ADMIN, documents("crd.yaml"))
+    wait_for(
+        lambda: cp.request(ADMIN, "GET", "/apis/labelrbac.io/v1alpha1/labelrbacparams")[0] == 200,
+        "the CRD",
+    )
+    cp.apply(ADMIN, documents("policy.yaml") + documents("rbac.yaml"))
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Compilers]]:
     require_control_plane()
@@ -81,16 +93,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
     cp.start()
     compilers = Compilers(cp, workdir)
     try:
-        for namespace in ("label-rbac", NS):
-            cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
-        cp.apply(ADMIN, documents("crd.yaml"))
-        wait_for(
-            lambda: (
-                cp.request(ADMIN, "GET", "/apis/labelrbac.io/v1alpha1/labelrbacparams")[0] == 200
-            ),
-            "the CRD",
-        )
-        cp.apply(ADMIN, documents("policy.yaml") + documents("rbac.yaml"))
+        install_compiled(cp, NS)
         cp.apply(
             ADMIN, [rbac(TEAM_A), rbac(binding("alice-a", "team-a", "User:alice", namespace=NS))]
         )

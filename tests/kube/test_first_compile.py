@@ -20,7 +20,7 @@ from app.engine.params import MARK
 from tests.kube.cluster import Compilers
 from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, ControlPlane, User
-from tests.kube.test_compile import documents, rbac
+from tests.kube.test_compile import install_compiled, rbac
 from tests.support import binding, role, rule
 
 N = 40
@@ -41,16 +41,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]
     cp.start()
     compilers = Compilers(cp, workdir)
     try:
-        for namespace in ("label-rbac", *NAMESPACES):
-            cp.request(ADMIN, "POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
-        cp.apply(ADMIN, documents("crd.yaml"))
-        wait_for(
-            lambda: (
-                cp.request(ADMIN, "GET", "/apis/labelrbac.io/v1alpha1/labelrbacparams")[0] == 200
-            ),
-            "the CRD",
-        )
-        cp.apply(ADMIN, documents("policy.yaml") + documents("rbac.yaml"))
+        install_compiled(cp, *NAMESPACES)
         for namespace in NAMESPACES:
             team = role(
                 "team-a", namespace, [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}
