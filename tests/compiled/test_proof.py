@@ -90,17 +90,28 @@ def test_a_batch_is_what_waited_when_it_was_taken_and_still_waits_unchanged() ->
     assert len(unseen) == 2 and unseen.proving == ""
 
 
+def test_a_namespace_the_policies_never_judge_is_a_sentinel_only_when_nothing_else_waits() -> None:
+    unseen = Unseen()
+    waiting = {"kube-system": None, "label-rbac": None, "t1": None}
+    for name in waiting:
+        unseen.add(name, None)
+    assert unseen.take(set()) == ("t1", waiting)
+    unseen.failed(unchecked=False)
+    assert unseen.take({"t1"}) == ("kube-system", waiting)
+
+
 def test_sentinels_that_do_not_check_epochs_are_handed_back_then_batches_given_up() -> None:
     unseen = Unseen()
-    for name in "abcde":
+    names = [f"n{i:02d}" for i in range(GIVE_UP + 2)]
+    for name in names:
         unseen.add(name, None)
     handed = []
     for _ in range(GIVE_UP):
         assert unseen.batches
         assert unseen.take(set()) is not None
         handed.append(unseen.failed(unchecked=True))
-    assert handed[: GIVE_UP - 1] == [[s] for s in "abcde"[: GIVE_UP - 1]]
-    assert sorted(handed[-1]) == sorted("abcde"[GIVE_UP - 1 :])
+    assert handed[: GIVE_UP - 1] == [[n] for n in names[: GIVE_UP - 1]]
+    assert sorted(handed[-1]) == names[GIVE_UP - 1 :]
     assert not unseen.batches and len(unseen) == 0
     unseen.reset()
     assert unseen.batches
