@@ -55,6 +55,7 @@ from app.compiled.proof import (
     MERGE,
     NOT_SEEN,
     SEEN_RETRIES,
+    UNJUDGED,
     EpochUnchecked,
     Unseen,
     prove,
@@ -991,7 +992,8 @@ class ParamsWriter:
             return replace(written, marked=False)
         if not self.policies.proven:
             unmarked = replace(written, marked=False)
-            if not self.policies.claim_probe():
+            # Where the policies never judge, a probe would fail and hold back the others.
+            if rendered.namespace in UNJUDGED or not self.policies.claim_probe():
                 raise Unmarked(unmarked, "the compiled policy is not known to be in force yet")
             try:
                 self._probe(path)

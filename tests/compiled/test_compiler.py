@@ -1255,6 +1255,22 @@ def test_no_namespace_is_marked_before_the_api_server_enforces_the_policy() -> N
     assert len(client.probes) == len(SEEN_RETRIES) + 1
 
 
+def test_a_namespace_the_policies_never_judge_waits_for_a_judged_one_to_probe() -> None:
+    """A probe in kube-system would never be refused, and its backoff would hold back every
+    namespace: such a namespace is marked once a judged one has proven the policy."""
+    client, clock = Client(), [0.0]
+    kube_system = role(
+        "team-a", "kube-system", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}
+    )
+    state = live(*OBJECTS, kube_system, namespace("kube-system"))
+    params = writer(client, clock, timed=True)
+    params.step(state.snapshot)
+    clock[0] += BACKOFF_MAX
+    params.step(state.snapshot)
+    assert "kube-system" not in client.probes and client.probes
+    assert story(client, "kube-system")[-1] == story(client, "t1")[-1] == "mark=true"
+
+
 def test_a_policy_created_again_is_proven_again_before_the_next_mark() -> None:
     client, clock = Client(), [0.0]
     state = live(*OBJECTS)
