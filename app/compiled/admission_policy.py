@@ -120,10 +120,11 @@ NODES = "system:nodes"
 GROUP = API_VERSION.split("/")[0]
 # The namespaces label-rbac judges, as manifests/deploy/webhook.yaml selects them: never its own
 # (a broken rollout stays repairable) or kube-system, and not those opted out.
+NAME_KEY = "kubernetes.io/metadata.name"  # the label the API server gives every namespace
 JUDGED: Mapping[str, Any] = {
     "matchExpressions": [
         {
-            "key": "kubernetes.io/metadata.name",
+            "key": NAME_KEY,
             "operator": "NotIn",
             "values": ["label-rbac", "kube-system"],
         },
@@ -155,6 +156,20 @@ class Install:
             raise ValueError(f"{name}: not a name of this install")
         return self.name + name[len(POLICY) :]
 
+    @property
+    def unjudged(self) -> frozenset[str]:
+        """The namespaces this install's policies never judge by name: kube-system and its own."""
+        return frozenset(
+            value
+            for expression in JUDGED["matchExpressions"]
+            if expression["key"] == NAME_KEY and expression["operator"] == "NotIn"
+            for value in self._left_out(expression["values"])
+        )
+
+    def _left_out(self, values: Iterable[str]) -> list[str]:
+        """The names a selector of the shipped install leaves out (``values``), in this one."""
+        return [self.namespace if v == OWN_NAMESPACE else v for v in values]
+
     def document(self, document: Mapping[str, Any]) -> dict[str, Any]:
         """``document`` (a policy or binding generated here) with this install's names, the
         namespace its selectors leave out and the compiler's username."""
@@ -166,10 +181,8 @@ class Install:
         # A policy's matchConstraints, and a binding's own copy of its policy's (matchResources).
         for match in (spec.get("matchConstraints", {}), spec.get("matchResources", {})):
             for expression in match.get("namespaceSelector", {}).get("matchExpressions", ()):
-                if expression["key"] == "kubernetes.io/metadata.name":
-                    expression["values"] = [
-                        self.namespace if v == OWN_NAMESPACE else v for v in expression["values"]
-                    ]
+                if expression["key"] == NAME_KEY:
+                    expression["values"] = self._left_out(expression["values"])
         replaced: dict[str, Any] = _replace_strings(
             found, lambda s: s.replace(COMPILER, self.compiler)
         )

@@ -55,7 +55,6 @@ from app.compiled.proof import (
     MERGE,
     NOT_SEEN,
     SEEN_RETRIES,
-    UNJUDGED,
     EpochUnchecked,
     Unseen,
     prove,
@@ -567,6 +566,8 @@ class ParamsWriter:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._written: dict[str, Written] = {}
+        # Where the install's policies never judge: no probe of the enforcing one is sent there.
+        self._unjudged = install.unjudged
         # Namespaces whose last write failed: (failures in a row, when to try again).
         self._retry: dict[str, tuple[int, float]] = {}
         # Namespaces whose Namespace object was created since the last step: their backoff
@@ -578,7 +579,7 @@ class ParamsWriter:
         self._running: dict[Future[Written | None], str] = {}
         # New parameters waiting to be proven seen by the policies, a batch at a time, and the
         # proof in flight (``app.compiled.proof``), with the batch it proves.
-        self._unseen = Unseen()
+        self._unseen = Unseen(install.unjudged)
         self._proof: Future[None] | None = None
         self._proof_batch: dict[str, object] = {}
         self._proof_failures, self._proof_due = 0, 0.0
@@ -993,7 +994,7 @@ class ParamsWriter:
         if not self.policies.proven:
             unmarked = replace(written, marked=False)
             # Where the policies never judge, a probe would fail and hold back the others.
-            if rendered.namespace in UNJUDGED or not self.policies.claim_probe():
+            if rendered.namespace in self._unjudged or not self.policies.claim_probe():
                 raise Unmarked(unmarked, "the compiled policy is not known to be in force yet")
             try:
                 self._probe(path)
@@ -1024,8 +1025,9 @@ class ParamsWriter:
         created, that the API server has loaded it (a marked namespace's plain writes are judged
         by the policy alone): a dry-run update of the namespace's parameters carrying
         ``PROBE_LABEL``, which that policy refuses once loaded, where it finds these parameters
-        and judges the namespace (``kube-system`` and the exempt ones wait for a judged one to
-        prove it). Tried again a few times, then the write fails (and is retried)."""
+        and judges the namespace (those it never judges by name, kube-system and the install's
+        own, wait for a judged one to prove it; an exempt one's probe fails). Tried again a few
+        times, then the write fails (and is retried)."""
         body = {"metadata": {"labels": {PROBE_LABEL: "true"}}}
         query = [("dryRun", "All"), ("fieldManager", FIELD_MANAGER)]
         for delay in (*SEEN_RETRIES, 0.0):

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Set
 from functools import partial
 
-from app.compiled.admission_policy import EPOCH, EPOCH_MESSAGE, JUDGED
+from app.compiled.admission_policy import EPOCH, EPOCH_MESSAGE, SHIPPED
 from app.source.api import ApiError, KubeClient, KubeError
 
 # The refusal of an update of parameters the API server's informer does not hold yet, and the
@@ -46,13 +46,6 @@ FIELD_MANAGER = "label-rbac-compiler"
 # each sentinel's namespace was exempt, which costs two requests a sentinel).
 BATCH = 16
 GIVE_UP = 8
-# Namespaces the shipped policies never judge by name: never taken as a sentinel first.
-UNJUDGED = frozenset(
-    value
-    for expression in JUDGED["matchExpressions"]
-    if expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
-    for value in expression["values"]
-)
 
 
 class EpochUnchecked(KubeError):
@@ -117,9 +110,12 @@ def epoch_source() -> Callable[[], str]:
 
 class Unseen:
     """The namespaces whose new parameters wait for a proof that the policies see them, each
-    with what was written there; at most one proof of a batch at a time."""
+    with what was written there; at most one proof of a batch at a time. ``unjudged``: the
+    namespaces the install's policies never judge by name (``Install.unjudged``), never taken
+    as a sentinel while another can be."""
 
-    def __init__(self) -> None:
+    def __init__(self, unjudged: Set[str] = SHIPPED.unjudged) -> None:
+        self._unjudged = unjudged
         self._lock = threading.Lock()
         self._waiting: dict[str, object] = {}
         self.proving = ""  # the sentinel of the proof in flight
@@ -155,7 +151,7 @@ class Unseen:
             if self.proving or not self._waiting:
                 return None
             free = [n for n in self._waiting if n not in busy]
-            sentinel = next((n for n in free if n not in UNJUDGED), free[0] if free else "")
+            sentinel = next((n for n in free if n not in self._unjudged), free[0] if free else "")
             if not sentinel:
                 return None
             self.proving = sentinel

@@ -25,6 +25,7 @@ from app.compiled.admission_policy import (
     PROBE_MESSAGE,
     SUBRESOURCE_GUARD,
     SUBRESOURCES,
+    Install,
     compiled_rules,
     fast_allowed,
     manifests,
@@ -225,6 +226,27 @@ def test_the_policies_judge_the_namespaces_the_webhook_judges() -> None:
             assert doc["spec"]["matchConstraints"]["namespaceSelector"] == JUDGED
         if doc["spec"].get("policyName") in ACTIONS:
             assert doc["spec"]["matchResources"]["namespaceSelector"] == JUDGED
+
+
+@pytest.mark.parametrize(
+    ("install", "unjudged"),
+    [
+        pytest.param(Install(), {"label-rbac", "kube-system"}, id="shipped"),
+        pytest.param(Install("acme", "acme-system"), {"acme-system", "kube-system"}, id="renamed"),
+        pytest.param(Install("acme"), {"label-rbac", "kube-system"}, id="renamed-in-label-rbac"),
+    ],
+)
+def test_an_install_never_judges_by_name_kube_system_and_its_own_namespace(
+    install: Install, unjudged: set[str]
+) -> None:
+    """What the compiler keeps out of its proofs is what the policies it writes leave out."""
+    assert install.unjudged == unjudged
+    for name in ACTIONS:
+        selector = install.document(policy(name))["spec"]["matchConstraints"]["namespaceSelector"]
+        (by_name,) = [
+            e for e in selector["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"
+        ]
+        assert by_name["operator"] == "NotIn" and set(by_name["values"]) == unjudged
 
 
 def test_the_split_sends_marked_namespaces_only_what_the_policy_leaves() -> None:

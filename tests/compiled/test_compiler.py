@@ -23,6 +23,7 @@ from app.compiled.admission_policy import (
     POLICY,
     PROBE_LABEL,
     PROBE_MESSAGE,
+    SHIPPED,
     Install,
     policy,
 )
@@ -35,7 +36,6 @@ from app.compiled.compiler import (
     MERGE,
     NOT_SEEN,
     POLICIES,
-    SEEN_RETRIES,
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
@@ -43,6 +43,7 @@ from app.compiled.compiler import (
     ServedResources,
     backoff,
 )
+from app.compiled.proof import SEEN_RETRIES
 from app.compiled.registration import API as REGISTRATIONS
 from app.compiled.registration import COMPILED_ENTRY, CONDITION, CoverageWriter, expression
 from app.engine.context import Options
@@ -88,6 +89,8 @@ class Client:
         self.checks_epochs = True
         self.asked: list[str] = []
         self.policy_written = False
+        self.policy = POLICY  # the enforcing policy's name (the install's)
+        self.never_judged: set[str] = set()  # namespaces it does not judge: probes there pass
         self._created: set[str] = set()
         self._lock = threading.Lock()  # the writer writes namespaces from several threads
 
@@ -129,7 +132,7 @@ class Client:
             self._created.add(path)
         if params and EPOCH in (body.get("metadata") or {}).get("annotations", {}):
             self.epochs[path] = body["metadata"]["annotations"][EPOCH]
-        if path == f"{POLICIES}/{POLICY}":
+        if path == f"{POLICIES}/{self.policy}":
             self.policy_written = True
         if "leases" in path:
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}}
@@ -159,7 +162,8 @@ class Client:
             if self.unloaded > 0:
                 self.unloaded -= 1
                 return body
-        if self.policy_written and path in self._created:
+        judged = path.split("/")[5] not in self.never_judged
+        if self.policy_written and path in self._created and judged:
             raise ApiError(422, "Invalid", f"... denied request: {PROBE_MESSAGE}")
         return body
 
@@ -211,6 +215,7 @@ def writer(
     discover: Callable[[Any], Sequence[Resource]] = lambda _: [Resource("", "configmaps")],
     coverage: CoverageWriter | None = None,
     timed: bool = False,
+    install: Install = SHIPPED,
 ) -> ParamsWriter:
     """A writer whose lease (and, with ``timed``, its discovery and retries) follows ``clock``."""
     lease = LeaderLease(client, "label-rbac", "lead", "me", lease_seconds, clock=lambda: clock[0])  # type: ignore[arg-type]
@@ -223,6 +228,7 @@ def writer(
         snapshots=snapshots,
         max_work=max_work,
         coverage=coverage,
+        install=install,
         **({"clock": lambda: clock[0]} if timed else {}),
     )
 
@@ -1255,20 +1261,45 @@ def test_no_namespace_is_marked_before_the_api_server_enforces_the_policy() -> N
     assert len(client.probes) == len(SEEN_RETRIES) + 1
 
 
-def test_a_namespace_the_policies_never_judge_waits_for_a_judged_one_to_probe() -> None:
-    """A probe in kube-system would never be refused, and its backoff would hold back every
-    namespace: such a namespace is marked once a judged one has proven the policy."""
+RENAMED = Install("acme", "acme-system")
+
+
+@pytest.mark.parametrize(
+    ("install", "own", "judged"),
+    [
+        pytest.param(SHIPPED, "kube-system", False, id="shipped-kube-system"),
+        pytest.param(SHIPPED, "label-rbac", False, id="shipped-own-namespace"),
+        pytest.param(RENAMED, "kube-system", False, id="renamed-kube-system"),
+        pytest.param(RENAMED, "acme-system", False, id="renamed-own-namespace"),
+        pytest.param(RENAMED, "label-rbac", True, id="renamed-judges-label-rbac"),
+    ],
+)
+def test_a_namespace_the_policies_never_judge_waits_for_a_judged_one_to_probe(
+    install: Install, own: str, judged: bool
+) -> None:
+    """A probe where the install's policies never judge (kube-system, its own namespace) would
+    never be refused, and its backoff would hold back every namespace: such a namespace is
+    marked once a judged one has proven the policy. A namespace they judge probes itself."""
     client, clock = Client(), [0.0]
-    kube_system = role(
-        "team-a", "kube-system", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}
-    )
-    state = live(*OBJECTS, kube_system, namespace("kube-system"))
-    params = writer(client, clock, timed=True)
+    client.policy = install.name
+    client.never_judged = set() if judged else {own}
+    team = role("team-a", own, [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}})
+    state = live(team, namespace(own))
+    params = writer(client, clock, timed=True, install=install)
     params.step(state.snapshot)
-    clock[0] += BACKOFF_MAX
+    if judged:
+        assert client.probes == [own] and story(client, own)[-1] == "mark=true"
+        return
+    # Written, not marked, and no probe sent from it.
+    assert client.probes == [] and story(client, own) == ["params", "params"]
+    change = ("Namespace", None, ("t1", {}))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
     params.step(state.snapshot)
-    assert "kube-system" not in client.probes and client.probes
-    assert story(client, "kube-system")[-1] == story(client, "t1")[-1] == "mark=true"
+    assert client.probes == ["t1"] and story(client, "t1")[-1] == "mark=true"
+    clock[0] += BACKOFF_MAX  # its mark's retry is due
+    params.step(state.snapshot)
+    assert client.probes == ["t1"] and story(client, own)[-1] == "mark=true"
 
 
 def test_a_policy_created_again_is_proven_again_before_the_next_mark() -> None:

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from app.compiled.admission_policy import EPOCH, EPOCH_MESSAGE
+from app.compiled.admission_policy import EPOCH, EPOCH_MESSAGE, SHIPPED, Install
 from app.compiled.proof import GIVE_UP, NOT_SEEN, SEEN_RETRIES, EpochUnchecked, Unseen, prove
 from app.source.api import ApiError
 
+RENAMED = Install("acme", "acme-system")
 PATH = "/apis/labelrbac.io/v1alpha1/namespaces/t1/labelrbacparams/label-rbac"
 
 
@@ -90,14 +91,30 @@ def test_a_batch_is_what_waited_when_it_was_taken_and_still_waits_unchanged() ->
     assert len(unseen) == 2 and unseen.proving == ""
 
 
-def test_a_namespace_the_policies_never_judge_is_a_sentinel_only_when_nothing_else_waits() -> None:
-    unseen = Unseen()
-    waiting = {"kube-system": None, "label-rbac": None, "t1": None}
+@pytest.mark.parametrize(
+    ("install", "waiting", "first"),
+    [
+        pytest.param(SHIPPED, ["label-rbac", "kube-system", "t1"], "t1", id="shipped"),
+        pytest.param(RENAMED, ["acme-system", "kube-system", "t1"], "t1", id="renamed"),
+        # Another install's namespace is judged like any.
+        pytest.param(
+            RENAMED, ["acme-system", "label-rbac"], "label-rbac", id="renamed-judges-shipped"
+        ),
+    ],
+)
+def test_a_namespace_the_policies_never_judge_is_a_sentinel_only_when_nothing_else_waits(
+    install: Install, waiting: list[str], first: str
+) -> None:
+    """Kube-system and the install's own namespace: a dry run there is refused by no policy,
+    so the sentinel is taken among the others while one is free."""
+    unseen = Unseen(install.unjudged)
     for name in waiting:
         unseen.add(name, None)
-    assert unseen.take(set()) == ("t1", waiting)
+    batch = dict.fromkeys(waiting)
+    assert unseen.take(set()) == (first, batch)
     unseen.failed(unchecked=False)
-    assert unseen.take({"t1"}) == ("kube-system", waiting)
+    # Only unjudged ones free: one of them, whose proof fails over to one at a time.
+    assert unseen.take({first}) == (waiting[0], batch)
 
 
 def test_sentinels_that_do_not_check_epochs_are_handed_back_then_batches_given_up() -> None:
