@@ -928,10 +928,11 @@ class ParamsWriter:
             )
             return
         self._proof_failures = 0
+        # Only what still waits with what the proof saw written: every write of a namespace
+        # takes it out of the waiting (``_write``), so a newer one is never marked seen here.
         proven = self._unseen.proven(self._proof_batch)
         for namespace in proven:
-            found = self._written.get(namespace)
-            if found is not None and found is self._proof_batch[namespace]:
+            if (found := self._written.get(namespace)) is not None:
                 self._written[namespace] = replace(found, seen=True)
         with self._lock:
             self._pending.add(proven)
@@ -957,6 +958,8 @@ class ParamsWriter:
         on."""
         if not self._lease.current():
             return None
+        # Newer parameters: a proof of the older ones, in flight, no longer stands for them.
+        self._unseen.discard(rendered.namespace)
         delegated = rendered.delegated is not None
         marked = previous is None or previous.marked
         if delegated and marked:

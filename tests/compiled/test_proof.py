@@ -89,6 +89,12 @@ def test_a_batch_is_what_waited_when_it_was_taken_and_still_waits_unchanged() ->
     unseen.add("c", second)  # created after the batch was taken
     assert unseen.proven({"a": first, "b": first}) == ["b"]
     assert len(unseen) == 2 and unseen.proving == ""
+    # Written again outside a batch (proven on its own, or left to the webhook): not proven by
+    # the batch taken before.
+    assert unseen.take(set()) == ("a", {"a": second, "c": second})
+    unseen.discard("c")
+    assert unseen.proven({"a": second, "c": second}) == ["a"]
+    assert len(unseen) == 0
 
 
 @pytest.mark.parametrize(
