@@ -54,10 +54,10 @@ from app.compiled.proof import (
     FIELD_MANAGER,
     MERGE,
     NOT_SEEN,
-    SEEN_RETRIES,
     EpochUnchecked,
     Unseen,
     prove,
+    retried,
 )
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
@@ -99,8 +99,8 @@ APPLY = "application/apply-patch+yaml"
 _APPLY_QUERY = [("fieldManager", FIELD_MANAGER), ("force", "true")]
 # The Namespace mark is merge-patched (``MERGE``): unlike an apply, a merge patch never creates
 # the object (a namespace known only from its RoleBindings, or deleted meanwhile, stays absent).
-# ``NOT_SEEN`` and ``SEEN_RETRIES``: the API server's refusal of an update of parameters its
-# informer does not hold yet, and the pauses before trying again (``app.compiled.proof``).
+# ``NOT_SEEN``: the API server's refusal of an update of parameters its informer does not hold
+# yet, tried again with ``retried`` (``app.compiled.proof``).
 # How often the served resources are listed again (a new aggregated API becomes compilable); a
 # CRD changing (created, established, deleted, a version served or not) starts one at once.
 DISCOVERY_INTERVAL = 60.0
@@ -1013,15 +1013,12 @@ class ParamsWriter:
         Marked before, the namespace's plain writes would be judged by no one for that moment:
         the policy stands aside where it finds no parameters. That informer is a few
         milliseconds behind: tried again a few times, then the write fails (and is retried)."""
-        for delay in SEEN_RETRIES:
-            try:
-                self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
-                return
-            except ApiError as exc:
-                if NOT_SEEN not in exc.message:
-                    raise
-            time.sleep(delay)
-        self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+
+        def update() -> bool:
+            self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+            return True
+
+        retried(update, (NOT_SEEN,), path)
 
     def _probe(self, path: str) -> None:
         """Prove, before marking the first namespace compiled since the enforcing policy was
@@ -1030,19 +1027,22 @@ class ParamsWriter:
         ``PROBE_LABEL``, which that policy refuses once loaded, where it finds these parameters
         and judges the namespace (those it never judges by name, kube-system and the install's
         own, wait for a judged one to prove it; an exempt one's probe fails). Tried again a few
-        times, then the write fails (and is retried)."""
+        times while admitted (not loaded yet) or refused as unseen, then the write fails (and is
+        retried)."""
         body = {"metadata": {"labels": {PROBE_LABEL: "true"}}}
         query = [("dryRun", "All"), ("fieldManager", FIELD_MANAGER)]
-        for delay in (*SEEN_RETRIES, 0.0):
+
+        def refused() -> bool:
             try:
                 self._client.send("PATCH", path, body, query, MERGE)
             except ApiError as exc:
                 if PROBE_MESSAGE in exc.message:
-                    return
-                if NOT_SEEN not in exc.message:
-                    raise
-            time.sleep(delay)
-        raise ApiError(503, "NotInForce", f"the compiled policy does not judge {path} yet")
+                    return True
+                raise
+            return False
+
+        not_yet = ApiError(503, "NotInForce", f"the compiled policy does not judge {path} yet")
+        retried(refused, (NOT_SEEN,), path, not_yet)
 
     def _mark(self, namespace: str, compiled: bool) -> bool:
         """Label the Namespace compiled, or take the label off; whether it now carries it."""

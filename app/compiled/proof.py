@@ -53,9 +53,15 @@ class EpochUnchecked(KubeError):
     there."""
 
 
-def retried(attempt: Callable[[], bool], refusals: tuple[str, ...], what: str) -> None:
+def retried(
+    attempt: Callable[[], bool],
+    refusals: tuple[str, ...],
+    what: str,
+    failure: ApiError | None = None,
+) -> None:
     """Call ``attempt`` until it returns True, pausing ``SEEN_RETRIES`` between tries, while it
-    is refused with one of ``refusals``; then raise a retryable error naming ``what``."""
+    returns False or is refused with one of ``refusals``; then raise ``failure``, by default a
+    retryable error naming ``what``."""
     for delay in (*SEEN_RETRIES, None):
         try:
             if attempt():
@@ -66,7 +72,7 @@ def retried(attempt: Callable[[], bool], refusals: tuple[str, ...], what: str) -
         if delay is None:
             break
         time.sleep(delay)
-    raise ApiError(503, "NotSeen", f"the API server's policies do not see {what} yet")
+    raise failure or ApiError(503, "NotSeen", f"the API server's policies do not see {what} yet")
 
 
 def prove(client: KubeClient, path: str, epochs: Callable[[], str]) -> None:

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from app.compiled.admission_policy import EPOCH, EPOCH_MESSAGE, SHIPPED, Install
-from app.compiled.proof import GIVE_UP, NOT_SEEN, SEEN_RETRIES, EpochUnchecked, Unseen, prove
+from app.compiled.proof import (
+    GIVE_UP,
+    NOT_SEEN,
+    SEEN_RETRIES,
+    EpochUnchecked,
+    Unseen,
+    prove,
+    retried,
+)
 from app.source.api import ApiError
 
 RENAMED = Install("acme", "acme-system")
@@ -76,6 +84,44 @@ def test_a_proof_sets_two_epochs_and_waits_for_each(api: Api, sent: list[str]) -
 def test_a_proof_fails_where_it_proves_nothing(api: Api, error: type[Exception]) -> None:
     with pytest.raises(error):
         prove(api, PATH, epochs())  # type: ignore[arg-type]
+
+
+REFUSED = ApiError(422, "Invalid", f"denied request: {NOT_SEEN}")
+OTHER = ApiError(403, "Forbidden", "denied request: something else")
+NOT_YET = ApiError(503, "NotInForce", "not yet")
+TRIES = len(SEEN_RETRIES) + 1
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "failure", "raised"),
+    [
+        pytest.param([REFUSED, REFUSED, True], None, None, id="refused-then-done"),
+        pytest.param([False, REFUSED, True], NOT_YET, None, id="not-yet-then-done"),
+        pytest.param([REFUSED] * TRIES, None, (503, "NotSeen"), id="refused-to-the-end"),
+        pytest.param([False] * TRIES, NOT_YET, (503, "NotInForce"), id="not-yet-to-the-end"),
+        pytest.param([REFUSED, OTHER], NOT_YET, (403, "Forbidden"), id="another-refusal-at-once"),
+    ],
+)
+def test_an_attempt_is_tried_again_while_refused_as_unseen_or_not_done(
+    outcomes: list[bool | ApiError], failure: ApiError | None, raised: tuple[int, str] | None
+) -> None:
+    """Tried ``len(SEEN_RETRIES) + 1`` times at most; then a retryable error (503), or the one
+    given; any other refusal at once."""
+    left = iter(outcomes)
+
+    def attempt() -> bool:
+        outcome = next(left)
+        if isinstance(outcome, ApiError):
+            raise outcome
+        return outcome
+
+    if raised is None:
+        retried(attempt, (NOT_SEEN,), PATH, failure)
+    else:
+        with pytest.raises(ApiError) as caught:
+            retried(attempt, (NOT_SEEN,), PATH, failure)
+        assert (caught.value.status, caught.value.reason) == raised
+    assert next(left, None) is None  # every outcome used, none more
 
 
 def test_a_batch_is_what_waited_when_it_was_taken_and_still_waits_unchanged() -> None:
