@@ -118,9 +118,9 @@ _WEBHOOK_FIELDS = (
 )
 NODES = "system:nodes"
 GROUP = API_VERSION.split("/")[0]
+NAME_KEY = "kubernetes.io/metadata.name"  # the label the API server gives every namespace
 # The namespaces label-rbac judges, as manifests/deploy/webhook.yaml selects them: never its own
 # (a broken rollout stays repairable) or kube-system, and not those opted out.
-NAME_KEY = "kubernetes.io/metadata.name"  # the label the API server gives every namespace
 JUDGED: Mapping[str, Any] = {
     "matchExpressions": [
         {
