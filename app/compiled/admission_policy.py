@@ -80,7 +80,15 @@ from app.engine.owners import (
     OWNER_EFFECT,
     OWNERS,
 )
-from app.engine.params import API_VERSION, DEFAULT, KIND, MARK, NAME, WEBHOOK_RESOURCES
+from app.engine.params import (
+    API_VERSION,
+    DEFAULT,
+    KIND,
+    MARK,
+    MAX_CHUNKS,
+    NAME,
+    WEBHOOK_RESOURCES,
+)
 
 POLICY = "label-rbac"
 # Per policy: the mode of the denials it judges and the binding's validation action.
@@ -759,15 +767,75 @@ _PROBED = (
 _OWN_GROUP = f"request.resource.group == '{GROUP}'"
 
 
-def _judgement(mode: str) -> dict[str, Any]:
-    """The policy's match condition and validation.
+def _cluster_allows(chunk: str) -> str:
+    """CEL: whether a grant of ``chunk`` (a literal of the cluster part, ``cluster_chunks``)
+    bound to the user or one of the groups permits the write by itself, as ``_role_allows``
+    asks of the namespace's roles: names no object, and is unrestricted or its requirements
+    permit both the stored and the written labels. Every lookup is optional: a match condition
+    failing would refuse the write."""
+    key, op = f"({_KEY})", f"({_op(_REQUESTED)})"
+    ids = (
+        "c.users[?request.userInfo.username].orValue([]) + "
+        "request.userInfo.?groups.orValue([]).map(g, c.groups[?g].orValue([])).flatten()"
+    )
+    entry = f"c.roles[?r].orValue({{}})[?{key}].orValue(c.roles[?r].orValue({{}})[?'{DEFAULT}']"
+    entry += ".orValue({}))"
+
+    def permits(labels: str) -> str:
+        value = f"{labels}[q.key[0]]"
+        requirement = (
+            f"q.key[0] in {labels} ? ({value} in q.?exact.orValue([]) || "
+            f"q.?prefixes.orValue([]).exists(p, {value}.startsWith(p)) || "
+            f"q.?suffixes.orValue([]).exists(s, {value}.endsWith(s)) || "
+            f"q.?patterns.orValue([]).exists(p, {value}.matches(p))) : params.spec.allowUnlabeled"
+        )
+        return f"c.labels[?x].orValue([]).all(q, {requirement})"
+
+    both = (
+        f"(request.operation == 'CREATE' || {permits(f'({OLD_LABELS})')}) && "
+        f"(request.operation == 'DELETE' || {permits(f'({NEW_LABELS})')})"
+    )
+    kind = "c.grants[?x].orValue({}).?kind.orValue('')"
+    grant = (
+        f"x != '' && !(x in c.names) && ({kind} == 'unrestricted' || "
+        f"{kind} == 'labels' && c.labels[?x].hasValue() && {both})"
+    )
+    found = f"({ids}).exists(r, [({entry})[?{op}].orValue('')].exists(x, {grant}))"
+    return _bind("c", chunk, found)
+
+
+def cluster_conditions(chunks: Sequence[str]) -> list[dict[str, str]]:
+    """The enforcing policy's match conditions over the cluster part: one per constant of it,
+    each false where a grant it holds permits the write by itself. A match condition cannot
+    read the policy's constants (``variables``), so each holds its constant again; the API
+    server folds a literal once per policy. Match conditions are ANDed: a write one of them
+    lets pass is allowed after one pass, as a write the namespace's roles permit is
+    (``_may_refuse``), where without them the validation and its message each looked up the
+    grants again. Where the policy is delegated, the resource not indexed, or the write stands
+    for a delete (``changed``), they leave the write to the validation. Copies of the constants
+    are written while the policy stays within ``MAX_CHUNKS`` constants' size: a constant
+    without one is judged by the validation alone, exactly and more slowly."""
+    escape = (
+        f"{_OWN_GROUP} || has(params.spec.delegated) || !({_indexed(f'({_KEY})')}) || "
+        f"({_inline('variables.changed')})"
+    )
+    copied = chunks[: max(0, MAX_CHUNKS - len(chunks))]
+    return [
+        {"name": f"cluster-{i}", "expression": f"{escape} || !({_cluster_allows(chunk)})"}
+        for i, chunk in enumerate(copied)
+    ]
+
+
+def _judgement(mode: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
+    """The policy's match conditions and validation.
 
     The API server evaluates a policy in passes, each a context of its own that computes again
     the variables it reads: the match conditions, the validations, then every messageExpression
-    and audit annotation whether the validation failed or not. The condition matches only the
+    and audit annotation whether the validation failed or not. The conditions match only the
     writes the policy may refuse, so a write it allows costs one pass; a refused one is judged
     again by the validation and its message built. The enforcing policy also matches the
-    compiler's probe (``PROBE_LABEL``) and nothing else of its own group.
+    compiler's probe (``PROBE_LABEL``) and nothing else of its own group, and has a condition
+    per constant of the cluster part (``cluster_conditions``).
     """
     judged = {
         "expression": _allowed(mode),
@@ -783,7 +851,10 @@ def _judgement(mode: str) -> dict[str, Any]:
     judged["expression"] = f"{_OWN_GROUP} || {judged['expression']}"
     condition = f"{_OWN_GROUP} ? {_PROBED} : {_may_refuse(mode)}"
     return {
-        "matchConditions": [{"name": "may-refuse", "expression": condition}],
+        "matchConditions": [
+            {"name": "may-refuse", "expression": condition},
+            *cluster_conditions(chunks),
+        ],
         "validations": [probe, judged],
     }
 
@@ -974,7 +1045,7 @@ def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
                 *cluster_variables(chunks),
                 *({"name": n, "expression": e} for n, e in VARIABLES),
             ],
-            **_judgement(mode),
+            **_judgement(mode, chunks),
         },
     }
 

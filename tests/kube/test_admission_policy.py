@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from app.compiled.admission_policy import ACTIONS, COMPILER, policy
+from app.compiled.admission_policy import binding as policy_binding
 from app.engine.context import Context, Options
 from app.engine.decide import evaluate
 from app.engine.kinds import KINDS, snapshot_from_objects
@@ -704,3 +705,69 @@ def test_a_recorded_write_is_decided_by_the_api_server_as_by_the_webhook(
         answer = call(cluster, user.name, "DELETE", item)
     replay = review(user, request["operation"], "" if collection_delete else name, new, stored)
     assert compare(answer, replay, compiled, Options()) == ""
+
+
+PROBED = "labelrbac.io/conditions-probe"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+@pytest.fixture(scope="module")
+def conditions(cluster: ControlPlane, compiled: Snapshot) -> Iterator[str]:
+    """A copy of the enforcing policy's match conditions, as ``write_params`` writes them, over
+    a validation that always fails, bound in Warn on the objects labeled ``PROBED`` only: a
+    write the match conditions select answers with the copy's warning, one they leave out
+    without it."""
+    enforcing = next(n for n, (mode, _) in ACTIONS.items() if mode == "enforce")
+    target = Target.of([Resource("", "configmaps"), Resource("", "secrets")], Options())
+    copy_of = policy(enforcing, render_cluster(compiled, target).chunks)
+    name = "conditions-copy"
+    copy_of["metadata"]["name"] = name
+    copy_of["spec"]["validations"] = [{"expression": "false", "message": "matched"}]
+    bound = policy_binding(enforcing)
+    bound["metadata"]["name"] = bound["spec"]["policyName"] = name
+    bound["spec"]["validationActions"] = ["Warn"]
+    bound["spec"]["matchResources"]["objectSelector"] = {"matchLabels": {PROBED: "true"}}
+    cluster.apply(ADMIN, [copy_of, bound])
+    refused = configmap("plain", {"team": "w", PROBED: "true"})
+    wait_for(
+        lambda: (
+            "matched"
+            in " ".join(warnings_of(call(cluster, "ivan", "POST", collection(dry=True), refused)))
+        ),
+        "the copy of the match conditions",
+    )
+    try:
+        yield "matched"
+    finally:
+        admin(cluster, "DELETE", f"{ADMISSION}/validatingadmissionpolicybindings/{name}")
+        admin(cluster, "DELETE", f"{ADMISSION}/validatingadmissionpolicies/{name}")
+
+
+@pytest.mark.parametrize(
+    ("user", "labels", "status", "matched"),
+    [
+        pytest.param("ivan", {"team": "x1"}, 201, False, id="cluster-grant-permits"),
+        pytest.param("uma", {"team": "x2"}, 201, False, id="cluster-grant-of-a-group"),
+        pytest.param("alice", {"team": "a"}, 201, False, id="namespace-grant-permits"),
+        pytest.param("ivan", {"team": "w"}, 403, True, id="cluster-grant-refuses"),
+        pytest.param("quinn", {"team": "a"}, 403, True, id="cluster-grant-broken"),
+        pytest.param("bob", {"team": "x1"}, 403, True, id="another-users-cluster-grant"),
+    ],
+)
+def test_a_write_a_cluster_grant_permits_by_itself_ends_at_the_match_conditions(
+    cluster: ControlPlane,
+    conditions: str,
+    user: str,
+    labels: dict[str, str],
+    status: int,
+    matched: bool,
+) -> None:
+    """A write a grant of the ClusterRoleBindings permits by itself costs the API server one
+    pass, as one the namespace's roles permit: the enforcing policy's match conditions hold the
+    cluster part again and leave the write out, where before the validation and its message
+    each looked the grants up again. One that grant refuses, a broken grant, or another user's
+    grant, the conditions select, and the validation judges."""
+    written = configmap("plain", {**labels, PROBED: "true"})
+    answer = call(cluster, user, "POST", collection(dry=True), written)
+    assert answer.status == status, answer.message
+    assert (conditions in " ".join(warnings_of(answer))) is matched
