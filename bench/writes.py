@@ -1,4 +1,5 @@
-"""API-server CPU per namespace the compiler writes: the status with the parameters, or apart.
+"""API-server CPU per namespace the compiler writes: the status with the parameters, or apart, and
+the create of new parameters, by server-side apply or by POST.
 
 A loopback control plane (tests/kube/controlplane.py) with the compiled component's CRD, RBAC and
 policies receives, as the compiler's ServiceAccount, ``--writes`` server-side applies of real
@@ -10,7 +11,11 @@ every apply changes the object), eight at a time, in two shapes measured in the 
 - **replaced**: the same content as a JSON patch replacing the spec and the status (an update
   rather than an apply: what skipping server-side apply would save);
 - **apart**: the CRD given a status subresource, an apply of the parameters, then one of the
-  status through ``/status`` (two requests per namespace).
+  status through ``/status`` (two requests per namespace);
+- **created**: the apply creating the parameters in a namespace that has none (what a first
+  compile sends per namespace);
+- **posted**: the same object created by a POST: what creating without server-side apply would
+  save.
 
 For each, the API server's and etcd's CPU per namespace written (from /proc) and the writes a
 second; a merge patch of a Namespace label (the compiler's mark) is the baseline of every
@@ -46,6 +51,7 @@ from tests.kube.controlplane import ADMIN, COMPILER_USER, ControlPlane, User
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
 MERGE = {"Content-Type": "application/merge-patch+json"}
 JSON_PATCH = {"Content-Type": "application/json-patch+json"}
+JSON = {"Content-Type": "application/json"}
 QUERY = "?fieldManager=label-rbac-compiler&force=true"
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/labelrbacparams.labelrbac.io"
 CLIENTS = 8
@@ -133,10 +139,40 @@ def replaced(manifest: dict[str, Any], k: int) -> list[Write]:
     return [("PATCH", path_of(manifest) + query, body, JSON_PATCH)]
 
 
+def fresh(k: int) -> str:
+    """The namespace, without parameters, that the ``k``-th creating write goes to."""
+    return f"bench-new-{k}"
+
+
+def in_fresh(manifest: dict[str, Any], k: int) -> dict[str, Any]:
+    return {**manifest, "metadata": {**manifest["metadata"], "namespace": fresh(k)}}
+
+
+def created(manifest: dict[str, Any], k: int) -> list[Write]:
+    body = {**in_fresh(manifest, k), "status": status(k)}
+    return [("PATCH", path_of(body) + QUERY, body, APPLY)]
+
+
+def posted(manifest: dict[str, Any], k: int) -> list[Write]:
+    body = {**in_fresh(manifest, k), "status": status(k)}
+    collection = f"/apis/{API_VERSION}/namespaces/{fresh(k)}/{PLURAL}"
+    return [("POST", collection + "?fieldManager=label-rbac-compiler", body, JSON)]
+
+
 def mark(manifest: dict[str, Any], k: int) -> list[Write]:
     namespace = manifest["metadata"]["namespace"]
     body = {"metadata": {"labels": {MARK: "true" if k % 2 else None}}}
     return [("PATCH", f"/api/v1/namespaces/{namespace}", body, MERGE)]
+
+
+# (name, shape, the CRD with a status subresource, whether it creates the parameters)
+SHAPES: list[tuple[str, Shape, bool, bool]] = [
+    ("together", together, False, False),
+    ("replaced", replaced, False, False),
+    ("apart", apart, True, False),
+    ("created", created, False, True),
+    ("posted", posted, False, True),
+]
 
 
 class Bench:
@@ -146,6 +182,13 @@ class Bench:
         self.admin = Client(cp.url, cp.ca, cp.users[ADMIN].token)
         self._local = threading.local()
         self.k = 0
+
+    def _namespace(self, k: int) -> None:
+        status, answer = self.admin.send(
+            "POST", "/api/v1/namespaces", {"metadata": {"name": fresh(k)}}
+        )
+        if status >= 300:
+            raise RuntimeError(f"namespace {fresh(k)}: {status} {answer}")
 
     def client(self) -> Client:
         if not hasattr(self._local, "client"):
@@ -178,13 +221,17 @@ class Bench:
         except (OSError, http.client.HTTPException):
             return None
 
-    def measure(self, shape: Shape, n: int) -> dict[str, float]:
-        """Write ``n`` namespaces in ``shape``: CPU (ms) per namespace and namespaces a second."""
+    def measure(self, shape: Shape, n: int, creates: bool = False) -> dict[str, float]:
+        """Write ``n`` namespaces in ``shape``: CPU (ms) per namespace and namespaces a second.
+        With ``creates``, the namespaces it writes to (``fresh``) are made first."""
         assert self.cp.apiserver is not None and self.cp.etcd is not None
         apiserver, etcd = self.cp.apiserver.pid, self.cp.etcd.pid
-        before = process_cpu(apiserver), process_cpu(etcd)
         base = self.k
         self.k += n
+        if creates:
+            with ThreadPoolExecutor(CLIENTS) as pool:
+                list(pool.map(self._namespace, range(base, base + n)))
+        before = process_cpu(apiserver), process_cpu(etcd)
 
         def one(j: int) -> None:
             for write in shape(self.found[j % len(self.found)], base + j):
@@ -232,13 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(3)
         bench.measure(together, len(found))  # every object created, the policies warm
         for r in range(args.rounds):
-            for name, shape, subresource in (("together", together, False),
-                                             ("replaced", replaced, False),
-                                             ("apart", apart, True)):  # fmt: skip
+            for name, shape, subresource, creates in SHAPES:
                 bench.subresource(subresource)
                 baseline = bench.measure(mark, args.writes)
                 row: dict[str, Any] = {"round": r, "shape": name,
-                                       **bench.measure(shape, args.writes),
+                                       **bench.measure(shape, args.writes, creates),
                                        "mark_apiserver_ms": baseline["apiserver_ms"]}  # fmt: skip
                 rows.append(row)
                 print(f"round {r} {name:<8} API server {row['apiserver_ms']:5.2f} ms CPU a "
@@ -249,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cp.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    for name in ("together", "replaced", "apart"):
+    for name, *_ in SHAPES:
         mine = [row for row in rows if row["shape"] == name]
         cpu = statistics.median(r["apiserver_ms"] for r in mine)
         rate = statistics.median(r["per_s"] for r in mine)

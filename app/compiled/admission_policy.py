@@ -670,16 +670,22 @@ def _may_refuse(mode: str) -> str:
 
 def _role_allows(role: str) -> str:
     """CEL: whether the grant of ``role`` (an id) for the operation on the requested resource
-    permits the write by itself: names no object (``names`` grants are left to ``granting``),
-    and is unrestricted or its requirements permit both the stored and the written labels. The
-    request's parts are spelled out where they are read, once each on this path: binding them
-    (``_bind``) would cost a comprehension each."""
+    permits the write by itself (``_permits_by_itself``). The request's parts are spelled out
+    where they are read, once each on this path: binding them (``_bind``) would cost a
+    comprehension each."""
     key = f"({_KEY})"
     entry = (
         f"params.spec.roles[{role}][?{key}].orValue({_indexed(key)} ? "
         f"params.spec.roles[{role}][?'{DEFAULT}'].orValue({{}}) : {{}})"
     )
     grant = f"params.spec.grants[?({entry})[?({_op(_REQUESTED)})].orValue('')].orValue({{}})"
+    return _permits_by_itself(grant)
+
+
+def _permits_by_itself(grant: str) -> str:
+    """CEL: whether ``grant`` (a grant as the parameters hold one) permits the write by itself:
+    names no object (``names`` grants are left to ``granting``), and is unrestricted or its
+    requirements permit both the stored and the written labels."""
     both = (
         f"(request.operation == 'CREATE' || g.labels.all(r, {_requirement(f'({OLD_LABELS})')}))"
         " && (request.operation == 'DELETE' || "
@@ -770,36 +776,17 @@ _OWN_GROUP = f"request.resource.group == '{GROUP}'"
 def _cluster_allows(chunk: str) -> str:
     """CEL: whether a grant of ``chunk`` (a literal of the cluster part, ``cluster_chunks``)
     bound to the user or one of the groups permits the write by itself, as ``_role_allows``
-    asks of the namespace's roles: names no object, and is unrestricted or its requirements
-    permit both the stored and the written labels. Every lookup is optional: a match condition
-    failing would refuse the write."""
+    asks of the namespace's roles, the grant built as the validation builds it
+    (``_cluster_grant``). Every lookup is optional: a match condition failing would refuse the
+    write."""
     key, op = f"({_KEY})", f"({_op(_REQUESTED)})"
     ids = (
         "c.users[?request.userInfo.username].orValue([]) + "
         "request.userInfo.?groups.orValue([]).map(g, c.groups[?g].orValue([])).flatten()"
     )
-    entry = f"c.roles[?r].orValue({{}})[?{key}].orValue(c.roles[?r].orValue({{}})[?'{DEFAULT}']"
-    entry += ".orValue({}))"
-
-    def permits(labels: str) -> str:
-        value = f"{labels}[q.key[0]]"
-        requirement = (
-            f"q.key[0] in {labels} ? ({value} in q.?exact.orValue([]) || "
-            f"q.?prefixes.orValue([]).exists(p, {value}.startsWith(p)) || "
-            f"q.?suffixes.orValue([]).exists(s, {value}.endsWith(s)) || "
-            f"q.?patterns.orValue([]).exists(p, {value}.matches(p))) : params.spec.allowUnlabeled"
-        )
-        return f"c.labels[?x].orValue([]).all(q, {requirement})"
-
-    both = (
-        f"(request.operation == 'CREATE' || {permits(f'({OLD_LABELS})')}) && "
-        f"(request.operation == 'DELETE' || {permits(f'({NEW_LABELS})')})"
-    )
-    kind = "c.grants[?x].orValue({}).?kind.orValue('')"
-    grant = (
-        f"x != '' && !(x in c.names) && ({kind} == 'unrestricted' || "
-        f"{kind} == 'labels' && c.labels[?x].hasValue() && {both})"
-    )
+    role = "c.roles[?r].orValue({})"
+    entry = f"{role}[?{key}].orValue({role}[?'{DEFAULT}'].orValue({{}}))"
+    grant = f"c.grants[?x].hasValue() && {_permits_by_itself(_cluster_grant('c', 'x'))}"
     found = f"({ids}).exists(r, [({entry})[?{op}].orValue('')].exists(x, {grant}))"
     return _bind("c", chunk, found)
 

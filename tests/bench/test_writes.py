@@ -20,6 +20,6 @@ def test_a_tiny_writes_run_measures_each_shape_against_the_namespace_mark(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(out.read_text())
-    assert [row["shape"] for row in rows] == ["together", "replaced", "apart"]
+    assert [row["shape"] for row in rows] == ["together", "replaced", "apart", "created", "posted"]
     for row in rows:
         assert row["apiserver_ms"] > 0 and row["mark_apiserver_ms"] > 0 and row["per_s"] > 0

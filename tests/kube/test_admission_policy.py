@@ -728,7 +728,7 @@ def conditions(cluster: ControlPlane, compiled: Snapshot) -> Iterator[str]:
     bound["spec"]["validationActions"] = ["Warn"]
     bound["spec"]["matchResources"]["objectSelector"] = {"matchLabels": {PROBED: "true"}}
     cluster.apply(ADMIN, [copy_of, bound])
-    refused = configmap("plain", {"team": "w", PROBED: "true"})
+    refused = configmap("conditions-probe", {"team": "w", PROBED: "true"})
     wait_for(
         lambda: (
             "matched"
@@ -767,7 +767,7 @@ def test_a_write_a_cluster_grant_permits_by_itself_ends_at_the_match_conditions(
     cluster part again and leave the write out, where before the validation and its message
     each looked the grants up again. One that grant refuses, a broken grant, or another user's
     grant, the conditions select, and the validation judges."""
-    written = configmap("plain", {**labels, PROBED: "true"})
+    written = configmap("conditions-probe", {**labels, PROBED: "true"})
     answer = call(cluster, user, "POST", collection(dry=True), written)
     assert answer.status == status, answer.message
     assert (conditions in " ".join(warnings_of(answer))) is matched
