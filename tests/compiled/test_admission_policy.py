@@ -36,7 +36,16 @@ from app.compiled.admission_policy import (
     subresource_policy,
     webhook_patch,
 )
-from app.engine.params import API_VERSION, KIND, MARK, NAME, PLURAL, WEBHOOK_RESOURCES
+from app.engine.params import (
+    API_VERSION,
+    KIND,
+    MARK,
+    MAX_CHUNKS,
+    NAME,
+    PLURAL,
+    WEBHOOK_RESOURCES,
+    cel_literal,
+)
 from tests.support import ROOT
 
 COMPILED = ROOT / "manifests" / "compiled"
@@ -151,6 +160,29 @@ def test_a_write_the_policy_allows_ends_at_its_match_condition(name: str) -> Non
     assert condition["expression"].count("].map(granting, ") == 2
     assert f"!({fast_allowed()}) && " in condition["expression"]
     assert "system:nodes" not in condition["expression"]
+
+
+@pytest.mark.parametrize(
+    ("constants", "copied"),
+    [pytest.param(n, c, id=f"{n}-constants") for n, c in ((0, 0), (1, 1), (6, 6), (7, 5), (12, 0))],
+)
+def test_the_cluster_conditions_copy_constants_while_the_policy_keeps_its_size(
+    constants: int, copied: int
+) -> None:
+    """The enforcing policy holds a match condition per constant of the cluster part, each with
+    its constant again, while constants and copies stay within ``MAX_CHUNKS``: the policy never
+    outgrows what it could hold before. The other policies have none."""
+    chunks = [cel_literal({"users": {f"user-{i}": ["0"]}}) for i in range(constants)]
+    enforcing = next(n for n, (mode, _) in ACTIONS.items() if mode == "enforce")
+    conditions = policy(enforcing, chunks)["spec"]["matchConditions"]
+    assert conditions[0]["name"] == "may-refuse"
+    assert [c["name"] for c in conditions[1:]] == [f"cluster-{i}" for i in range(copied)]
+    for condition, chunk in zip(conditions[1:], chunks, strict=False):
+        assert chunk in condition["expression"]
+    assert constants + copied <= MAX_CHUNKS
+    for name in ACTIONS:
+        if name != enforcing:
+            assert len(policy(name, chunks)["spec"]["matchConditions"]) == 1
 
 
 def test_the_policies_leave_what_the_webhook_keeps_and_the_parameters_themselves() -> None:
