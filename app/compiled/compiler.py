@@ -264,6 +264,16 @@ class Written:
     seen: bool = True
 
 
+@dataclass
+class InFlight:
+    """A write of one namespace's parameters under way. ``deleted`` once the parameters were
+    deleted meanwhile (``ParamsWriter.gone``): what it wrote is gone with them, so it is never
+    remembered as written. Kept only while the write runs, so deletions cost no memory after."""
+
+    namespace: str
+    deleted: bool = False
+
+
 def _unjudged(spec: Mapping[str, Any]) -> frozenset[str]:
     if "delegated" in spec:
         return frozenset()
@@ -575,8 +585,12 @@ class ParamsWriter:
         self._created: set[str] = set()
         self._failures_log, self._round_log = Throttled(), Throttled()
         self._pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="params-writer")
-        # Writes in flight, carried from one step to the next (a step never waits for them all).
-        self._running: dict[Future[Written | None], str] = {}
+        # Writes in flight, carried from one step to the next (a step never waits for them all);
+        # changed under ``_lock`` (``gone`` flags those of a namespace whose parameters went).
+        self._running: dict[Future[Written | None], InFlight] = {}
+        # The namespaces whose parameters were deleted while the stored ones were listed (a new
+        # leader's ``_stored``), else None: what the list found there is gone.
+        self._listing: set[str] | None = None
         # New parameters waiting to be proven seen by the policies, a batch at a time, and the
         # proof in flight (``app.compiled.proof``), with the batch it proves.
         self._unseen = Unseen(install.unjudged)
@@ -617,7 +631,11 @@ class ParamsWriter:
             log.info("leading (lease %s/%s): rendering every namespace", *self._lease_name())
             with self._lock:
                 self._pending.add(ALL)
-            self._written = self._stored()
+                self._listing = set()
+            stored = self._stored()
+            with self._lock:
+                deleted, self._listing = self._listing, None
+                self._written = {n: w for n, w in stored.items() if n not in deleted}
             self._unseen.reset()
             self.policies.reset()
             if self._coverage is not None:
@@ -819,7 +837,8 @@ class ParamsWriter:
         while True:
             if self._lease.current():
                 current = (self._snapshots() if self._snapshots else None) or snapshot
-                busy = set(running.values()) | lost | self._waiting(Namespaces(current))
+                busy = {f.namespace for f in running.values()} | lost
+                busy |= self._waiting(Namespaces(current))
                 busy.add(self._unseen.proving)
                 taken = self._take(current, busy, WRITERS - len(running))
                 # Many new namespaces: their proofs are batched (``app.compiled.proof``).
@@ -827,13 +846,15 @@ class ParamsWriter:
                     many = BATCH - len(taken) - len(running) - len(self._unseen)
                     bulk = self._unseen.batches and self._pending.at_least(many)
                 for namespace in taken:
-                    previous = self._written.get(namespace)
-                    future = self._pool.submit(
-                        self._render_write, current, namespace, target, previous, bulk
-                    )
+                    flight = InFlight(namespace)
+                    with self._lock:  # what was written and the write, as one to ``gone``
+                        previous = self._written.get(namespace)
+                        future = self._pool.submit(
+                            self._render_write, current, flight, target, previous, bulk
+                        )
+                        running[future] = flight
                     future.add_done_callback(lambda _: self._wake.set())
-                    running[future] = namespace
-                self._start_proof(set(running.values()))
+                self._start_proof({f.namespace for f in running.values()})
             left = deadline - time.monotonic()
             proof: list[Future[Any]] = [self._proof] if self._proof is not None else []
             if not (running or proof) or left <= 0:
@@ -842,7 +863,9 @@ class ParamsWriter:
             for future in finished:
                 if future not in running:
                     continue
-                namespace = running.pop(future)
+                with self._lock:
+                    flight = running.pop(future)
+                namespace = flight.namespace
                 previous = self._written.get(namespace)
                 result = self._result(namespace, future)
                 if result is None:
@@ -850,11 +873,19 @@ class ParamsWriter:
                         self._pending.add((namespace,))
                     if namespace not in self._retry:
                         lost.add(namespace)  # not before the next step
-                elif result is not previous:
-                    self._written[namespace] = result
+                elif self._record(flight, result) and result is not previous:
                     done += 1
             if self._proof is not None and self._proof in finished:
                 self._proof_done()  # after the writes it proves are recorded
+
+    def _record(self, flight: InFlight, result: Written) -> bool:
+        """Remember ``result`` as what ``flight`` wrote, unless the parameters were deleted
+        while it ran: the namespace is pending again then (``gone``), written anew."""
+        with self._lock:
+            if flight.deleted:
+                return False
+            self._written[flight.namespace] = result
+            return True
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
         """What the write gave; None (and a retry scheduled) when it failed. Parameters written
@@ -880,17 +911,17 @@ class ParamsWriter:
     def _render_write(
         self,
         snapshot: Snapshot,
-        namespace: str,
+        flight: InFlight,
         target: Target,
         previous: Written | None,
         bulk: bool = False,
     ) -> Written | None:
-        """Render ``namespace`` and write it if it changed (in a writer thread): ``previous``
-        when nothing needed writing, None once the lease may have moved on."""
-        rendered = render(snapshot, namespace, target)
+        """Render ``flight``'s namespace and write it if it changed (in a writer thread):
+        ``previous`` when nothing needed writing, None once the lease may have moved on."""
+        rendered = render(snapshot, flight.namespace, target)
         if not (spec := self._due(rendered, previous)):
             return previous
-        return self._write(rendered, spec, previous, bulk)
+        return self._write(rendered, spec, previous, flight, bulk)
 
     def _start_proof(self, busy: set[str]) -> None:
         """Start proving the new parameters waiting for it unless a proof is in flight or
@@ -930,32 +961,45 @@ class ParamsWriter:
         self._proof_failures = 0
         # Only what still waits with what the proof saw written: every write of a namespace
         # takes it out of the waiting (``_write``), so a newer one is never marked seen here.
-        proven = self._unseen.proven(self._proof_batch)
-        for namespace in proven:
-            if (found := self._written.get(namespace)) is not None:
-                self._written[namespace] = replace(found, seen=True)
+        # As one to ``gone``, which takes a namespace out of the waiting and what was written.
         with self._lock:
+            proven = self._unseen.proven(self._proof_batch)
+            for namespace in proven:
+                if (found := self._written.get(namespace)) is not None:
+                    self._written[namespace] = replace(found, seen=True)
             self._pending.add(proven)
 
     def gone(self, namespace: str) -> None:
         """The parameters of ``namespace`` were deleted (the watch of them says so): write them
         again, whatever was written before. The namespace controller deletes them with their
         namespace; one created again under the same name must get them, or the policy refuses
-        every write it matches there."""
-        self._written.pop(namespace, None)
-        self._unseen.discard(namespace)
+        every write it matches there. What a write or list sent before now finds or writes
+        there is gone too: flagged, it is never remembered, nor waits for a proof, when it
+        ends (``_record``), so no stale memory skips the next write."""
         with self._lock:
+            self._written.pop(namespace, None)
+            self._unseen.discard(namespace)
+            for flight in self._running.values():
+                if flight.namespace == namespace:
+                    flight.deleted = True
+            if self._listing is not None:
+                self._listing.add(namespace)
             self._pending.add((namespace,))
         self._wake.set()
 
     def _write(
-        self, rendered: Rendered, spec: bytes, previous: Written | None, bulk: bool = False
+        self,
+        rendered: Rendered,
+        spec: bytes,
+        previous: Written | None,
+        flight: InFlight,
+        bulk: bool = False,
     ) -> Written | None:
         """Write a namespace's parameters, and its mark after them (before them when it loses
         it), so that at every moment the webhook or the policy judges its writes. New parameters
         are marked once the policies see them: proven here, or with ``bulk`` left to a proof of
-        many (``app.compiled.proof``). None, writing nothing, once the lease may have moved
-        on."""
+        many (``app.compiled.proof``), unless ``flight`` says they were deleted meanwhile. None,
+        writing nothing, once the lease may have moved on."""
         if not self._lease.current():
             return None
         # Newer parameters: a proof of the older ones, in flight, no longer stands for them.
@@ -987,7 +1031,9 @@ class ParamsWriter:
         if previous is None or not previous.seen:
             if bulk:
                 unseen = replace(written, marked=False, seen=False)
-                self._unseen.add(rendered.namespace, unseen)
+                with self._lock:  # not once deleted: no proof of them may mark it seen
+                    if not flight.deleted:
+                        self._unseen.add(rendered.namespace, unseen)
                 return unseen
             self._seen(path, body)
         if not self.policies.ready:  # marked once the policies are written (``_keep_cluster``)

@@ -28,6 +28,7 @@ from app.compiled.admission_policy import (
     policy,
 )
 from app.compiled.compiler import (
+    APPLY,
     BACKOFF_MAX,
     BATCH,
     DISCOVERY_INTERVAL,
@@ -417,10 +418,11 @@ def test_a_namespace_is_marked_only_once_an_update_of_its_new_parameters_is_admi
     assert told == ["params"] * (1 + tries) + (["mark=true"] if marked else [])
 
 
-def many_namespaces(n: int) -> LiveSnapshot:
+def many_namespaces(n: int, deleted: str = "") -> LiveSnapshot:
     objects: list[tuple[str, dict[str, Any]]] = []
     for i in range(n):
-        name = f"n{i:02d}"
+        if (name := f"n{i:02d}") == deleted:
+            continue
         team = role("team-a", name, [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}})
         objects += [team, binding("a", "team-a", "User:alice", namespace=name), namespace(name)]
     return live(*objects)
@@ -866,6 +868,114 @@ def test_parameters_deleted_are_written_again() -> None:
     params.gone("t1")
     assert params.step(state.snapshot) == 1
     assert client.params_written() == ["t1"]
+
+
+@pytest.mark.parametrize(
+    ("objects", "changed", "unloaded"),
+    [
+        pytest.param(OBJECTS, True, 0, id="update-of-marked-parameters"),
+        pytest.param(OBJECTS, False, 0, id="first-write-proven-on-its-own"),
+        pytest.param(OBJECTS, False, 10_000, id="first-write-not-marked-yet"),
+        pytest.param(None, False, 0, id="first-write-waiting-for-a-batch-proof"),
+    ],
+)
+def test_parameters_deleted_while_being_written_are_written_again(
+    objects: tuple[tuple[str, dict[str, Any]], ...] | None, changed: bool, unloaded: int
+) -> None:
+    """A write sent before the parameters' deletion and finished after it: what it wrote is
+    gone, so it is not remembered as written, and the namespace is written again."""
+    client, clock = Client(), [0.0]
+    client.unloaded = unloaded
+    state = live(*objects) if objects is not None else many_namespaces(40)
+    params = writer(client, clock, timed=True)
+    if changed:
+        params.step(state.snapshot)
+        client.writes.clear()
+        client.types.clear()
+        change = ("RoleBinding", None, compiled(bound("bob", "t1")))
+        state = state.apply([change])
+        params.applied(state, [change], "2")
+    deleted: list[tuple[str, int]] = []
+
+    def delete(namespace: str) -> None:  # once the write is sent, before it returns
+        deleted.append((namespace, len(client.writes)))
+        params.gone(namespace)
+
+    client.during = delete
+    params.step(state.snapshot)
+    clock[0] += BACKOFF_MAX  # any retry is due
+    params.step(state.snapshot)
+    ((namespace, at),) = deleted
+    # Applied again after the deletion, apart from what the write in flight then sent.
+    stale = client.writes[at - 1][2]
+    path = f"/namespaces/{namespace}/labelrbacparams/{NAME}"
+    again = [
+        body
+        for (_, p, body, _), kind in zip(client.writes[at:], client.types[at:], strict=True)
+        if p.endswith(path) and kind == APPLY and body is not stale
+    ]
+    assert again
+    assert story(client, namespace)[-1] == ("params" if unloaded else "mark=true")
+
+
+def test_parameters_deleted_while_written_are_never_a_proofs_sentinel() -> None:
+    """Many new namespaces wait for one proof, sent to one of them: never to one whose
+    parameters went while they were written (with their namespace), or that proof would fail
+    there for ever and no namespace of the batch would be marked."""
+    client, clock = Client(), [0.0]
+    state = [many_namespaces(40)]
+    params = writer(client, clock, snapshots=lambda: state[0].snapshot, timed=True)
+    deleted: list[str] = []
+    sent = client.send
+
+    def send(method: str, path: str, body: Mapping[str, Any], *args: Any) -> Any:
+        # Once the write in flight is sent, its namespace is gone: any later write there fails.
+        if deleted and path.endswith(f"/{deleted[0]}/labelrbacparams/{NAME}"):
+            raise ApiError(404, "NotFound")
+        return sent(method, path, body, *args)
+
+    client.send = send  # type: ignore[method-assign]
+
+    def delete(name: str) -> None:  # the namespace goes, and its parameters with it
+        deleted.append(name)
+        state[0] = many_namespaces(40, deleted=name)
+        params.gone(name)
+
+    client.during = delete
+    for _ in range(3):
+        params.step(state[0].snapshot)
+        clock[0] += BACKOFF_MAX
+    (gone,) = deleted
+    marked = [n for n in (f"n{i:02d}" for i in range(40)) if story(client, n)[-1:] == ["mark=true"]]
+    assert gone not in marked and len(marked) == 39
+
+
+def test_parameters_deleted_while_a_new_leader_lists_them_are_written_again() -> None:
+    """A new leader lists the stored parameters to skip writing those unchanged: those deleted
+    while the list was under way are not taken as written."""
+    first, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    writer(first, clock).step(state.snapshot)
+    client = Client()
+    client.listed = {
+        "/apis/labelrbac.io/v1alpha1/labelrbacparams": [
+            b for _, p, b, _ in first.writes if p.endswith(f"/labelrbacparams/{NAME}")
+        ],
+        "/api/v1/namespaces": [{"metadata": {"name": "t1"}}, {"metadata": {"name": "t2"}}],
+    }
+    params = writer(client, clock)
+    listed = client.list_each
+
+    def list_each(path: str, *args: Any, **kwargs: Any) -> tuple[list[Any], str]:
+        found = listed(path, *args, **kwargs)
+        if "labelrbacparams" in path:
+            params.gone("t1")  # the list read them; the watch tells of their deletion
+        return found
+
+    client.list_each = list_each  # type: ignore[method-assign]
+    assert params.step(state.snapshot) == 1
+    assert client.params_written() == ["t1"] and story(client, "t1")[-1] == "mark=true"
+    assert story(client, "t2") == []
 
 
 def test_a_namespace_created_again_is_written_at_once_whatever_its_backoff() -> None:
