@@ -145,16 +145,18 @@ def fresh(k: int) -> str:
 
 
 def in_fresh(manifest: dict[str, Any], k: int) -> dict[str, Any]:
-    return {**manifest, "metadata": {**manifest["metadata"], "namespace": fresh(k)}}
+    """``manifest`` with its status, in the ``k``-th namespace without parameters."""
+    meta = {**manifest["metadata"], "namespace": fresh(k)}
+    return {**manifest, "metadata": meta, "status": status(k)}
 
 
 def created(manifest: dict[str, Any], k: int) -> list[Write]:
-    body = {**in_fresh(manifest, k), "status": status(k)}
+    body = in_fresh(manifest, k)
     return [("PATCH", path_of(body) + QUERY, body, APPLY)]
 
 
 def posted(manifest: dict[str, Any], k: int) -> list[Write]:
-    body = {**in_fresh(manifest, k), "status": status(k)}
+    body = in_fresh(manifest, k)
     collection = f"/apis/{API_VERSION}/namespaces/{fresh(k)}/{PLURAL}"
     return [("POST", collection + "?fieldManager=label-rbac-compiler", body, JSON)]
 

@@ -216,14 +216,15 @@ LABEL_ENTRY = "labels.labelrbac.io"
 WEBHOOK_YAML = Path(__file__).resolve().parents[2] / "manifests" / "deploy" / "webhook.yaml"
 
 
-def _role_ids() -> str:
+def _role_ids(holder: str = "params.spec") -> str:
     """The ids of the roles the namespace's RoleBindings bind to the user, in the webhook's
     order: the user's, then each group's (the ClusterRoleBindings' come after them, from the
-    policy's constants: ``_cluster_found``). The optional chains stay inline (a variable
-    holding an optional would lose ``?.`` semantics)."""
+    policy's constants: ``_cluster_found``); with ``holder`` a constant of those, theirs. The
+    optional chains stay inline (a variable holding an optional would lose ``?.``
+    semantics)."""
     return (
-        "params.spec.?users[?request.userInfo.username].orValue([]) + "
-        "request.userInfo.groups.map(g, params.spec.?groups[?g].orValue([])).flatten()"
+        f"{holder}.?users[?request.userInfo.username].orValue([]) + "
+        f"request.userInfo.groups.map(g, {holder}.?groups[?g].orValue([])).flatten()"
     )
 
 
@@ -780,14 +781,10 @@ def _cluster_allows(chunk: str) -> str:
     (``_cluster_grant``). Every lookup is optional: a match condition failing would refuse the
     write."""
     key, op = f"({_KEY})", f"({_op(_REQUESTED)})"
-    ids = (
-        "c.users[?request.userInfo.username].orValue([]) + "
-        "request.userInfo.?groups.orValue([]).map(g, c.groups[?g].orValue([])).flatten()"
-    )
     role = "c.roles[?r].orValue({})"
     entry = f"{role}[?{key}].orValue({role}[?'{DEFAULT}'].orValue({{}}))"
     grant = f"c.grants[?x].hasValue() && {_permits_by_itself(_cluster_grant('c', 'x'))}"
-    found = f"({ids}).exists(r, [({entry})[?{op}].orValue('')].exists(x, {grant}))"
+    found = f"({_role_ids('c')}).exists(r, [({entry})[?{op}].orValue('')].exists(x, {grant}))"
     return _bind("c", chunk, found)
 
 
