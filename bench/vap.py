@@ -35,7 +35,9 @@ each concurrency, under
   policy); ``modes``, ``compiled`` with the warn and audit policies and the bindings of the
   optional ``manifests/compiled/modes``, without the split; ``full-modes``, the shipped install
   with that component added (the compiler run with ``--compile-softened``, which writes those
-  policies).
+  policies). Nothing is softened in the namespace, so it is not labeled
+  ``labelrbac.io/softened`` and those bindings do not select it: what the component costs the
+  writes of every namespace where no mode softens a denial.
 
 Setups alternate within each round, every other round in reverse order, and every figure is the
 median of the rounds. Per setup: p50 latency and throughput, the p50 added over ``none`` and the

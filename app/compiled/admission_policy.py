@@ -87,7 +87,9 @@ from app.engine.params import (
     MARK,
     MAX_CHUNKS,
     NAME,
+    SOFTENED_MARK,
     WEBHOOK_RESOURCES,
+    namespace_marks,
 )
 
 POLICY = "label-rbac"
@@ -110,6 +112,8 @@ NAMESPACE_CLEANERS = (
     "system:kube-controller-manager",
 )
 MARKS = f"{POLICY}-marks"
+# The labels the compiler puts on a Namespace, which ``MARKS`` lets it change.
+_MARKS = tuple(namespace_marks(True, softened=True))
 REGISTRATION_GUARD = f"{POLICY}-registration"
 # Every field of a v1 ValidatingWebhook but ``name`` and ``matchConditions``: the compiler may
 # change none of them.
@@ -1024,7 +1028,7 @@ def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
         "spec": {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": API_VERSION, "kind": KIND},
-            "matchConstraints": _judged(mode == ENFORCE),
+            "matchConstraints": _judged(mode),
             "variables": [
                 *cluster_variables(chunks),
                 *({"name": n, "expression": e} for n, e in VARIABLES),
@@ -1034,13 +1038,19 @@ def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
     }
 
 
-def _judged(probed: bool) -> dict[str, Any]:
-    """What the policies reading parameters match, and their bindings too: the binding's own
-    copy keeps the policy, which the compiler writes, from reaching anything else. With
-    ``probed`` (the enforcing policy), the parameters' own group too, for the compiler's probe
-    (``PROBE_LABEL``)."""
+def _judged(mode: str) -> dict[str, Any]:
+    """What the policy bound with ``mode`` matches, and its binding too: the binding's own copy
+    keeps the policy, which the compiler writes, from reaching anything else. The enforcing
+    policy matches the parameters' own group too, for the compiler's probe (``PROBE_LABEL``).
+    The warn and audit policies match only namespaces labeled ``SOFTENED_MARK``: elsewhere
+    their match condition is false (nothing is softened), and each policy the API server
+    evaluates costs it a pass of its own on every write."""
+    selector = copy.deepcopy(dict(JUDGED))
+    if mode != ENFORCE:
+        softened = {"key": SOFTENED_MARK, "operator": "In", "values": ["true"]}
+        selector["matchExpressions"] = [*selector["matchExpressions"], softened]
     return {
-        "namespaceSelector": copy.deepcopy(JUDGED),
+        "namespaceSelector": selector,
         "resourceRules": [
             {
                 "apiGroups": ["*"],
@@ -1050,12 +1060,12 @@ def _judged(probed: bool) -> dict[str, Any]:
                 "scope": "Namespaced",
             }
         ],
-        "excludeResourceRules": _excluded(own=not probed),
+        "excludeResourceRules": _excluded(own=mode != ENFORCE),
     }
 
 
 def binding(name: str) -> dict[str, Any]:
-    _, action = ACTIONS[name]
+    mode, action = ACTIONS[name]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
@@ -1063,7 +1073,7 @@ def binding(name: str) -> dict[str, Any]:
         "spec": {
             "policyName": name,
             "validationActions": [action],
-            "matchResources": _judged(ACTIONS[name][0] == ENFORCE),
+            "matchResources": _judged(mode),
             # No parameters: the policy stands aside (``policy_scope``'s docstring says why
             # that leaves no write unjudged, and how a namespace being deleted is held).
             "paramRef": {"name": NAME, "parameterNotFoundAction": "Allow"},
@@ -1101,10 +1111,10 @@ def _cleaners() -> str:
     return "[" + ", ".join(f"'{user}'" for user in NAMESPACE_CLEANERS) + "]"
 
 
-def _unchanged(field: str, but: str = "") -> str:
-    """CEL: the metadata map ``field`` is the same before and after, but for the key ``but``."""
+def _unchanged(field: str, but: Sequence[str] = ()) -> str:
+    """CEL: the metadata map ``field`` is the same before and after, but for the keys ``but``."""
     new, old = (f"{o}.metadata.?{field}.orValue({{}})" for o in ("object", "oldObject"))
-    skip = f"k == '{but}' || " if but else ""
+    skip = f"k in {list(but)!r} || " if but else ""
     return f"{new}.all(k, {skip}{old}[?k] == {new}[?k]) && {old}.all(k, {skip}k in {new})"
 
 
@@ -1112,7 +1122,7 @@ def guard() -> list[dict[str, Any]]:
     """The policies keeping the compiler to what it is for (they hold when there are no
     parameters yet): only it writes parameters (``GUARD``; the namespace controller deletes them
     from a namespace being deleted); on a Namespace it writes, it changes
-    nothing but the compiled mark, to ``true`` or away (``MARKS``)."""
+    nothing but its marks (``namespace_marks``), each to ``true`` or away (``MARKS``)."""
     parameters = _guard(
         GUARD,
         [
@@ -1150,13 +1160,17 @@ def guard() -> list[dict[str, Any]]:
             {
                 "expression": (
                     "request.operation == 'UPDATE' && "
-                    f"object.metadata.?labels[?'{MARK}'].orValue('true') == 'true' && "
-                    f"{_unchanged('labels', but=MARK)} && {_unchanged('annotations')} && "
+                    + "".join(
+                        f"object.metadata.?labels[?'{mark}'].orValue('true') == 'true' && "
+                        for mark in _MARKS
+                    )
+                    + f"{_unchanged('labels', but=_MARKS)} && {_unchanged('annotations')} && "
                     "object.spec == oldObject.spec && "
                     "object.metadata.?finalizers == oldObject.metadata.?finalizers"
                 ),
                 "message": (
-                    f"the compiler may change nothing on a Namespace but its label {MARK}=true"
+                    "the compiler may change nothing on a Namespace but its labels "
+                    + " and ".join(f"{mark}=true" for mark in _MARKS)
                 ),
                 "reason": "Forbidden",
             }

@@ -12,6 +12,8 @@ as a writer is free, never after a whole batch, and the lease is renewed with wr
 ``delegated`` and an Event says so. A compiled namespace is labeled ``labelrbac.io/compiled``
 (``params.MARK``) once its parameters are written, and the label is taken off before they are
 written delegated: with the label, the webhook leaves the namespace's plain writes to the policy.
+One whose parameters soften a denial is labeled ``labelrbac.io/softened`` too
+(``params.SOFTENED_MARK``), which the warn and audit policies' bindings select.
 
 Exactly one replica writes: the one holding the ``coordination.k8s.io`` Lease (``LeaderLease``,
 acquired and renewed as client-go's leader election does, expiry judged on the local clock from
@@ -74,10 +76,12 @@ from app.engine.params import (
     MAX_WORK,
     NAME,
     PLURAL,
+    SOFTENED_MARK,
     ClusterPart,
     Namespaces,
     Rendered,
     Target,
+    namespace_marks,
     render,
     render_cluster,
     resource_key,
@@ -262,6 +266,8 @@ class Written:
     # Whether the policies are known to see these parameters (``app.compiled.proof``): a
     # namespace is marked only then.
     seen: bool = True
+    # Whether the Namespace carries ``SOFTENED_MARK`` (``Rendered.softened``), as last written.
+    softened: bool = False
 
 
 @dataclass
@@ -282,6 +288,12 @@ def _unjudged(spec: Mapping[str, Any]) -> frozenset[str]:
 
 def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _marks(obj: Mapping[str, Any]) -> tuple[str, bool]:
+    """(name, whether it is labeled ``SOFTENED_MARK``) of a Namespace."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return _name(obj), labels.get(SOFTENED_MARK) == "true"
 
 
 Stored = tuple[str, Written | None]
@@ -722,8 +734,8 @@ class ParamsWriter:
         cannot be read."""
         marked = f"{MARK}=true"
         try:
-            compiled, _ = self._client.list_each(
-                "/api/v1/namespaces", LIST_PAGE, LIST_TIMEOUT, _name, metadata_only=True,
+            found, _ = self._client.list_each(
+                "/api/v1/namespaces", LIST_PAGE, LIST_TIMEOUT, _marks, metadata_only=True,
                 selector=[("labelSelector", marked)],
             )  # fmt: skip
             pages = _PageSizer(PARAMS_PAGE_FIRST, PARAMS_PAGE_BYTES, LIST_PAGE)
@@ -735,10 +747,16 @@ class ParamsWriter:
             log.warning("could not read the parameters written so far: %s", exc)
             return {}
         # Parameters stored but not marked are proven seen before they are.
+        compiled = dict(found)
         return {
-            namespace: replace(found, marked=namespace in compiled, seen=namespace in compiled)
-            for namespace, found in stored
-            if found is not None
+            namespace: replace(
+                written,
+                marked=namespace in compiled,
+                seen=namespace in compiled,
+                softened=compiled.get(namespace, False),
+            )
+            for namespace, written in stored
+            if written is not None
         }
 
     def _lease_name(self) -> tuple[str, str]:
@@ -800,6 +818,7 @@ class ParamsWriter:
             previous is not None
             and previous.spec == found
             and previous.marked != (rendered.delegated is not None)
+            and previous.softened == rendered.softened
         )
         return b"" if unchanged else found
 
@@ -979,6 +998,7 @@ class ParamsWriter:
         with self._lock:
             self._written.pop(namespace, None)
             self._unseen.discard(namespace)
+            self._to_mark.discard(namespace)  # pending again: written, then queued again
             for flight in self._running.values():
                 if flight.namespace == namespace:
                     flight.deleted = True
@@ -1006,8 +1026,13 @@ class ParamsWriter:
         self._unseen.discard(rendered.namespace)
         delegated = rendered.delegated is not None
         marked = previous is None or previous.marked
+        softened = previous is not None and previous.softened
         if delegated and marked:
-            marked = self._mark(rendered.namespace, False)
+            marked = softened = self._mark(rendered.namespace, False)
+        elif marked and previous is not None and rendered.softened and not softened:
+            # Before the parameters: once they soften a denial, the enforcing policy lets it
+            # pass, and only the warn and audit policies, which select this label, record it.
+            softened = self._mark(rendered.namespace, True, softened=True)
         path = f"/apis/{API_VERSION}/namespaces/{rendered.namespace}/{PLURAL}/{NAME}"
         # The condition's transition time stays while it says the same.
         since = _now().split(".")[0] + "Z"
@@ -1016,6 +1041,9 @@ class ParamsWriter:
         body = {**rendered.manifest(), "status": self._status(rendered, since)}
         if previous is None or previous.spec != spec:  # else only the mark is due
             self._client.send("PATCH", path, body, _APPLY_QUERY, APPLY)
+        if marked and softened and not rendered.softened:  # after them, for the same reason
+            self._mark(rendered.namespace, True)
+            softened = False
         if delegated and (previous is None or not previous.delegated):
             log.warning(
                 "namespace %s is left to the webhook (%s, %d units of work): %s",
@@ -1025,7 +1053,8 @@ class ParamsWriter:
                 rendered.delegated,
             )
             self._event(rendered)
-        written = Written(spec, delegated, marked, since, _unjudged(rendered.spec))
+        unjudged = _unjudged(rendered.spec)
+        written = Written(spec, delegated, marked, since, unjudged, softened=softened)
         if delegated or (previous is not None and previous.marked):
             return written
         if previous is None or not previous.seen:
@@ -1051,7 +1080,8 @@ class ParamsWriter:
                 self.policies.probed(False)
                 raise Unmarked(unmarked, str(exc)) from None
             self.policies.probed(True)
-        return replace(written, marked=self._mark(rendered.namespace, True))
+        marked = self._mark(rendered.namespace, True, rendered.softened)
+        return replace(written, marked=marked, softened=marked and rendered.softened)
 
     def _seen(self, path: str, body: Mapping[str, Any]) -> None:
         """Parameters created just now, written again: an update, which the API server admits
@@ -1090,9 +1120,10 @@ class ParamsWriter:
         not_yet = ApiError(503, "NotInForce", f"the compiled policy does not judge {path} yet")
         retried(refused, (NOT_SEEN,), path, not_yet)
 
-    def _mark(self, namespace: str, compiled: bool) -> bool:
-        """Label the Namespace compiled, or take the label off; whether it now carries it."""
-        body = {"metadata": {"labels": {MARK: "true" if compiled else None}}}
+    def _mark(self, namespace: str, compiled: bool, softened: bool = False) -> bool:
+        """Label the Namespace compiled (and ``softened``: ``namespace_marks``), or take the
+        labels off; whether it now carries the compiled one."""
+        body = {"metadata": {"labels": namespace_marks(compiled, softened)}}
         query = [("fieldManager", FIELD_MANAGER)]
         try:
             self._client.send("PATCH", f"/api/v1/namespaces/{namespace}", body, query, MERGE)

@@ -104,6 +104,10 @@ NAME = "label-rbac"
 # to the policy, and the policy refuses writes in a namespace carrying it whose parameters are
 # delegated, so a mark set by anyone else leaves nothing judged by neither.
 MARK = "labelrbac.io/compiled"
+# The label the compiler puts beside ``MARK`` on a compiled Namespace whose parameters soften a
+# denial (``softened``): the warn and audit policies' bindings select only such namespaces, so
+# elsewhere they cost the API server a label lookup, not an evaluation of their own.
+SOFTENED_MARK = "labelrbac.io/softened"
 
 # kube-apiserver refuses requests over 3 MiB and etcd values over 1.5 MiB. The spec is kept well
 # below the latter: metadata, status and managed fields (one entry: the maps are atomic) share it.
@@ -148,6 +152,16 @@ OPERATION_VERBS: Mapping[str, tuple[str, ...]] = {
     DELETE: ("delete",),
     DELETECOLLECTION: ("deletecollection",),
 }
+
+
+def namespace_marks(compiled: bool, softened: bool = False) -> dict[str, str | None]:
+    """The compiler's labels of a Namespace as a merge patch (None takes a label off):
+    ``MARK`` when it is compiled, and ``SOFTENED_MARK`` too when its parameters soften a
+    denial."""
+    return {
+        MARK: "true" if compiled else None,
+        SOFTENED_MARK: "true" if compiled and softened else None,
+    }
 
 
 def in_scope(res: Resource) -> bool:
@@ -303,6 +317,12 @@ class Rendered:
     @property
     def size(self) -> int:
         return len(self.text.encode())
+
+    @property
+    def softened(self) -> bool:
+        """Whether the namespace, compiled, is labeled ``SOFTENED_MARK``: its parameters soften
+        a denial."""
+        return self.delegated is None and bool(self.spec.get("softened"))
 
     def manifest(self) -> dict[str, Any]:
         """The object to apply (server-side) as the compiler's field manager."""

@@ -5,6 +5,7 @@ matches, and shipping none of the policies the compiler writes."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from app.compiled.admission_policy import (
     subresource_policy,
     webhook_patch,
 )
+from app.engine.model import ENFORCE
 from app.engine.params import (
     API_VERSION,
     KIND,
@@ -43,6 +45,7 @@ from app.engine.params import (
     MAX_CHUNKS,
     NAME,
     PLURAL,
+    SOFTENED_MARK,
     WEBHOOK_RESOURCES,
     cel_literal,
 )
@@ -251,13 +254,24 @@ def test_only_the_compiler_writes_parameters_and_the_namespace_controller_delete
 
 
 def test_the_policies_judge_the_namespaces_the_webhook_judges() -> None:
+    """The policies reading parameters, and their bindings, select what the webhook's entry
+    selects; the warn and audit policies only those namespaces labeled softened."""
     (labels,) = [w for w in shipped_webhook()["webhooks"] if w["name"] == LABEL_ENTRY]
     assert labels["namespaceSelector"] == JUDGED
+    softened = {"key": SOFTENED_MARK, "operator": "In", "values": ["true"]}
+    checked = set()
     for doc in every():
-        if "paramKind" in doc["spec"]:
-            assert doc["spec"]["matchConstraints"]["namespaceSelector"] == JUDGED
-        if doc["spec"].get("policyName") in ACTIONS:
-            assert doc["spec"]["matchResources"]["namespaceSelector"] == JUDGED
+        spec = doc["spec"]
+        name = doc["metadata"]["name"] if "paramKind" in spec else spec.get("policyName")
+        match = spec.get("matchConstraints") or spec.get("matchResources")
+        if "paramKind" not in spec and name not in ACTIONS:
+            continue
+        expected = copy.deepcopy(dict(JUDGED))
+        if name in ACTIONS and ACTIONS[name][0] != ENFORCE:
+            expected["matchExpressions"] = [*JUDGED["matchExpressions"], softened]
+        assert match["namespaceSelector"] == expected, doc["kind"] + " " + name
+        checked.add(name)
+    assert set(ACTIONS) < checked
 
 
 @pytest.mark.parametrize(

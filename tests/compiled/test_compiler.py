@@ -51,7 +51,7 @@ from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.params import ALL, MARK, MAX_WORK, NAME, ClusterPart
+from app.engine.params import ALL, MARK, MAX_WORK, NAME, SOFTENED_MARK, ClusterPart
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, Unreachable
@@ -217,6 +217,7 @@ def writer(
     coverage: CoverageWriter | None = None,
     timed: bool = False,
     install: Install = SHIPPED,
+    compile_softened: bool = False,
 ) -> ParamsWriter:
     """A writer whose lease (and, with ``timed``, its discovery and retries) follows ``clock``."""
     lease = LeaderLease(client, "label-rbac", "lead", "me", lease_seconds, clock=lambda: clock[0])  # type: ignore[arg-type]
@@ -230,18 +231,22 @@ def writer(
         max_work=max_work,
         coverage=coverage,
         install=install,
+        compile_softened=compile_softened,
         **({"clock": lambda: clock[0]} if timed else {}),
     )
 
 
 def story(client: Client, namespace: str) -> list[str]:
     """What was written for ``namespace``, in order: params (with their status), or the mark
-    set/removed."""
+    set/removed (``+softened``: labeled softened too)."""
     told = []
     for (method, path, body, _), kind in zip(client.writes, client.types, strict=True):
         if path == f"/api/v1/namespaces/{namespace}":
             assert (method, kind) == ("PATCH", MERGE)
-            told.append(f"mark={body['metadata']['labels'][MARK]}")
+            labels = body["metadata"]["labels"]
+            assert set(labels) == {MARK, SOFTENED_MARK}  # a stale softened label never stays
+            softened = "+softened" if labels[SOFTENED_MARK] == "true" else ""
+            told.append(f"mark={labels[MARK]}{softened}")
         elif f"/namespaces/{namespace}/labelrbacparams" in path:
             assert not path.endswith("/status")  # the status goes with the parameters
             told.append("params")
@@ -1343,6 +1348,75 @@ def test_a_cluster_part_that_turns_softened_renders_every_namespace_again() -> N
     # Every namespace is now left to the webhook (a denial would be softened).
     assert sorted(client.params_written()) == ["t1", "t2"]
     assert story(client, "t2")[0] == "mark=None"
+
+
+def softening(mode: str) -> tuple[str, dict[str, Any]]:
+    """t1's team-a Role in ``mode``."""
+    return role(
+        "team-a", "t1", [rule("*", "configmaps")], {"configmaps": {"team": ["a"]}}, mode=mode
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "told"),
+    [
+        pytest.param("enforce", "warn", ["mark=true+softened", "params"], id="labeled-before"),
+        pytest.param("warn", "enforce", ["params", "mark=true"], id="label-off-after"),
+        pytest.param("warn", "audit", ["params"], id="still-softened"),
+        pytest.param("enforce", "enforce", [], id="never-softened"),
+    ],
+)
+def test_a_compiled_namespace_is_labeled_softened_before_its_parameters_soften_a_denial(
+    before: str, after: str, told: list[str]
+) -> None:
+    """With ``--compile-softened``, a compiled namespace whose parameters soften a denial is
+    labeled softened, which the warn and audit policies' bindings select: labeled before the
+    parameters say so (the enforcing policy then lets the denial pass, and only those policies
+    record it), and the label taken off after they no longer do."""
+    client, clock = Client(), [0.0]
+    state = live(softening(before), *OBJECTS[1:])
+    params = writer(client, clock, compile_softened=True)
+    params.step(state.snapshot)
+    softened = "+softened" if before != "enforce" else ""
+    assert story(client, "t1") == ["params", "params", f"mark=true{softened}"]
+    assert story(client, "t2") == ["params", "params", "mark=true"]
+    client.writes.clear()
+    client.types.clear()
+    change = ("Role", compiled(softening(before)), compiled(softening(after)))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    params.step(state.snapshot)
+    assert story(client, "t1") == told
+    assert story(client, "t2") == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "told"),
+    [
+        pytest.param({SOFTENED_MARK: "true"}, [], id="labeled"),
+        pytest.param({}, ["mark=true+softened"], id="not-labeled"),
+    ],
+)
+def test_a_new_leader_labels_softened_a_compiled_namespace_that_lacks_the_label(
+    labels: dict[str, str], told: list[str]
+) -> None:
+    """What a new leader reads of the marks includes the softened label: a namespace compiled
+    by a release that did not label it gets the label alone, its parameters unchanged."""
+    first, clock = Client(), [0.0]
+    state = live(softening("warn"), *OBJECTS[1:])
+    writer(first, clock, compile_softened=True).step(state.snapshot)
+    stored = [b for _, p, b, _ in first.writes if p.endswith(f"/labelrbacparams/{NAME}")]
+    client = Client()
+    client.listed = {
+        "/apis/labelrbac.io/v1alpha1/labelrbacparams": stored,
+        "/api/v1/namespaces": [
+            {"metadata": {"name": "t1", "labels": {MARK: "true", **labels}}},
+            {"metadata": {"name": "t2", "labels": {MARK: "true"}}},
+        ],
+    }
+    assert writer(client, clock, compile_softened=True).step(state.snapshot) == len(told)
+    assert story(client, "t1") == told
+    assert client.params_written() == []
 
 
 def test_no_namespace_is_marked_before_the_api_server_enforces_the_policy() -> None:

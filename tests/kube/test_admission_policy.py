@@ -27,6 +27,7 @@ import pytest
 
 from app.compiled.admission_policy import ACTIONS, COMPILER, policy
 from app.compiled.admission_policy import binding as policy_binding
+from app.compiled.proof import MERGE
 from app.engine.context import Context, Options
 from app.engine.decide import evaluate
 from app.engine.kinds import KINDS, snapshot_from_objects
@@ -35,8 +36,10 @@ from app.engine.params import (
     CHUNK_CODE_POINTS,
     NAME,
     PLURAL,
+    SOFTENED_MARK,
     Target,
     in_scope,
+    namespace_marks,
     namespaces_of,
     render,
     render_cluster,
@@ -224,12 +227,17 @@ def write_params(
 ) -> None:
     """Render every namespace and the cluster part (in constants of ``chunk`` code points),
     and apply them server-side as the compiler does: the policies holding the cluster part,
-    and the parameters."""
+    and the parameters, each namespace labeled softened before them as the compiler labels a
+    compiled one (the namespaces here are not marked compiled)."""
     target = Target.of([Resource("", "configmaps"), Resource("", "secrets")], options)
     chunks = render_cluster(snapshot, replace(target, chunk_code_points=chunk)).chunks
     cp.apply(ADMIN, [policy(name, chunks) for name in ACTIONS])
     for namespace in sorted(namespaces_of(snapshot)):
         rendered = render(snapshot, namespace, target)
+        softened = namespace_marks(True, rendered.softened)[SOFTENED_MARK]
+        label = {"metadata": {"labels": {SOFTENED_MARK: softened}}}
+        answer = call(cp, ADMIN, "PATCH", f"/api/v1/namespaces/{namespace}", label, MERGE)
+        assert answer.status < 300, answer.message
         path = (
             f"/apis/labelrbac.io/v1alpha1/namespaces/{namespace}/{PLURAL}/{NAME}"
             f"?fieldManager={FIELD_MANAGER}&force=true"

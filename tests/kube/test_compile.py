@@ -22,6 +22,7 @@ from app.compiled.admission_policy import ACTIONS, COMPILER, policy
 from app.compiled.admission_policy import POLICY as ENFORCING
 from app.compiled.admission_policy import binding as policy_binding
 from app.compiled.compiler import FIELD_MANAGER
+from app.engine.params import MARK, SOFTENED_MARK
 from tests.kube.cluster import Compilers
 from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, ControlPlane, User
@@ -296,3 +297,75 @@ def test_the_compilers_rbac_writes_its_policies_by_name_and_nothing_else(
     assert cp.request(ADMIN, "GET", f"{POLICIES}/other")[0] == 404
     assert cp.request(ADMIN, "GET", f"{BINDINGS}/{SOFTENED}")[0] == 404
     assert cp.request(ADMIN, "DELETE", f"{POLICIES}/{SOFTENED}")[0] == 200
+
+
+# --- with the warn and audit policies (manifests/compiled/modes, ``--compile-softened``) -------
+
+ERIN = User("erin", ("tenants",))
+SOFT_NS = "t2"
+
+
+def team_a(mode: str) -> tuple[str, dict[str, Any]]:
+    """A Role of ``SOFT_NS`` restricting configmaps to team a, in ``mode``."""
+    permissions = {"configmaps": {"team": ["a"]}}
+    return role("team-a", SOFT_NS, [rule("*", "configmaps")], permissions, mode=mode)
+
+
+@pytest.fixture(scope="module")
+def softened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The compiled component with its modes component, one compiler compiling softened
+    namespaces; erin bound in ``SOFT_NS`` to a Role in warn mode, alice in ``NS`` as above."""
+    require_control_plane()
+    workdir = tmp_path_factory.mktemp("compile-softened")
+    cp = ControlPlane(workdir, users=(*USERS, ERIN))
+    cp.start()
+    compilers = Compilers(cp, workdir)
+    try:
+        install_compiled(cp, NS, SOFT_NS)
+        cp.apply(ADMIN, documents("modes/policy.yaml"))
+        erin = binding("erin-a", "team-a", "User:erin", namespace=SOFT_NS)
+        alice = binding("alice-a", "team-a", "User:alice", namespace=NS)
+        cp.apply(ADMIN, [rbac(TEAM_A), rbac(alice), rbac(team_a("warn")), rbac(erin)])
+        compilers.start("one", "--compile-softened", *LEASE)
+        yield cp
+    finally:
+        compilers.stop_all()
+        cp.stop()
+
+
+def marks(cp: ControlPlane, namespace: str) -> set[str]:
+    """The compiler's labels ``namespace`` carries (set to true)."""
+    _, found = cp.request(ADMIN, "GET", f"/api/v1/namespaces/{namespace}")
+    labels = found["metadata"].get("labels", {})
+    return {key for key in (MARK, SOFTENED_MARK) if labels.get(key) == "true"}
+
+
+def erins_write(cp: ControlPlane) -> tuple[int, str]:
+    """erin's dry-run create of a team=b configmap through kubectl: (exit code, stderr)."""
+    document = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "c", "namespace": SOFT_NS, "labels": {"team": "b"}}}  # fmt: skip
+    done = cp.kubectl(
+        ERIN.name, "create", "--dry-run=server", "-f", "-", input=json.dumps(document)
+    )
+    return done.returncode, done.stderr
+
+
+def test_a_namespace_whose_roles_soften_a_denial_is_labeled_and_warned_by_the_warn_policy(
+    softened: ControlPlane,
+) -> None:
+    """The warn and audit policies select only namespaces the compiler labels softened: the
+    namespace of a warn-mode Role is, the other is not; erin's write is let through with the
+    warn policy's warning; the Role enforced again, the label goes and the write is refused;
+    in warn mode again, it is labeled and warned again."""
+    cp = softened
+    wait_for(lambda: marks(cp, SOFT_NS) == {MARK, SOFTENED_MARK}, "the softened label")
+    wait_for(lambda: marks(cp, NS) == {MARK}, "the other namespace compiled")
+    warning = "(not enforced: warn mode)"
+    wait_for(lambda: erins_write(cp)[0] == 0 and warning in erins_write(cp)[1], "the warning")
+    cp.apply(ADMIN, [rbac(team_a("enforce"))])
+    wait_for(lambda: marks(cp, SOFT_NS) == {MARK}, "the softened label taken off")
+    code, stderr = erins_write(cp)
+    assert code != 0 and 'label team="b" is not permitted' in stderr, stderr
+    cp.apply(ADMIN, [rbac(team_a("warn"))])
+    wait_for(lambda: marks(cp, SOFT_NS) == {MARK, SOFTENED_MARK}, "the softened label again")
+    wait_for(lambda: warning in erins_write(cp)[1], "the warning again")

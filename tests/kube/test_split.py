@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from app.compiled.admission_policy import COMPILER, subresource_policy
-from app.engine.params import MARK
+from app.engine.params import MARK, SOFTENED_MARK
 from tests.kube.cluster import Compilers, LabelRbacCluster
 from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, COMPILER_USER, DEFAULT_USERS
@@ -430,12 +430,15 @@ def test_a_delegated_namespace_labeled_compiled_refuses_writes(
         pytest.param({MARK: None}, True, id="take-the-mark-off"),
         pytest.param({MARK: "true"}, True, id="put-it-back"),
         pytest.param({MARK: "false"}, False, id="another-value"),
+        pytest.param({MARK: "true", SOFTENED_MARK: "true"}, True, id="softened"),
+        pytest.param({SOFTENED_MARK: None}, True, id="no-longer-softened"),
+        pytest.param({SOFTENED_MARK: "false"}, False, id="softened-another-value"),
         pytest.param(
             {"pod-security.kubernetes.io/enforce": "privileged"}, False, id="another-label"
         ),
     ],
 )
-def test_the_compiler_may_change_nothing_on_a_namespace_but_the_mark(
+def test_the_compiler_may_change_nothing_on_a_namespace_but_its_marks(
     kube_split: LabelRbacCluster, labels: dict[str, Any], allowed: bool
 ) -> None:
     status, answer = kube_split.control_plane.request(

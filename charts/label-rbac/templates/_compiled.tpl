@@ -185,13 +185,16 @@ spec:
     expression: request.userInfo.username == 'system:serviceaccount:{{ $namespace }}:{{ $name }}-compiler'
   validations:
   - expression: request.operation == 'UPDATE' && object.metadata.?labels[?'labelrbac.io/compiled'].orValue('true')
-      == 'true' && object.metadata.?labels.orValue({}).all(k, k == 'labelrbac.io/compiled' || oldObject.metadata.?labels.orValue({})[?k]
-      == object.metadata.?labels.orValue({})[?k]) && oldObject.metadata.?labels.orValue({}).all(k, k ==
-      'labelrbac.io/compiled' || k in object.metadata.?labels.orValue({})) && object.metadata.?annotations.orValue({}).all(k,
-      oldObject.metadata.?annotations.orValue({})[?k] == object.metadata.?annotations.orValue({})[?k])
-      && oldObject.metadata.?annotations.orValue({}).all(k, k in object.metadata.?annotations.orValue({}))
-      && object.spec == oldObject.spec && object.metadata.?finalizers == oldObject.metadata.?finalizers
-    message: the compiler may change nothing on a Namespace but its label labelrbac.io/compiled=true
+      == 'true' && object.metadata.?labels[?'labelrbac.io/softened'].orValue('true') == 'true' && object.metadata.?labels.orValue({}).all(k,
+      k in ['labelrbac.io/compiled', 'labelrbac.io/softened'] || oldObject.metadata.?labels.orValue({})[?k]
+      == object.metadata.?labels.orValue({})[?k]) && oldObject.metadata.?labels.orValue({}).all(k, k in
+      ['labelrbac.io/compiled', 'labelrbac.io/softened'] || k in object.metadata.?labels.orValue({}))
+      && object.metadata.?annotations.orValue({}).all(k, oldObject.metadata.?annotations.orValue({})[?k]
+      == object.metadata.?annotations.orValue({})[?k]) && oldObject.metadata.?annotations.orValue({}).all(k,
+      k in object.metadata.?annotations.orValue({})) && object.spec == oldObject.spec && object.metadata.?finalizers
+      == oldObject.metadata.?finalizers
+    message: the compiler may change nothing on a Namespace but its labels labelrbac.io/compiled=true
+      and labelrbac.io/softened=true
     reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
@@ -570,6 +573,10 @@ spec:
         operator: NotIn
         values:
         - 'true'
+      - key: labelrbac.io/softened
+        operator: In
+        values:
+        - 'true'
     resourceRules:
     - apiGroups:
       - '*'
@@ -692,6 +699,10 @@ spec:
         - kube-system
       - key: labelrbac.io/exempt
         operator: NotIn
+        values:
+        - 'true'
+      - key: labelrbac.io/softened
+        operator: In
         values:
         - 'true'
     resourceRules:
