@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -86,15 +87,28 @@ def install_compiled(cp: ControlPlane, *namespaces: str) -> None:
     cp.apply(ADMIN, documents("policy.yaml") + documents("rbac.yaml"))
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Compilers]]:
+@contextmanager
+def control_plane(
+    factory: pytest.TempPathFactory, name: str, users: tuple[User, ...], *namespaces: str
+) -> Iterator[tuple[ControlPlane, Compilers]]:
+    """A control plane with the compiled component installed (``install_compiled``) and no
+    compiler running yet; every compiler started is stopped with it."""
     require_control_plane()
-    workdir = tmp_path_factory.mktemp("compile")
-    cp = ControlPlane(workdir, users=USERS)
+    workdir = factory.mktemp(name)
+    cp = ControlPlane(workdir, users=users)
     cp.start()
     compilers = Compilers(cp, workdir)
     try:
-        install_compiled(cp, NS)
+        install_compiled(cp, *namespaces)
+        yield cp, compilers
+    finally:
+        compilers.stop_all()
+        cp.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Compilers]]:
+    with control_plane(tmp_path_factory, "compile", USERS, NS) as (cp, compilers):
         cp.apply(
             ADMIN, [rbac(TEAM_A), rbac(binding("alice-a", "team-a", "User:alice", namespace=NS))]
         )
@@ -102,9 +116,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
         wait_for(lambda: holder(cp) == "one", "the first replica to lead")
         compilers.start("two", *LEASE)
         yield cp, compilers
-    finally:
-        compilers.stop_all()
-        cp.stop()
 
 
 def test_the_leader_writes_the_parameters_and_the_other_replica_does_not(
@@ -315,22 +326,14 @@ def team_a(mode: str) -> tuple[str, dict[str, Any]]:
 def softened(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """The compiled component with its modes component, one compiler compiling softened
     namespaces; erin bound in ``SOFT_NS`` to a Role in warn mode, alice in ``NS`` as above."""
-    require_control_plane()
-    workdir = tmp_path_factory.mktemp("compile-softened")
-    cp = ControlPlane(workdir, users=(*USERS, ERIN))
-    cp.start()
-    compilers = Compilers(cp, workdir)
-    try:
-        install_compiled(cp, NS, SOFT_NS)
+    users = (*USERS, ERIN)
+    with control_plane(tmp_path_factory, "softened", users, NS, SOFT_NS) as (cp, compilers):
         cp.apply(ADMIN, documents("modes/policy.yaml"))
         erin = binding("erin-a", "team-a", "User:erin", namespace=SOFT_NS)
         alice = binding("alice-a", "team-a", "User:alice", namespace=NS)
         cp.apply(ADMIN, [rbac(TEAM_A), rbac(alice), rbac(team_a("warn")), rbac(erin)])
         compilers.start("one", "--compile-softened", *LEASE)
         yield cp
-    finally:
-        compilers.stop_all()
-        cp.stop()
 
 
 def marks(cp: ControlPlane, namespace: str) -> set[str]:
