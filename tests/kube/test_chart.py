@@ -39,6 +39,7 @@ import yaml
 
 from app.compiled.compiler import FIELD_MANAGER
 from app.compiled.registration import COMPILED_ENTRY
+from app.engine.params import SOFTENED_MARK
 from app.webhook.certs import CertPaths, generate
 from tests import helm
 from tests.kube.cluster import Compilers, LabelRbacCluster
@@ -503,8 +504,9 @@ def test_install_upgrade_uninstall(cp: ControlPlane, tmp_path: Path) -> None:
 
 
 def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
-    """The compiled path as ``acme-lr`` in ``policy``: the policy (by its new name) judges the
-    tenants, the guards name the renamed compiler; removed, nothing refuses a write."""
+    """The compiled path as ``acme-lr`` in ``policy``, with the warn and audit policies
+    (``compiled.modes``): the policy (by its new name) judges the tenants, the guards name the
+    renamed compiler; removed, nothing refuses a write."""
     new_namespace(cp, "t2")
     tenants(cp, "t2")
     release = Install(
@@ -512,7 +514,7 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
         tmp_path,
         "policy",
         "acme-lr",
-        sets=["compiled.enabled=true"],
+        sets=["compiled.enabled=true", "compiled.modes=true"],
     )
     try:
         installing = release.install(background=True)
@@ -555,6 +557,11 @@ def test_renamed_compiled_install(cp: ControlPlane, tmp_path: Path) -> None:
         (own, *_) = written["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
         assert own["values"] == ["policy", "kube-system"]
         assert cp.request(ADMIN, "GET", f"{POLICIES}/label-rbac")[0] == 404
+        # The warn and audit policies, written by the renamed compiler, where a denial is softened.
+        for mode in ("warn", "audit"):
+            mode_policy = compiler_policy(cp, f"acme-lr-{mode}")
+            selector = mode_policy["spec"]["matchConstraints"]["namespaceSelector"]
+            assert selector["matchExpressions"][-1]["key"] == SOFTENED_MARK
         with Load(cp, "t2") as load:
             release.uninstall()
         assert load.failures == [], load.failures
