@@ -37,7 +37,12 @@ registration held dormant, there for the compiler's coverage conditions) and the
   granted) is refused by the label rule. Once enforced, the compiler's writes are waited out
   (``--quiet`` seconds without one); ``settled_s`` is when its last write came;
 - **namespaced**: ``--edits`` RoleBindings added, each binding a new user to a namespace's
-  annotated Role: seconds until that user's writes are judged by the Role's labels.
+  annotated Role: seconds until that user's writes are judged by the Role's labels;
+- **a CRD created** that no annotation restricts, a user granted its writes by a plain
+  ClusterRole bound cluster-wide: seconds until that user's dry-run create in a compiled
+  namespace is admitted, and the parameters and policies the compiler wrote for it;
+- with ``--heap DIR``, the API server's heap profiles with no compiled path and after the
+  first compile (``go tool pprof -sample_index=inuse_space -top -diff_base A B``).
 
 Beside them, the same figures for the previous layout (every namespace's parameters holding a
 copy of the cluster part) at ``--baseline-namespaces``, with the previous release's compiler and
@@ -70,6 +75,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from app.compiled.compiler import POLICY_LOADED
 from app.engine.kinds import snapshot_from_objects
 from app.engine.params import API_VERSION, PLURAL, render, render_cluster, spec_text
 from app.settings import Settings
@@ -214,6 +220,20 @@ def apiserver_heap_mb(cp: ControlPlane) -> float:
             if line.startswith(f"{name} "):
                 return round(float(line.split()[1]) / 1e6, 1)
     return -1.0
+
+
+def heap_profile(cp: ControlPlane, into: Path | None) -> None:
+    """With ``into`` (``--heap``), the API server's heap profile after a garbage collection,
+    written there: ``go tool pprof -sample_index=inuse_space -top -diff_base A B`` reads two."""
+    if into is None:
+        return
+    url = f"{cp.url}/debug/pprof/heap?gc=1"
+    token = cp.users[ADMIN].token
+    subprocess.run(
+        ["curl", "-sf", "--cacert", str(cp.ca), "-H", f"Authorization: Bearer {token}",
+         "-o", str(into), url],
+        check=True, timeout=120,
+    )  # fmt: skip
 
 
 # -- the compiler -----------------------------------------------------------------------------
@@ -510,6 +530,62 @@ def cluster_edits(cp: ControlPlane, admin: Client, edits: int, namespace: str,
     return found
 
 
+CRD_GROUP = "bench.example.com"
+CRD_USER = "crd-user"
+
+
+def crd_created(cp: ControlPlane, admin: Client, namespace: str, quiet: float) -> dict[str, Any]:
+    """A CRD no annotation restricts created (``bolts``), with a user granted its writes by a
+    plain ClusterRole bound cluster-wide: seconds until that user's dry-run create in
+    ``namespace`` (labeled compiled) is admitted, the parameters rewritten and the policy
+    writes."""
+    rules = [{"apiGroups": [CRD_GROUP], "resources": ["bolts"], "verbs": ["create"]}]
+    grant = {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": {"name": "bolts"},
+             "rules": rules}  # fmt: skip
+    bound = {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "bolts"},
+             "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "bolts"},
+             "subjects": [{"apiGroup": RBAC, "kind": "User", "name": CRD_USER}]}  # fmt: skip
+    send(admin, "POST", f"/apis/{RBAC}/v1/clusterroles", grant)
+    send(admin, "POST", f"/apis/{RBAC}/v1/clusterrolebindings", bound)
+    time.sleep(quiet)  # a role granting nothing indexed: nothing to write, waited out anyway
+    before = versions(admin)
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    names = {"plural": "bolts", "singular": "bolt", "kind": "Bolt"}
+    version = {"name": "v1", "served": True, "storage": True, "schema": schema}
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"bolts.{CRD_GROUP}"},
+        "spec": {"group": CRD_GROUP, "scope": "Namespaced", "names": names, "versions": [version]},
+    }
+    writes = CompilerWrites(cp.audit_log)
+    sent, wall = time.monotonic(), time.time()
+    send(admin, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    path = f"/apis/{CRD_GROUP}/v1/namespaces/{namespace}/bolts?dryRun=All"
+    body = {"apiVersion": f"{CRD_GROUP}/v1", "kind": "Bolt", "metadata": {"generateName": "b-"}}
+
+    def admitted() -> bool:
+        try:
+            return admin.send("POST", path, body, {"Impersonate-User": CRD_USER})[0] < 300
+        except ValueError:  # not served yet: the API server's plain-text 404
+            return False
+
+    while not admitted():
+        if time.monotonic() - sent > WAIT:
+            raise RuntimeError("the new CRD's writes were never admitted")
+        time.sleep(0.05)
+    seconds = time.monotonic() - sent
+    settled = writes.settle(wall, quiet)
+    rewritten = sum(1 for ns, rv in versions(admin).items() if before.get(ns) != rv)
+    print(f"  CRD created: its writes admitted after {seconds:.2f} s; {rewritten} parameters "
+          f"rewritten, {writes.policies} policy writes, the last {settled:.1f} s after it",
+          flush=True)  # fmt: skip
+    return {"seconds": round(seconds, 3), "params_rewritten": rewritten,
+            "params_writes": writes.params, "policy_writes": writes.policies,
+            "settled_s": round(settled, 3)}  # fmt: skip
+
+
 def namespaced_edits(admin: Client, edits: int, namespaces: int) -> list[dict[str, float]]:
     found = []
     for n in range(edits):
@@ -559,9 +635,10 @@ def install(cp: ControlPlane, root: Path, name: str) -> None:
 
 
 def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
-            upgrade: Path | None) -> dict[str, Any]:  # fmt: skip
+            upgrade: Path | None, heap: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """Every figure of one layout, in a control plane of its own; with ``upgrade`` (a checkout),
-    that release's compiler taking the lease over at the end."""
+    that release's compiler taking the lease over at the end; with ``heap`` (a directory), the
+    API server's heap profiles with no compiled path and after the first compile."""
     workdir.mkdir(parents=True)
     users = (User(ADMIN, ("system:masters",)), COMPILER_USER, WEBHOOK_USER)
     cp = ControlPlane(workdir, users=users)
@@ -587,6 +664,7 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         time.sleep(5)
         out["apiserver_rss_none_mb"] = apiserver_mb(cp)
         out["apiserver_heap_none_mb"] = apiserver_heap_mb(cp)
+        heap_profile(cp, heap and heap / f"{layout.name}-none.pprof")
         install(cp, layout.root, "policy.yaml")
         parts = {"apiserver": cp.apiserver, "etcd": cp.etcd}
         before = {name: process_cpu(p.pid) for name, p in parts.items() if p is not None}
@@ -614,6 +692,7 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         out["stored_vs_information"] = round(out["stored_bytes"] / out["information_bytes"], 2)
         out["apiserver_rss_compiled_mb"] = apiserver_mb(cp)
         out["apiserver_heap_compiled_mb"] = apiserver_heap_mb(cp)
+        heap_profile(cp, heap and heap / f"{layout.name}-compiled.pprof")
         print(f"[{layout.name}] stored {out['stored_bytes'] / 1e6:.1f} MB "
               f"({out['stored_vs_information']}x the information); API server "
               f"{out['apiserver_rss_none_mb']:.0f} MB before, "
@@ -622,6 +701,8 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         out["edits"] = {kind: {**summary(rows), "rows": rows} for kind, rows in edits.items()}
         rows = namespaced_edits(admin, layout.edits, layout.namespaces)
         out["edits"]["rolebinding"] = {**summary(rows), "rows": rows}
+        row = crd_created(cp, admin, middle, quiet)
+        out["edits"]["crd"] = {**summary([row]), "rows": [row]}
         # Another replica takes the lease over: everything it finds is stored already.
         compiler.stop()
         compiler = Compiler.start(cp, workdir, layout.root, "bench-takeover")
@@ -633,7 +714,10 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
             for name in ("crd.yaml", "rbac.yaml", "policy.yaml"):
                 install(cp, upgrade, name)
             compiler = Compiler.start(cp, workdir, upgrade, "bench-upgrade")
-            out["upgrade_settled_s"] = round(compiler.settled(quiet), 1)
+            # It writes the parameters the previous release stored (listing what no annotation
+            # restricts, which that release's policy reads there) once its own policy is in
+            # force: ``POLICY_LOADED`` seconds after writing it, with nothing written meanwhile.
+            out["upgrade_settled_s"] = round(compiler.settled(max(quiet, POLICY_LOADED + 3)), 1)
             out["compiler_peak_upgrade_mb"] = compiler.peak_mb()
             out["upgraded"] = stored(admin)
         out["apiserver_rss_end_mb"] = apiserver_mb(cp)
@@ -709,7 +793,7 @@ def table(results: list[dict[str, Any]]) -> str:
     for label, key, show in ROWS:
         cells = [show(r[key]) if key in r else "-" for r in results]
         lines.append(f"{label:<40}" + "".join(f"{c:>16}" for c in cells))
-    for kind in ("clusterrole", "clusterrolebinding", "rolebinding"):
+    for kind in ("clusterrole", "clusterrolebinding", "rolebinding", "crd"):
         for key, label in EDIT_ROWS:
             cells = [str(r.get("edits", {}).get(kind, {}).get(key, "-")) for r in results]
             if any(c != "-" for c in cells):
@@ -742,7 +826,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep", action="store_true", help="keep the logs (printed: where)")
+    parser.add_argument("--heap", type=Path,
+                        help="a directory: the API server's heap profiles, with no compiled path "
+                        "and after the first compile, per layout")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.heap is not None:
+        args.heap.mkdir(parents=True, exist_ok=True)
     if args.cluster_grants < 2:
         parser.error("--cluster-grants must be at least 2 (one edited role, one edited binding)")
     workdir = Path(tempfile.mkdtemp(prefix="bench-layout-"))
@@ -755,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         this = Layout("this", ROOT, args.namespaces, args.cluster_grants, args.edits)
-        done(measure(this, workdir / "this", args.clients, args.quiet, None))
+        done(measure(this, workdir / "this", args.clients, args.quiet, None, args.heap))
         if args.baseline_namespaces:
             previous = checkout(args.baseline_ref, workdir / "previous-release")
             if previous is None:
@@ -764,7 +853,11 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     base = Layout("previous", previous, args.baseline_namespaces,
                                   args.cluster_grants, args.baseline_edits)  # fmt: skip
-                    done(measure(base, workdir / "previous", args.clients, args.quiet, ROOT))
+                    done(
+                        measure(
+                            base, workdir / "previous", args.clients, args.quiet, ROOT, args.heap
+                        )
+                    )
                 finally:
                     remove_checkout(previous)
     finally:

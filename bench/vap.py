@@ -256,14 +256,14 @@ COMPILED = "bench-compiled"
 WRITER_GRANT = cluster_role("bench-writer", {"team": ["a"]}, CAROL.name)
 
 
-def compiled_policies(chunks: tuple[str, ...], names: tuple[str, ...] = (POLICY,)) -> list[Any]:
-    """The policies ``names`` as the compiler writes them, holding ``chunks``, and their
+def compiled_policies(part: ClusterPart, names: tuple[str, ...] = (POLICY,)) -> list[Any]:
+    """The policies ``names`` as the compiler writes them, holding the cluster ``part``, and their
     bindings, renamed (``COMPILED``: the enforcing one) apart from the compiler's own, with
     manifests/compiled/policy.yaml's guards."""
     docs: list[Any] = []
     for name in names:
         renamed = COMPILED + name.removeprefix(POLICY)
-        found, bound = policy(name, chunks), binding(name)
+        found, bound = policy(name, part), binding(name)
         found["metadata"]["name"] = bound["metadata"]["name"] = renamed
         bound["spec"]["policyName"] = renamed
         docs += [found, bound]
@@ -349,9 +349,9 @@ def apply_params(cp: ControlPlane, manifest: dict[str, Any]) -> None:
         raise RuntimeError(f"apply {manifest['metadata']}: {done.stderr}")
 
 
-def part_of_policy(expression: str, chunks: tuple[str, ...]) -> list[dict[str, Any]]:
+def part_of_policy(expression: str, part: ClusterPart) -> list[dict[str, Any]]:
     """``compiled``, its validations the one ``expression`` and no match condition."""
-    docs = compiled_policies(chunks)
+    docs = compiled_policies(part)
     docs[0]["spec"]["validations"] = [{"expression": expression, "reason": "Forbidden"}]
     docs[0]["spec"].pop("matchConditions", None)
     return docs
@@ -427,13 +427,13 @@ def conditions(configuration: Any) -> list[Any]:
 @dataclass(frozen=True)
 class Installed:
     """What the setups install beside the parameters: the webhook, the YAML of ``--policy``,
-    the split registration as the compiler keeps it, the policy's constants (``compiled``), and
-    the user writing."""
+    the split registration as the compiler keeps it, the cluster part the policy holds
+    (``compiled``), and the user writing."""
 
     webhook: Webhook
     other: str | None
     registration: Any
-    chunks: tuple[str, ...]
+    part: ClusterPart
     writer: str
 
 
@@ -446,15 +446,15 @@ def configure(cp: ControlPlane, setup: str, installed: Installed) -> None:
     elif setup == "rule":
         cp.apply(ADMIN, rule(installed.writer))
     elif setup == "compiled":
-        cp.apply(ADMIN, compiled_policies(installed.chunks))
+        cp.apply(ADMIN, compiled_policies(installed.part))
     elif setup in ("full", "full-modes"):
         compilers_constants(cp)
         modes = documents("modes/policy.yaml") if setup == "full-modes" else []
         cp.apply(ADMIN, shipped_policies() + modes)
     elif setup == "modes":
-        cp.apply(ADMIN, compiled_policies(installed.chunks, tuple(ACTIONS)))
+        cp.apply(ADMIN, compiled_policies(installed.part, tuple(ACTIONS)))
     elif setup in PARTS:
-        cp.apply(ADMIN, part_of_policy(PARTS[setup], installed.chunks))
+        cp.apply(ADMIN, part_of_policy(PARTS[setup], installed.part))
     elif setup == "file" and installed.other is not None:
         cp.apply(ADMIN, installed.other)
     elif setup == "webhook":
@@ -680,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
             if compiler is not None:
                 print(f"  the compiler's: {compared(cp, part.chunks)}", flush=True)
-            installed = Installed(webhook, other, registration, part.chunks, writer.name)
+            installed = Installed(webhook, other, registration, part, writer.name)
             results: dict[tuple[str, int], list[dict[str, float]]] = {}
             for n in range(args.rounds):
                 # Every other round in reverse order, so that no setup always runs first.

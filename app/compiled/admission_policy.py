@@ -89,7 +89,9 @@ from app.engine.params import (
     NAME,
     SOFTENED_MARK,
     WEBHOOK_RESOURCES,
+    ClusterPart,
     namespace_marks,
+    unjudged_literal,
 )
 
 POLICY = "label-rbac"
@@ -277,6 +279,8 @@ def _entries(key: str) -> str:
 
 # The cluster part's constants (``app.engine.params.cluster_chunks``), as one list.
 CHUNKS = "clusterChunks"
+# The constant of the served resources no annotation restricts (``unjudged_literal``).
+UNJUDGED = "unjudged"
 
 
 def _cluster_found(op: str, key: str) -> str:
@@ -505,7 +509,7 @@ VARIABLES: tuple[tuple[str, str], ...] = (
         # system:masters, whom no label-rbac role restricts.
         "unknown",
         "!variables.delegated && !variables.indexed && "
-        "!(variables.key in params.spec.?unjudged.orValue([])) && "
+        f"!(variables.key in variables.{UNJUDGED}) && "
         f"!('{SUPERUSERS}' in request.userInfo.groups)",
     ),
     ("granting", _bound_granting()),
@@ -599,13 +603,19 @@ _VARIABLE = re.compile(r"\bvariables\.([A-Za-z]+)\b")
 _DEFINITIONS = dict(VARIABLES)
 
 
-def _inline(expression: str, bound: frozenset[str] = frozenset()) -> str:
+def _inline(
+    expression: str, bound: frozenset[str] = frozenset(), constants: Mapping[str, str] | None = None
+) -> str:
     """``expression`` with each variable it reads spelled out (those in ``bound`` read by their
-    bare name, bound by ``_bind``): a match condition may not read variables."""
+    bare name, bound by ``_bind``; the policy's ``constants`` by their literal): a match
+    condition may not read variables."""
 
     def spelled(found: re.Match[str]) -> str:
         name = found.group(1)
-        return name if name in bound else f"({_inline(_DEFINITIONS[name], bound)})"
+        if name in bound:
+            return name
+        text = (constants or {}).get(name) or _DEFINITIONS[name]
+        return f"({_inline(text, bound, constants)})"
 
     return _VARIABLE.sub(spelled, expression)
 
@@ -634,10 +644,12 @@ def _allowed(mode: str) -> str:
     return f"!({_UNJUDGED}) && !({_UNKNOWN}) && !({_refusals(mode)})"
 
 
-def _may_refuse(mode: str) -> str:
+def _may_refuse(mode: str, unjudged: str = unjudged_literal(())) -> str:
     """CEL: the policy's match condition, variables spelled out: whether ``_allowed`` may be
-    false. It reads the namespace's parameters only (a match condition cannot read the
-    policy's constants, which hold the ClusterRoleBindings' grants), so it matches every write
+    false. It reads the namespace's parameters and, spelled out again, the constant of the
+    resources no annotation restricts (``unjudged``, a literal the API server folds once per
+    policy); it does not read the policy's constants holding the ClusterRoleBindings' grants
+    (``cluster_conditions`` copy those), so it matches every write
     those could decide: one no role of the namespace grants (``granting`` empty, the resource
     indexed), and one they refuse whatever the mode (a grant of the cluster's may permit it, or
     enforce what they soften). Adding grants never turns a write the namespace's grants permit
@@ -666,7 +678,7 @@ def _may_refuse(mode: str) -> str:
     if mode != ENFORCE:
         # Nothing softened in the namespace (the usual case): one field read and done.
         return f"has(params.spec.softened) && ({deletes} || !({fast_allowed()}) && {refused})"
-    unknown = _inline("variables.unknown")
+    unknown = _inline("variables.unknown", constants={UNJUDGED: unjudged})
     return (
         f"(has(params.spec.delegated) || {deletes} || "
         f"!({fast_allowed()}) && ({unknown} || {refused}))"
@@ -755,7 +767,8 @@ def _message(mode: str) -> str:
     )
     stale = _not_yet("do not list this user yet")
     unknown = _not_yet(
-        "do not know ' + variables.key + ' yet (served since the compiler last looked)"
+        "do not know ' + variables.key + ' yet (served or restricted since the compiler last "
+        "looked)"
     )
     return (
         f"{_UNJUDGED} ? {unjudged} : {_UNKNOWN} ? {unknown} : "
@@ -814,7 +827,9 @@ def cluster_conditions(chunks: Sequence[str]) -> list[dict[str, str]]:
     ]
 
 
-def _judgement(mode: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
+def _judgement(
+    mode: str, chunks: Sequence[str] = (), unjudged: str = unjudged_literal(())
+) -> dict[str, Any]:
     """The policy's match conditions and validation.
 
     The API server evaluates a policy in passes, each a context of its own that computes again
@@ -837,7 +852,7 @@ def _judgement(mode: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
         }
     probe = {"expression": f"!({_PROBED})", "message": PROBE_MESSAGE, "reason": "Forbidden"}
     judged["expression"] = f"{_OWN_GROUP} || {judged['expression']}"
-    condition = f"{_OWN_GROUP} ? {_PROBED} : {_may_refuse(mode)}"
+    condition = f"{_OWN_GROUP} ? {_PROBED} : {_may_refuse(mode, unjudged)}"
     return {
         "matchConditions": [
             {"name": "may-refuse", "expression": condition},
@@ -1004,23 +1019,30 @@ def _excluded(own: bool = True) -> list[dict[str, Any]]:
     return _rules({GROUP: ["*"], **groups} if own else groups, ["*"])
 
 
-def cluster_variables(chunks: Sequence[str]) -> list[dict[str, str]]:
+def cluster_variables(chunks: Sequence[str], unjudged: str) -> list[dict[str, str]]:
     """The policy's constants holding the ClusterRoleBindings' part (``ClusterPart.chunks``),
     and their list, which ``_cluster_found`` reads: the API server builds a constant once per
-    policy, not per write, and refuses an expression over 100,000 code points, hence several."""
+    policy, not per write, and refuses an expression over 100,000 code points, hence several.
+    Then the resources no annotation restricts (``unjudged``, a literal), which ``unknown``
+    reads."""
     names = [f"cluster{i}" for i in range(len(chunks))]
     listed = "[" + ", ".join(f"variables.{n}" for n in names) + "]"
     return [
         *({"name": n, "expression": c} for n, c in zip(names, chunks, strict=True)),
         {"name": CHUNKS, "expression": listed if names else "dyn([])"},
+        {"name": UNJUDGED, "expression": unjudged},
     ]
 
 
-def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
-    """The policy ``name`` (one of ``ACTIONS``) with the ClusterRoleBindings' part ``chunks``:
-    the compiler writes it (``app.compiled.compiler.PolicyWriter``); without ``chunks`` it
-    knows no grant of theirs, and refuses the writes only those would permit."""
+def policy(name: str, part: ClusterPart | None = None) -> dict[str, Any]:
+    """The policy ``name`` (one of ``ACTIONS``) holding the cluster ``part``: the
+    ClusterRoleBindings' grants (``chunks``) and the served resources no annotation restricts
+    (``unjudged``). The compiler writes it (``app.compiled.compiler.PolicyWriter``). Without a
+    part it knows no grant of theirs, and refuses the writes only those would permit, and every
+    write in a namespace marked compiled of a resource the parameters there do not index."""
     mode, _ = ACTIONS[name]
+    chunks = part.chunks if part is not None else ()
+    literal = unjudged_literal(part.unjudged if part is not None else ())
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -1030,10 +1052,10 @@ def policy(name: str, chunks: Sequence[str] = ()) -> dict[str, Any]:
             "paramKind": {"apiVersion": API_VERSION, "kind": KIND},
             "matchConstraints": _judged(mode),
             "variables": [
-                *cluster_variables(chunks),
+                *cluster_variables(chunks, literal),
                 *({"name": n, "expression": e} for n, e in VARIABLES),
             ],
-            **_judgement(mode, chunks),
+            **_judgement(mode, chunks, literal),
         },
     }
 

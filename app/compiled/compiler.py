@@ -47,6 +47,7 @@ from app.compiled.admission_policy import (
     PROBE_LABEL,
     PROBE_MESSAGE,
     SHIPPED,
+    UNJUDGED,
     Install,
     policy,
 )
@@ -259,15 +260,14 @@ class Written:
     delegated: bool
     marked: bool
     since: str = ""  # when the Compiled condition last changed (its lastTransitionTime)
-    # What the parameters list as needing no judging: until every namespace's no longer lists a
-    # key an annotation now restricts, the registration's annotation keeps it (the webhook's
-    # fence then refuses to hand that restriction out to anyone new).
-    unjudged: frozenset[str] = frozenset()
     # Whether the policies are known to see these parameters (``app.compiled.proof``): a
     # namespace is marked only then.
     seen: bool = True
     # Whether the Namespace carries ``SOFTENED_MARK`` (``Rendered.softened``), as last written.
     softened: bool = False
+    # Whether the stored parameters list the resources no annotation restricts themselves, as
+    # releases before 0.3.4 wrote them (their policy reads the list there, not its own).
+    lists_unjudged: bool = False
 
 
 @dataclass
@@ -278,12 +278,6 @@ class InFlight:
 
     namespace: str
     deleted: bool = False
-
-
-def _unjudged(spec: Mapping[str, Any]) -> frozenset[str]:
-    if "delegated" in spec:
-        return frozenset()
-    return frozenset(k for k in spec.get("unjudged") or () if isinstance(k, str))
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -330,7 +324,8 @@ def _stored_params(obj: Mapping[str, Any], saw: Callable[[int], None] | None = N
     text = spec_text(spec)
     if saw is not None:
         saw(len(text))
-    written = Written(digest(text), "delegated" in spec, False, since, _unjudged(spec))
+    written = Written(digest(text), "delegated" in spec, False, since)
+    written.lists_unjudged = "unjudged" in spec
     return str(meta.get("namespace") or ""), written
 
 
@@ -339,6 +334,10 @@ POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 # part of 100,000 code points that took it seconds on a loaded test machine, more than the
 # default 10 s of a write.
 POLICY_TIMEOUT = 60.0
+# Seconds from a policy's write until the API server surely judges by it: its policy plugin looks
+# for changed policies every second (``policyRefreshInterval``), then compiles them (a second or
+# two at 200 cluster-wide grants, docs/performance.md).
+POLICY_LOADED = 10.0
 
 
 class PolicyWriter:
@@ -374,6 +373,11 @@ class PolicyWriter:
         # name → (digest of what was applied, the resourceVersion it got)
         self._applied: dict[str, tuple[bytes, str]] = {}
         self._kept: ClusterPart | None = None  # the part last applied
+        # The resources the policies applied last, and before them, let pass unjudged (None:
+        # not known, any of them), and when they changed (``listed``).
+        self._listed: frozenset[str] | None = None
+        self._before: frozenset[str] | None = None
+        self._listed_at = 0.0
         self.on_change: Callable[[], None] = _nothing
         # Whether the API server was seen enforcing the policy since it was last created
         # (``ParamsWriter._probe``): a policy just created is not in force until it is loaded.
@@ -407,7 +411,48 @@ class PolicyWriter:
         """Forget what was applied (a new leader writes every policy once)."""
         with self._lock:
             self._applied.clear()
+            self._listed = self._before = None
         self.proven = False
+
+    def adopt(self) -> None:
+        """What the enforcing policy in force lets pass unjudged, read when this writer starts
+        leading (``listed``): a previous leader wrote it. None known (every served resource may
+        be) when it cannot be read, or an earlier release's holds no such constant (it reads
+        each namespace's parameters instead); none at all where there is no policy yet."""
+        found: frozenset[str] | None = None
+        try:
+            live = self._client.get(f"{POLICIES}/{self._install.name}")
+            variables = (live.get("spec") or {}).get("variables") or ()
+            literal = next(
+                (v.get("expression") for v in variables if v.get("name") == UNJUDGED), None
+            )
+            if isinstance(literal, str):
+                found = frozenset(json.loads(literal))  # a map of strings to true, as written
+        except ApiError as exc:
+            found = frozenset() if exc.status == 404 else None
+        except (KubeError, ValueError, TypeError):
+            found = None
+        with self._lock:
+            self._listed, self._before, self._listed_at = found, None, float("-inf")
+
+    def loaded(self) -> bool:
+        """Whether the API server surely judges by the policies this writer last applied."""
+        with self._lock:
+            return self._listed is not None and self._clock() - self._listed_at > POLICY_LOADED
+
+    def listed(self, served: Iterable[str]) -> frozenset[str]:
+        """The resources the policies in force may let pass unjudged: those the part last
+        applied lists, and for ``POLICY_LOADED`` seconds after it changed, those the one before
+        listed (the API server loads a written policy on its next refresh tick, then compiles
+        it); ``served`` (every resource key) until this writer has applied one, or while one it
+        replaced may still be in force (a previous leader's may list any of them)."""
+        with self._lock:
+            listed, before, at = self._listed, self._before, self._listed_at
+        if listed is None:
+            return frozenset(served)
+        if self._clock() - at > POLICY_LOADED:
+            return listed
+        return listed | (frozenset(served) if before is None else before)
 
     def keep(self, part: ClusterPart) -> int:
         """Apply every policy whose content differs from what was last applied (or that
@@ -417,7 +462,7 @@ class PolicyWriter:
                 return 0  # every step asks: the policies' text is built only when it may differ
         written = 0
         for name, shipped in self._shipped.items():
-            body = self._install.document(policy(shipped, part.chunks))
+            body = self._install.document(policy(shipped, part))
             found = digest(json.dumps(body, sort_keys=True))
             with self._lock:
                 last = self._applied.get(name)
@@ -434,6 +479,9 @@ class PolicyWriter:
             written += 1
         with self._lock:
             self._kept = part
+            if self._listed != frozenset(part.unjudged):
+                self._before, self._listed = self._listed, frozenset(part.unjudged)
+                self._listed_at = self._clock()
         if written:
             log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
                      ", ".join(self.names), len(part.chunks), part.size, part.grants)  # fmt: skip
@@ -603,6 +651,8 @@ class ParamsWriter:
         # The namespaces whose parameters were deleted while the stored ones were listed (a new
         # leader's ``_stored``), else None: what the list found there is gone.
         self._listing: set[str] | None = None
+        # Namespaces whose stored parameters list the unjudged resources themselves (``_held``).
+        self._lists_unjudged: set[str] = set()
         # New parameters waiting to be proven seen by the policies, a batch at a time, and the
         # proof in flight (``app.compiled.proof``), with the batch it proves.
         self._unseen = Unseen(install.unjudged)
@@ -648,8 +698,10 @@ class ParamsWriter:
             with self._lock:
                 deleted, self._listing = self._listing, None
                 self._written = {n: w for n, w in stored.items() if n not in deleted}
+                self._lists_unjudged = {n for n, w in self._written.items() if w.lists_unjudged}
             self._unseen.reset()
             self.policies.reset()
+            self.policies.adopt()
             if self._coverage is not None:
                 self._beside.submit(self._coverage.reset)  # after any check running now
         elif self.leading and not leading:
@@ -687,11 +739,10 @@ class ParamsWriter:
         self._wake.set()
 
     def _check_soon(self, snapshot: Snapshot) -> None:
-        """Start the checks beside the writes unless they are running, with what some
-        namespace's parameters still list as needing no judging."""
+        """Start the checks beside the writes unless they are running, with what the policies
+        in force may still let pass as needing no judging (``PolicyWriter.listed``)."""
         if self._beside_due is None or self._beside_due.done():
-            # ``gone`` (the watch's thread) may drop an entry: copied first, as one C call.
-            listed = frozenset().union(*(w.unjudged for w in list(self._written.values())))
+            listed = self.policies.listed(map(resource_key, self.served))
             self._beside_due = self._beside.submit(self._check_beside, snapshot, listed)
 
     def _report(self, done: int) -> None:
@@ -706,8 +757,8 @@ class ParamsWriter:
 
     def _check_beside(self, snapshot: Snapshot, listed: frozenset[str] = frozenset()) -> None:
         """Discovery when it is due, then the registration's coverage for ``snapshot`` and the
-        keys the parameters ``listed`` unjudged when they were written (in the thread beside
-        the writes)."""
+        keys the policies may let pass unjudged, ``listed`` (in the thread beside the
+        writes)."""
         if not self._lease.current():
             return
         if self._clock() - self._discovered_at > DISCOVERY_INTERVAL:
@@ -859,6 +910,7 @@ class ParamsWriter:
                 busy = {f.namespace for f in running.values()} | lost
                 busy |= self._waiting(Namespaces(current))
                 busy.add(self._unseen.proving)
+                busy |= self._held()
                 taken = self._take(current, busy, WRITERS - len(running))
                 # Many new namespaces: their proofs are batched (``app.compiled.proof``).
                 with self._lock:
@@ -904,7 +956,19 @@ class ParamsWriter:
             if flight.deleted:
                 return False
             self._written[flight.namespace] = result
+            self._lists_unjudged.discard(flight.namespace)
             return True
+
+    def _held(self) -> set[str]:
+        """The namespaces whose stored parameters list the unjudged resources themselves (an
+        earlier release's), while the policy of that release may still be in force: it reads
+        the list there, so parameters written without it would have their writes of resources
+        no annotation restricts refused until the API server judges by the policies this
+        writer wrote (``PolicyWriter.loaded``). Written once it does."""
+        if self.policies.loaded():
+            return set()
+        with self._lock:
+            return set(self._lists_unjudged)
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
         """What the write gave; None (and a retry scheduled) when it failed. Parameters written
@@ -999,6 +1063,7 @@ class ParamsWriter:
             self._written.pop(namespace, None)
             self._unseen.discard(namespace)
             self._to_mark.discard(namespace)  # pending again: written, then queued again
+            self._lists_unjudged.discard(namespace)  # new parameters: nothing of them to hold
             for flight in self._running.values():
                 if flight.namespace == namespace:
                     flight.deleted = True
@@ -1053,8 +1118,7 @@ class ParamsWriter:
                 rendered.delegated,
             )
             self._event(rendered)
-        unjudged = _unjudged(rendered.spec)
-        written = Written(spec, delegated, marked, since, unjudged, softened=softened)
+        written = Written(spec, delegated, marked, since, softened=softened)
         if delegated or (previous is not None and previous.marked):
             return written
         if previous is None or not previous.seen:

@@ -38,7 +38,7 @@ from app.source.api import ApiError, KubeClient, KubeError
 log = logging.getLogger("label_rbac.compile")
 
 # What the coverage was computed from: the roles' restrictions, the served resources and what
-# the parameters list unjudged.
+# the policies may let pass unjudged.
 Seen = tuple[Restrictions, tuple[Resource, ...], frozenset[str]]
 
 # The label-rule entries: the shipped one, and the one for compiled namespaces.
@@ -99,7 +99,7 @@ def expression(keys: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class Coverage:
     """What one apply writes: the keys left out, and why none are when the list is too long;
-    the keys the annotation names (those, and what the parameters still list unjudged)."""
+    the keys the annotation names (those, and what the policies may still let pass unjudged)."""
 
     keys: tuple[str, ...]
     oversized: int = 0  # the expression's length had the keys been written; 0 when they are
@@ -189,9 +189,9 @@ class CoverageWriter:
         """Apply the coverage when the live configuration does not say it yet. Whether an apply
         was made. The live object is read when the coverage changed, and every
         ``RECHECK_INTERVAL`` seconds (``RETRY_INTERVAL`` while it is missing). ``listed``: what
-        some namespace's parameters list unjudged, which the annotation keeps naming (the
-        policy lets such writes through unjudged there until they are written again)."""
-        # Only roles, what is served and what the parameters list change the coverage; a
+        the policies in force may still let pass unjudged, which the annotation keeps naming
+        (``PolicyWriter.listed``)."""
+        # Only roles, what is served and what the policies list change the coverage; a
         # snapshot shares its restrictions with the previous one when a batch changed no role.
         seen = (snapshot.restrictions(), tuple(served), frozenset(listed))
         changed = self._seen is None or seen[0] is not self._seen[0] or seen[1:] != self._seen[1:]

@@ -10,7 +10,6 @@ agree on which roles grant a request and what they permit. ``spec``::
     mode: enforce | warn | audit          # the global mode
     allowUnlabeled: false
     indexed: [configmaps]                 # the resources judged here (the same everywhere)
-    unjudged: [secrets, services]         # the served ones no annotation restricts: allowed
     users: {alice: ["0"]}                 # subject → role ids, from the namespace's RoleBindings
     groups: {tenants: ["1"]}
     roles:                                # role id → resource → operation → grant id
@@ -27,7 +26,10 @@ The ClusterRoleBindings' part (``ClusterPart``: their subjects, the roles they b
 roles' grants, in the same shape) is the same for every namespace, so it is stored once: in the
 policy itself, as CEL constants (``cluster_chunks``), which the API server builds once per
 policy, not per write. Copied into every namespace it made the stored bytes grow as namespaces
-times cluster-wide grants, and every ClusterRoleBinding edit a write of every namespace.
+times cluster-wide grants, and every ClusterRoleBinding edit a write of every namespace. So are
+the served resources no annotation restricts (``ClusterPart.unjudged``, the constant
+``unjudged_literal``): the same in every namespace, and changed by discovery (a CRD created or
+deleted), which then writes the policy alone.
 
 A subject appears once per namespace, a role once however many subjects it is bound to, and a
 grant once however many roles' resources and operations share it; lookups are by key, so the
@@ -38,9 +40,11 @@ some annotation names (or a void role reaches), bound anywhere or not (``Target.
 those every granting role is indexed, unrestricted ones included, so a subject RBAC authorizes
 but the index does not know can only mean parameters older than RBAC (the policy then denies:
 see ``admission_policy``), wherever the subject was bound a moment ago. The other resources
-served are listed ``unjudged`` (allowed as they are); in a namespace marked compiled the policy
-refuses, until it is compiled, a resource in neither list: one served since the compiler last
-looked, which an annotation may restrict.
+served are the cluster part's ``unjudged`` (allowed as they are); in a namespace marked compiled
+the policy refuses, until it is compiled, a resource in neither list: one served since the
+compiler last looked, which an annotation may restrict. A namespace's ``indexed`` wins over the
+policy's ``unjudged``, so parameters and policy written at different moments never let a
+restricted resource pass unjudged where the parameters index it.
 
 Globs become the cheapest test of their shape (``value_tests``): literals are looked up, ``x*``
 and ``*x`` are ``startsWith`` and ``endsWith``, and the rest of a requirement's globs one anchored
@@ -122,6 +126,9 @@ MAX_WORK = 1_000_000
 # this many of them (with the policy's own expressions, under etcd's 1.5 MiB per object).
 CHUNK_CODE_POINTS = 90_000
 MAX_CHUNKS = 12
+# The constant of the served resources no annotation restricts (``unjudged_literal``): about 700
+# resources of 40 characters, several times what large clusters serve namespaced.
+UNJUDGED_CODE_POINTS = 30_000
 # Why a namespace is delegated, as its Compiled condition's reason says.
 TOO_LARGE, TOO_COMPLEX = "TooLarge", "TooComplex"
 SUBRESOURCE_ENTRIES = "SubresourceEntries"
@@ -604,13 +611,11 @@ def _render(
     cluster = render_cluster(snapshot, target)
     indexed = _indexed(snapshot, target)
     own = _Part(own_scope, indexed, "", work)
-    judged = frozenset(indexed)
     if cluster.softened or _softened(target, own.grants.values()):
         base["softened"] = True  # the warn and audit policies look further only then
     spec = {
         **base,
         "indexed": [resource_key(r) for r in indexed],
-        "unjudged": [resource_key(r) for r in target.resources if r not in judged],
         "users": own.subjects["User"],
         "groups": own.subjects["Group"],
         "roles": own.roles,
@@ -660,9 +665,10 @@ def _softened(target: Target, grants: Iterable[Mapping[str, Any]]) -> bool:
 class ClusterPart:
     """The ClusterRoleBindings' part of every namespace's parameters, stored once in the policy.
 
-    ``chunks`` are the CEL constants the policy holds (``cluster_chunks``); ``delegated`` says
-    why every namespace is left to the webhook instead (``reason``: as a namespace's Compiled
-    condition says it), and then ``chunks`` is empty.
+    ``chunks`` are the CEL constants the policy holds (``cluster_chunks``); ``unjudged`` the
+    served resources no annotation restricts (none indexed), which the policy allows as they
+    are; ``delegated`` says why every namespace is left to the webhook instead (``reason``: as a
+    namespace's Compiled condition says it), and then ``chunks`` and ``unjudged`` are empty.
     """
 
     chunks: tuple[str, ...]
@@ -673,11 +679,19 @@ class ClusterPart:
     # The part as a namespace's parameters would hold it (``users``, ``groups``, ``roles``,
     # ``grants``), what ``chunks`` spell in CEL.
     spec: Mapping[str, Any] = field(default_factory=dict)
+    unjudged: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
         """Code points of the constants, as the API server counts an expression's size."""
         return sum(len(chunk) for chunk in self.chunks)
+
+
+def unjudged_literal(keys: Iterable[str]) -> str:
+    """The served resources no annotation restricts (``ClusterPart.unjudged``) as the policy's
+    constant: a CEL map of each key to true, so a write's resource is looked up, not scanned
+    for. Empty (no resource passes unjudged) in a policy the compiler has not written."""
+    return cel_literal(dict.fromkeys(keys, True))
 
 
 _last_cluster: tuple[object, Target, ClusterPart] | None = None
@@ -732,7 +746,15 @@ def _render_cluster(
             f"{MAX_CHUNKS} constants of {CHUNK_CODE_POINTS} code points"
         )
         return ClusterPart((), len(part.grants), softened, reason, TOO_LARGE, spec)
-    return ClusterPart(tuple(chunks), len(part.grants), softened, spec=spec)
+    judged = frozenset(indexed)
+    unjudged = tuple(resource_key(r) for r in target.resources if r not in judged)
+    if len(unjudged_literal(unjudged)) > UNJUDGED_CODE_POINTS:
+        reason = (
+            f"the {len(unjudged)} served resources no annotation restricts would take more "
+            f"than {UNJUDGED_CODE_POINTS} code points of the policy"
+        )
+        return ClusterPart((), len(part.grants), softened, reason, TOO_LARGE, spec)
+    return ClusterPart(tuple(chunks), len(part.grants), softened, spec=spec, unjudged=unjudged)
 
 
 def cluster_chunks(

@@ -47,6 +47,7 @@ from app.engine.params import (
     PLURAL,
     SOFTENED_MARK,
     WEBHOOK_RESOURCES,
+    ClusterPart,
     cel_literal,
 )
 from tests.support import ROOT
@@ -175,9 +176,10 @@ def test_the_cluster_conditions_copy_constants_while_the_policy_keeps_its_size(
     """The enforcing policy holds a match condition per constant of the cluster part, each with
     its constant again, while constants and copies stay within ``MAX_CHUNKS``: the policy never
     outgrows what it could hold before. The other policies have none."""
-    chunks = [cel_literal({"users": {f"user-{i}": ["0"]}}) for i in range(constants)]
+    chunks = tuple(cel_literal({"users": {f"user-{i}": ["0"]}}) for i in range(constants))
+    part = ClusterPart(chunks, 0, False)
     enforcing = next(n for n, (mode, _) in ACTIONS.items() if mode == "enforce")
-    conditions = policy(enforcing, chunks)["spec"]["matchConditions"]
+    conditions = policy(enforcing, part)["spec"]["matchConditions"]
     assert conditions[0]["name"] == "may-refuse"
     assert [c["name"] for c in conditions[1:]] == [f"cluster-{i}" for i in range(copied)]
     for condition, chunk in zip(conditions[1:], chunks, strict=False):
@@ -185,7 +187,7 @@ def test_the_cluster_conditions_copy_constants_while_the_policy_keeps_its_size(
     assert constants + copied <= MAX_CHUNKS
     for name in ACTIONS:
         if name != enforcing:
-            assert len(policy(name, chunks)["spec"]["matchConditions"]) == 1
+            assert len(policy(name, part)["spec"]["matchConditions"]) == 1
 
 
 def test_the_policies_leave_what_the_webhook_keeps_and_the_parameters_themselves() -> None:

@@ -24,6 +24,7 @@ from app.compiled.admission_policy import (
     PROBE_LABEL,
     PROBE_MESSAGE,
     SHIPPED,
+    UNJUDGED,
     Install,
     policy,
 )
@@ -37,6 +38,7 @@ from app.compiled.compiler import (
     MERGE,
     NOT_SEEN,
     POLICIES,
+    POLICY_LOADED,
     LeaderLease,
     ParamsWriter,
     PendingNamespaces,
@@ -76,6 +78,7 @@ class Client:
         self.hold: dict[str, threading.Event] = {}  # namespace → its parameter writes wait for it
         self.failing: dict[str, Exception] = {}  # namespace → what its parameter writes raise
         self.registration: dict[str, Any] | None = None  # the webhook configuration, if any
+        self.policies: dict[str, dict[str, Any]] = {}  # policies found before any write, by path
         # namespace → how many updates of its parameters (writes after the first) are refused
         # as the API server refuses them while its informer does not hold them yet
         self.unseen: dict[str, int] = {}
@@ -103,6 +106,13 @@ class Client:
         if path.startswith(REGISTRATIONS) and self.registration is not None:
             return self.registration
         if path.startswith(REGISTRATIONS):
+            raise ApiError(404, "NotFound")
+        if path.startswith(POLICIES):  # as last written, else as found
+            written = [body for _, p, body, _ in self.writes if p == path]
+            if written:
+                return dict(written[-1])
+            if path in self.policies:
+                return self.policies[path]
             raise ApiError(404, "NotFound")
         raise AssertionError(path)
 
@@ -298,6 +308,48 @@ def test_a_new_leader_writes_only_the_parameters_that_differ_from_those_stored()
     client.listed = {"/api/v1/namespaces": [{"metadata": {"name": "t1"}}]}
     client.list_each = _unreachable  # type: ignore[method-assign]
     assert writer(client, clock).step(changed.snapshot) == 2
+
+
+@pytest.mark.parametrize(
+    "listing", [pytest.param(True, id="an-earlier-release-s"), pytest.param(False, id="this-one-s")]
+)
+def test_a_new_leader_holds_parameters_listing_unjudged_until_its_policy_is_in_force(
+    listing: bool,
+) -> None:
+    """Parameters an earlier release stored list the resources no annotation restricts
+    themselves, and its policy, in force until the API server loads the one this leader
+    writes, reads them there: written without the list before, a compiled namespace's writes of
+    those resources would be refused meanwhile. So they are written ``POLICY_LOADED`` seconds
+    after the policy, while parameters this release stored are written at once."""
+    first, clock = Client(), [0.0]
+    state = live(*OBJECTS)
+    writer(first, clock).step(state.snapshot)
+    stored = [b for _, p, b, _ in first.writes if p.endswith(f"/labelrbacparams/{NAME}")]
+    stored = [{**b, "spec": {**b["spec"], "unjudged": ["secrets"]}} for b in stored]
+    if not listing:  # the same parameters, otherwise changed: written anyway
+        stored = [{**b, "spec": {**b["spec"], "allowUnlabeled": True}} for b in stored]
+        stored = [
+            {**b, "spec": {k: v for k, v in b["spec"].items() if k != "unjudged"}} for b in stored
+        ]
+    client = Client()
+    client.listed = {
+        "/apis/labelrbac.io/v1alpha1/labelrbacparams": stored,
+        "/api/v1/namespaces": [{"metadata": {"name": "t1"}}, {"metadata": {"name": "t2"}}],
+    }
+    earlier = [{"name": "clusterChunks", "expression": "dyn([])"}]  # no constant of its own
+    client.policies[f"{POLICIES}/{POLICY}"] = {"spec": {"variables": earlier}}
+    params = writer(client, clock, timed=True)
+    params.step(state.snapshot)
+    params.settle(10)
+    assert len(policy_writes(client)) == 1
+    assert sorted(client.params_written()) == ([] if listing else ["t1", "t2"])
+    clock[0] = POLICY_LOADED + 1
+    params.step(state.snapshot)
+    params.settle(10)
+    assert sorted(client.params_written()) == ["t1", "t2"]
+    paths = [p for _, p, _, _ in client.writes]
+    first_params = min(i for i, p in enumerate(paths) if "labelrbacparams" in p)
+    assert paths.index(f"{POLICIES}/{POLICY}") < first_params
 
 
 def test_what_was_written_is_remembered_in_a_fixed_size_whatever_the_parameters() -> None:
@@ -557,45 +609,86 @@ def test_the_leader_keeps_the_registration_in_step_and_a_follower_does_not() -> 
     assert len(seen) == checks
 
 
-def test_the_coverage_is_told_what_the_written_parameters_still_list_unjudged() -> None:
+class Recording(CoverageWriter):
+    """Records what each check is told the policies may let pass unjudged."""
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(client, FIELD_MANAGER)  # type: ignore[arg-type]
+        self.listed: list[frozenset[str]] = []
+
+    def step(
+        self, snapshot: Snapshot, served: Sequence[Resource], found: Iterable[str] = ()
+    ) -> bool:
+        self.listed.append(frozenset(found))
+        return False
+
+
+SERVED_TWO = [Resource("", "configmaps"), Resource("", "secrets")]
+
+
+def test_the_coverage_is_told_what_the_policies_in_force_may_still_let_pass_unjudged() -> None:
     """A key restricted a moment ago stays named to the coverage (and so in the annotation the
-    webhook's fence reads) until every namespace's parameters are written without it: before
-    that, the policy lets its writes through as needing no judging."""
-    client, listed = Client(), []
+    webhook's fence reads) until no policy letting its writes pass unjudged can still be in
+    force: the API server loads a written policy within ``POLICY_LOADED`` seconds."""
+    client, clock = Client(), [0.0]
+    coverage = Recording(client)
+    params = writer(client, clock, discover=lambda _: SERVED_TWO, coverage=coverage, timed=True)
 
-    class Recording(CoverageWriter):
-        def step(
-            self, snapshot: Snapshot, served: Sequence[Resource], found: Iterable[str] = ()
-        ) -> bool:
-            listed.append(frozenset(found))
-            return False
+    def step(when: float, snapshot: Snapshot) -> frozenset[str]:
+        """What the coverage is told at a step at ``when``, before its writes."""
+        clock[0] = when
+        coverage.listed.clear()
+        params.step(snapshot)
+        params.settle(10)
+        return coverage.listed[0]
 
-    lease = LeaderLease(client, "label-rbac", "lead", "me", 15.0)  # type: ignore[arg-type]
-    params = ParamsWriter(
-        client,  # type: ignore[arg-type]
-        lease,
-        Options(),
-        discover=lambda _: [Resource("", "configmaps"), Resource("", "secrets")],
-        coverage=Recording(client, FIELD_MANAGER),  # type: ignore[arg-type]
-    )
     state = live(*OBJECTS)
-    params.step(state.snapshot)
-    params.settle(10)
-    params.step(state.snapshot)  # idle: checked again with what was written
-    params.settle(10)
-    assert listed[-1] == {"secrets"}
+    assert step(0.0, state.snapshot) == frozenset()  # no policy yet: nothing let pass
+    assert step(POLICY_LOADED + 1, state.snapshot) == {"secrets"}
+    assert policy_unjudged(client) == ["secrets"]
     a = {"team": ["a"]}
     restricting = compiled(
         role("team-a", "t1", [rule("*", "configmaps")], {"configmaps": a, "secrets": a})
     )
     after = state.apply([("Role", state.snapshot.roles[restricting.ref], restricting)]).snapshot
-    listed.clear()
-    params.step(after)
+    at = POLICY_LOADED + 2
+    assert step(at, after) == {"secrets"}  # checked before the writes: still let through
+    assert policy_unjudged(client) == []
+    assert step(at + POLICY_LOADED - 1, after) == {"secrets"}  # maybe not loaded yet
+    assert step(at + POLICY_LOADED + 1, after) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("variables", "told"),
+    [
+        pytest.param(None, frozenset(), id="no-policy-yet"),
+        pytest.param(
+            [{"name": UNJUDGED, "expression": '{"secrets":true,"widgets.example.com":true}'}],
+            {"secrets", "widgets.example.com"},
+            id="a-leader-s-of-this-release",
+        ),
+        pytest.param(
+            [{"name": "clusterChunks", "expression": "dyn([])"}],
+            {"configmaps", "secrets"},
+            id="an-earlier-release-s: any served resource",
+        ),
+    ],
+)
+def test_a_new_leader_tells_the_coverage_what_the_policy_it_found_lets_pass(
+    variables: list[dict[str, str]] | None, told: frozenset[str]
+) -> None:
+    """Before its first write of the policies, a new leader's first check is told what the
+    enforcing policy it found (a previous leader's) lets pass unjudged; a resource it let pass
+    stays named ``POLICY_LOADED`` seconds after this leader's policy no longer does."""
+    client, clock = Client(), [0.0]
+    if variables is not None:
+        client.policies[f"{POLICIES}/{POLICY}"] = {"spec": {"variables": variables}}
+    coverage = Recording(client)
+    params = writer(client, clock, discover=lambda _: SERVED_TWO, coverage=coverage, timed=True)
+    params.step(live(*OBJECTS).snapshot)
     params.settle(10)
-    assert listed[0] == {"secrets"}  # checked before the writes: still let through there
-    params.step(after)
-    params.settle(10)
-    assert listed[-1] == frozenset()
+    assert coverage.listed[0] == told
+    assert coverage.listed[-1] == told | {"secrets"}  # the policy just written lists secrets
 
 
 def test_the_writer_keeps_each_snapshots_restrictions_known_for_the_next_one() -> None:
@@ -1117,14 +1210,27 @@ def restricting(name: str, pattern: str) -> tuple[str, dict[str, Any]]:
     return role(name, "t3", [rule("*", "*")], {pattern: {"team": ["a"]}})
 
 
+def policy_unjudged(client: Client) -> list[str]:
+    """What the enforcing policy, as last written, lets pass unjudged (its constant)."""
+    for _, path, body, _ in reversed(client.writes):
+        if path == f"{POLICIES}/{POLICY}":
+            variables = body["spec"]["variables"]
+            (found,) = [v["expression"] for v in variables if v["name"] == UNJUDGED]
+            return list(json.loads(found))  # a CEL map literal of strings to true is JSON
+    raise AssertionError("the policy was not written")
+
+
 def lists(client: Client) -> dict[str, tuple[list[str], list[str]]]:
-    """Each namespace's last written (indexed, unjudged)."""
+    """Each namespace's last written indexed resources, with the unjudged ones of the policy
+    last written (stored once, not in any namespace's parameters)."""
     found = {}
     for _, path, body, _ in client.writes:
         if path.endswith(f"/labelrbacparams/{NAME}"):
             spec = body["spec"]
-            found[body["metadata"]["namespace"]] = (spec["indexed"], spec["unjudged"])
-    return found
+            assert "unjudged" not in spec
+            found[body["metadata"]["namespace"]] = spec["indexed"]
+    unjudged = policy_unjudged(client)
+    return {namespace: (indexed, unjudged) for namespace, indexed in found.items()}
 
 
 @pytest.mark.parametrize(
@@ -1270,6 +1376,47 @@ def test_a_crd_changing_starts_discovery_at_the_next_step() -> None:
 
 def policy_writes(client: Client) -> list[dict[str, Any]]:
     return [body for _, path, body, _ in client.writes if path.startswith(POLICIES)]
+
+
+@pytest.mark.parametrize(
+    ("crd", "written", "policies"),
+    [
+        pytest.param(
+            Resource("example.com", "widgets"), [], 1, id="restricted-nowhere: the policy alone"
+        ),
+        pytest.param(
+            Resource("example.com", "gadgets"),
+            ["t1", "t2"],
+            0,
+            id="a-pattern-restricts-it: every namespace indexes it",
+        ),
+    ],
+)
+def test_a_resource_served_anew_writes_the_policy_or_what_indexes_it(
+    crd: Resource, written: list[str], policies: int
+) -> None:
+    """A CRD created (discovery lists a new resource) that no annotation restricts is one
+    write, of the policy, which from then on lets its writes pass: not a write of every
+    namespace. One an annotation's pattern already restricts is indexed by every namespace,
+    so each is written, and the policy is not (until then the resource is in neither list and
+    its writes are refused in a compiled namespace: "do not know ... yet")."""
+    client, clock = Client(), [0.0]
+    served = list(SERVED)
+    params = writer(client, clock, discover=lambda _: list(served), timed=True)
+    state = live(*OBJECTS, restricting("gadgets", "gadgets.example.com"))
+    params.step(state.snapshot)
+    params.settle(10)
+    assert policy_unjudged(client) == ["secrets"]
+    served.append(crd)
+    client.writes.clear()
+    params.rediscover_soon()
+    for _ in range(2):  # discovered beside the writes, rendered at the next step
+        params.step(state.snapshot)
+        params.settle(10)
+    assert sorted(client.params_written()) == written
+    assert len(policy_writes(client)) == policies
+    if policies:
+        assert policy_unjudged(client) == ["secrets", "widgets.example.com"]
 
 
 CLUSTER_ROLE = role("edit-c", "", [rule("*", "configmaps")], {"configmaps": {"team": ["c"]}})
@@ -1509,13 +1656,14 @@ def test_a_renamed_install_writes_its_policies_under_its_names() -> None:
     policies = PolicyWriter(client, ACTIONS, install=Install("acme-lr", "policy"))  # type: ignore[arg-type]
     assert policies.names == ("acme-lr", "acme-lr-warn", "acme-lr-audit")
     chunks = ("{'users': {}, 'groups': {}, 'roles': {}, 'grants': {}}",)
-    assert policies.keep(ClusterPart(chunks, 0, False)) == 3
+    part = ClusterPart(chunks, 0, False)
+    assert policies.keep(part) == 3
     assert [path for _, path, _, _ in client.writes] == [
         f"{POLICIES}/{name}" for name in policies.names
     ]
     renamed = Install("acme-lr", "policy")
     for (_, _, body, _), shipped in zip(client.writes, ACTIONS, strict=True):
-        assert body == renamed.document(policy(shipped, chunks))
+        assert body == renamed.document(policy(shipped, part))
         assert body["metadata"]["name"] == shipped.replace(POLICY, "acme-lr", 1)
         (own, *_) = body["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
         assert own["values"] == ["policy", "kube-system"]

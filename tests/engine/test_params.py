@@ -32,6 +32,7 @@ from app.engine.params import (
     render,
     render_cluster,
     touched,
+    unjudged_literal,
     value_tests,
 )
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
@@ -189,13 +190,16 @@ def test_every_namespace_indexes_what_any_annotation_restricts_bound_there_or_no
 def test_the_served_resources_are_indexed_or_listed_unjudged(
     lingering: tuple[str, ...], indexed: list[str], unjudged: list[str]
 ) -> None:
-    """What annotations restrict (or did a moment ago) is indexed; every other resource served
-    is listed unjudged, so the policy knows which writes need no judging and refuses, in a
-    compiled namespace, a resource in neither list."""
+    """What annotations restrict (or did a moment ago) is indexed in every namespace's
+    parameters; every other resource served is listed unjudged once, in the cluster part the
+    policy holds, so the policy knows which writes need no judging and refuses, in a compiled
+    namespace, a resource in neither list. No namespace's parameters copy that list."""
     objects = snapshot(*OBJECTS)
     target = replace(TARGET, indexed=TARGET.index(objects.restrictions(), lingering))
-    spec = render(objects, "t1", target).spec
-    assert (spec["indexed"], spec["unjudged"]) == (indexed, unjudged)
+    for namespace in ("t1", "t2", "t9"):
+        spec = render(objects, namespace, target).spec
+        assert spec["indexed"] == indexed and "unjudged" not in spec
+    assert list(render_cluster(objects, target).unjudged) == unjudged
 
 
 def test_cluster_role_bindings_are_stored_once_apart_from_every_namespace() -> None:
@@ -717,3 +721,37 @@ def test_a_cluster_part_too_large_leaves_every_namespace_to_the_webhook(
     rendered = render(state, "t9", target)
     assert rendered.reason == cause and rendered.delegated is not None
     assert "ClusterRoleBindings" in rendered.delegated
+
+
+def test_the_unjudged_resources_are_a_map_the_policy_looks_a_resource_up_in() -> None:
+    literal = unjudged_literal(["secrets", "widgets.example.com"])
+    env = celpy.Environment()
+    program = env.program(env.compile(f"[key in {literal}, 'configmaps' in {literal}]"))
+    found = program.evaluate({"key": celpy.json_to_cel("widgets.example.com")})
+    assert found == celpy.json_to_cel([True, False])
+
+
+@pytest.mark.parametrize(
+    ("served", "delegated"),
+    [
+        pytest.param(500, False, id="within-the-limit"),
+        pytest.param(1000, True, id="past-it"),
+    ],
+)
+def test_served_resources_past_the_policy_s_share_leave_every_namespace_to_the_webhook(
+    served: int, delegated: bool
+) -> None:
+    """The list of resources no annotation restricts is the cluster's (discovery's), stored in
+    the policy: one too long for it is never truncated (a resource left out would be refused
+    everywhere, one kept wrongly allowed), every namespace goes to the webhook."""
+    many = [Resource("example.com", f"widgets-of-a-rather-long-name-{i:04}") for i in range(served)]
+    target = Target.of([CONFIGMAPS, *many], Options())
+    state = snapshot(*OBJECTS)
+    part = render_cluster(state, target)
+    rendered = render(state, "t1", target)
+    assert (part.delegated is not None, rendered.delegated is not None) == (delegated, delegated)
+    if delegated:
+        assert part.reason == rendered.reason == "TooLarge" and part.unjudged == ()
+        assert f"the {served} served resources" in str(rendered.delegated)
+    else:
+        assert len(part.unjudged) == served  # configmaps is indexed: every other one

@@ -230,8 +230,8 @@ def write_params(
     and the parameters, each namespace labeled softened before them as the compiler labels a
     compiled one (the namespaces here are not marked compiled)."""
     target = Target.of([Resource("", "configmaps"), Resource("", "secrets")], options)
-    chunks = render_cluster(snapshot, replace(target, chunk_code_points=chunk)).chunks
-    cp.apply(ADMIN, [policy(name, chunks) for name in ACTIONS])
+    part = render_cluster(snapshot, replace(target, chunk_code_points=chunk))
+    cp.apply(ADMIN, [policy(name, part) for name in ACTIONS])
     for namespace in sorted(namespaces_of(snapshot)):
         rendered = render(snapshot, namespace, target)
         softened = namespace_marks(True, rendered.softened)[SOFTENED_MARK]
@@ -727,7 +727,7 @@ def conditions(cluster: ControlPlane, compiled: Snapshot) -> Iterator[str]:
     without it."""
     enforcing = next(n for n, (mode, _) in ACTIONS.items() if mode == "enforce")
     target = Target.of([Resource("", "configmaps"), Resource("", "secrets")], Options())
-    copy_of = policy(enforcing, render_cluster(compiled, target).chunks)
+    copy_of = policy(enforcing, render_cluster(compiled, target))
     name = "conditions-copy"
     copy_of["metadata"]["name"] = name
     copy_of["spec"]["validations"] = [{"expression": "false", "message": "matched"}]

@@ -23,7 +23,7 @@ from app.compiled.admission_policy import ACTIONS, COMPILER, policy
 from app.compiled.admission_policy import POLICY as ENFORCING
 from app.compiled.admission_policy import binding as policy_binding
 from app.compiled.compiler import FIELD_MANAGER
-from app.engine.params import MARK, SOFTENED_MARK
+from app.engine.params import MARK, SOFTENED_MARK, ClusterPart
 from tests.kube.cluster import Compilers
 from tests.kube.conftest import require_control_plane, wait_for
 from tests.kube.controlplane import ADMIN, ControlPlane, User
@@ -266,8 +266,8 @@ def test_the_compilers_rbac_writes_its_policies_by_name_and_nothing_else(
     assert status == 201, created["message"]
     managers = {m["manager"] for m in created["metadata"]["managedFields"]}
     assert managers == {FIELD_MANAGER}
-    chunks = ["{'users': {}, 'groups': {}, 'roles': {}, 'grants': {}}"]
-    status, updated = apply_policy(cp, COMPILER, policy(SOFTENED, chunks))
+    chunks = ("{'users': {}, 'groups': {}, 'roles': {}, 'grants': {}}",)
+    status, updated = apply_policy(cp, COMPILER, policy(SOFTENED, ClusterPart(chunks, 0, False)))
     assert status == 200, updated
     names = [v["name"] for v in updated["spec"]["variables"]]
     assert names[:2] == ["cluster0", "clusterChunks"]
