@@ -714,9 +714,9 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
             for name in ("crd.yaml", "rbac.yaml", "policy.yaml"):
                 install(cp, upgrade, name)
             compiler = Compiler.start(cp, workdir, upgrade, "bench-upgrade")
-            # It writes the parameters the previous release stored (listing what no annotation
-            # restricts, which that release's policy reads there) once its own policy is in
-            # force: ``POLICY_LOADED`` seconds after writing it, with nothing written meanwhile.
+            # It writes every namespace's parameters again once its own policy is in force,
+            # ``POLICY_LOADED`` seconds after writing it (until then they list what no
+            # annotation restricts, as the previous release's policy reads it there).
             out["upgrade_settled_s"] = round(compiler.settled(max(quiet, POLICY_LOADED + 3)), 1)
             out["compiler_peak_upgrade_mb"] = compiler.peak_mb()
             out["upgraded"] = stored(admin)

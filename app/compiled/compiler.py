@@ -265,9 +265,6 @@ class Written:
     seen: bool = True
     # Whether the Namespace carries ``SOFTENED_MARK`` (``Rendered.softened``), as last written.
     softened: bool = False
-    # Whether the stored parameters list the resources no annotation restricts themselves, as
-    # releases before 0.3.4 wrote them (their policy reads the list there, not its own).
-    lists_unjudged: bool = False
 
 
 @dataclass
@@ -311,9 +308,14 @@ class _PageSizer:
         return max(1, min(self._most, self._budget // mean))
 
 
-def _stored_params(obj: Mapping[str, Any], saw: Callable[[int], None] | None = None) -> Stored:
+def _stored_params(
+    obj: Mapping[str, Any],
+    saw: Callable[[int], None] | None = None,
+    listing: set[str] | None = None,
+) -> Stored:
     """(namespace, what it holds) of a stored ``LabelRbacParams``, its mark not known yet;
-    ("", None) for another object than the compiler's. ``saw`` is told the spec's size."""
+    ("", None) for another object than the compiler's. ``saw`` is told the spec's size;
+    ``listing`` gets the resources it lists unjudged itself (an earlier release's)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec")
     if meta.get("name") != NAME or not isinstance(spec, dict):
@@ -324,8 +326,9 @@ def _stored_params(obj: Mapping[str, Any], saw: Callable[[int], None] | None = N
     text = spec_text(spec)
     if saw is not None:
         saw(len(text))
+    if listing is not None and "delegated" not in spec:
+        listing.update(k for k in spec.get("unjudged") or () if isinstance(k, str))
     written = Written(digest(text), "delegated" in spec, False, since)
-    written.lists_unjudged = "unjudged" in spec
     return str(meta.get("namespace") or ""), written
 
 
@@ -378,6 +381,9 @@ class PolicyWriter:
         self._listed: frozenset[str] | None = None
         self._before: frozenset[str] | None = None
         self._listed_at = 0.0
+        # Until when an earlier release's policy may be in force (``earlier_in_force``): None,
+        # or infinity until this writer has written its own.
+        self._earlier_until: float | None = None
         self.on_change: Callable[[], None] = _nothing
         # Whether the API server was seen enforcing the policy since it was last created
         # (``ParamsWriter._probe``): a policy just created is not in force until it is loaded.
@@ -411,15 +417,18 @@ class PolicyWriter:
         """Forget what was applied (a new leader writes every policy once)."""
         with self._lock:
             self._applied.clear()
-            self._listed = self._before = None
+            self._listed = self._before = self._earlier_until = None
         self.proven = False
 
-    def adopt(self) -> None:
+    def adopt(self, earlier: frozenset[str] | None) -> None:
         """What the enforcing policy in force lets pass unjudged, read when this writer starts
-        leading (``listed``): a previous leader wrote it. None known (every served resource may
-        be) when it cannot be read, or an earlier release's holds no such constant (it reads
-        each namespace's parameters instead); none at all where there is no policy yet."""
+        leading (``listed``): a previous leader wrote it. An earlier release's holds no such
+        constant and reads each namespace's parameters instead: then what those list,
+        ``earlier`` (None: not known, any served resource), until this writer's policies are
+        in force (``loaded``). None known when the policy cannot be read; none at all where
+        there is no policy yet."""
         found: frozenset[str] | None = None
+        earlier_in_force = False
         try:
             live = self._client.get(f"{POLICIES}/{self._install.name}")
             variables = (live.get("spec") or {}).get("variables") or ()
@@ -428,17 +437,25 @@ class PolicyWriter:
             )
             if isinstance(literal, str):
                 found = frozenset(json.loads(literal))  # a map of strings to true, as written
+            else:
+                found, earlier_in_force = earlier, True
         except ApiError as exc:
             found = frozenset() if exc.status == 404 else None
         except (KubeError, ValueError, TypeError):
             found = None
         with self._lock:
             self._listed, self._before, self._listed_at = found, None, float("-inf")
+            self._earlier_until = float("inf") if earlier_in_force else None
 
-    def loaded(self) -> bool:
-        """Whether the API server surely judges by the policies this writer last applied."""
+    def earlier_in_force(self) -> bool:
+        """Whether an earlier release's policy, which reads the unjudged resources from each
+        namespace's parameters, may still be in force: found on taking the lease, until
+        ``POLICY_LOADED`` seconds after this writer first wrote its own."""
         with self._lock:
-            return self._listed is not None and self._clock() - self._listed_at > POLICY_LOADED
+            until = self._earlier_until
+            if until is not None and self._clock() > until:
+                until = self._earlier_until = None
+            return until is not None
 
     def listed(self, served: Iterable[str]) -> frozenset[str]:
         """The resources the policies in force may let pass unjudged: those the part last
@@ -479,9 +496,11 @@ class PolicyWriter:
             written += 1
         with self._lock:
             self._kept = part
-            if self._listed != frozenset(part.unjudged):
+            if self._listed != frozenset(part.unjudged) or self._earlier_until == float("inf"):
                 self._before, self._listed = self._listed, frozenset(part.unjudged)
                 self._listed_at = self._clock()
+            if self._earlier_until == float("inf"):
+                self._earlier_until = self._listed_at + POLICY_LOADED
         if written:
             log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
                      ", ".join(self.names), len(part.chunks), part.size, part.grants)  # fmt: skip
@@ -632,6 +651,7 @@ class ParamsWriter:
         # The namespaced resources discovery last listed (the coverage is computed over them).
         self.served: tuple[Resource, ...] = ()
         self._discovered_at = -DISCOVERY_INTERVAL
+        self._rediscover_asked = 0  # how many times ``rediscover_soon`` was called
         self._pending = PendingNamespaces()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -651,8 +671,6 @@ class ParamsWriter:
         # The namespaces whose parameters were deleted while the stored ones were listed (a new
         # leader's ``_stored``), else None: what the list found there is gone.
         self._listing: set[str] | None = None
-        # Namespaces whose stored parameters list the unjudged resources themselves (``_held``).
-        self._lists_unjudged: set[str] = set()
         # New parameters waiting to be proven seen by the policies, a batch at a time, and the
         # proof in flight (``app.compiled.proof``), with the batch it proves.
         self._unseen = Unseen(install.unjudged)
@@ -694,14 +712,13 @@ class ParamsWriter:
             with self._lock:
                 self._pending.add(ALL)
                 self._listing = set()
-            stored = self._stored()
+            stored, earlier = self._stored()
             with self._lock:
                 deleted, self._listing = self._listing, None
                 self._written = {n: w for n, w in stored.items() if n not in deleted}
-                self._lists_unjudged = {n for n, w in self._written.items() if w.lists_unjudged}
             self._unseen.reset()
             self.policies.reset()
-            self.policies.adopt()
+            self.policies.adopt(earlier)
             if self._coverage is not None:
                 self._beside.submit(self._coverage.reset)  # after any check running now
         elif self.leading and not leading:
@@ -779,11 +796,13 @@ class ParamsWriter:
         if self._beside_due is not None:
             wait([self._beside_due], timeout)
 
-    def _stored(self) -> dict[str, Written]:
+    def _stored(self) -> tuple[dict[str, Written], frozenset[str] | None]:
         """What the parameters already say, as written: a replica taking the lease over renders
         every namespace, and writes only those that differ. Empty (write them all) when they
-        cannot be read."""
+        cannot be read. And what those an earlier release wrote list unjudged themselves (None
+        when they cannot be read: any resource)."""
         marked = f"{MARK}=true"
+        listing: set[str] = set()
         try:
             found, _ = self._client.list_each(
                 "/api/v1/namespaces", LIST_PAGE, LIST_TIMEOUT, _marks, metadata_only=True,
@@ -792,14 +811,14 @@ class ParamsWriter:
             pages = _PageSizer(PARAMS_PAGE_FIRST, PARAMS_PAGE_BYTES, LIST_PAGE)
             stored, _ = self._client.list_each(
                 f"/apis/{API_VERSION}/{PLURAL}", pages.next, LIST_TIMEOUT,
-                lambda obj: _stored_params(obj, pages.saw),
+                lambda obj: _stored_params(obj, pages.saw, listing),
             )  # fmt: skip
         except KubeError as exc:
             log.warning("could not read the parameters written so far: %s", exc)
-            return {}
+            return {}, None
         # Parameters stored but not marked are proven seen before they are.
         compiled = dict(found)
-        return {
+        written_so_far = {
             namespace: replace(
                 written,
                 marked=namespace in compiled,
@@ -809,6 +828,7 @@ class ParamsWriter:
             for namespace, written in stored
             if written is not None
         }
+        return written_so_far, frozenset(listing)
 
     def _lease_name(self) -> tuple[str, str]:
         return self._lease.namespace, self._lease.name
@@ -828,7 +848,9 @@ class ParamsWriter:
                 restricted = frozenset(map(resource_key, base.index(restrictions)))
                 found = self._indexed_for = (seen, restricted, base.index(restrictions, kept))
             _, self._restricted, indexed = found
-            target = replace(base, indexed=indexed)
+            # For an earlier release's policy still in force: it reads the list there.
+            listing = self.policies.earlier_in_force()
+            target = replace(base, indexed=indexed, listing=listing)
             previous = self._target
             if previous is not None and target != previous:
                 self._pending.add(ALL)
@@ -848,7 +870,11 @@ class ParamsWriter:
         return frozenset(self._lingering)
 
     def _rediscover(self) -> Target:
-        """List the served resources."""
+        """List the served resources. A CRD that changed while they were being listed
+        (``rediscover_soon``) may be missing from the list: then the next check lists them
+        again, not the next interval."""
+        with self._lock:
+            asked, started = self._rediscover_asked, self._clock()
         served = tuple(self._discover(self._client))
         base = Target.of(
             served, self._options, self._max_bytes, self._max_work, self._delegate_softened
@@ -856,9 +882,11 @@ class ParamsWriter:
         with self._lock:
             moved = self._base is not None and base != self._base
             self.served, self._base = served, base
-            self._discovered_at = self._clock()
-        if moved:
-            self._wake.set()  # render for it now, not at the next round
+            again = self._rediscover_asked != asked
+            if not again:
+                self._discovered_at = started
+        if moved or again:
+            self._wake.set()  # render for it (or list again) now, not at the next round
         return base
 
     def _due(self, rendered: Rendered, previous: Written | None) -> bytes:
@@ -910,7 +938,6 @@ class ParamsWriter:
                 busy = {f.namespace for f in running.values()} | lost
                 busy |= self._waiting(Namespaces(current))
                 busy.add(self._unseen.proving)
-                busy |= self._held()
                 taken = self._take(current, busy, WRITERS - len(running))
                 # Many new namespaces: their proofs are batched (``app.compiled.proof``).
                 with self._lock:
@@ -956,19 +983,7 @@ class ParamsWriter:
             if flight.deleted:
                 return False
             self._written[flight.namespace] = result
-            self._lists_unjudged.discard(flight.namespace)
             return True
-
-    def _held(self) -> set[str]:
-        """The namespaces whose stored parameters list the unjudged resources themselves (an
-        earlier release's), while the policy of that release may still be in force: it reads
-        the list there, so parameters written without it would have their writes of resources
-        no annotation restricts refused until the API server judges by the policies this
-        writer wrote (``PolicyWriter.loaded``). Written once it does."""
-        if self.policies.loaded():
-            return set()
-        with self._lock:
-            return set(self._lists_unjudged)
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:
         """What the write gave; None (and a retry scheduled) when it failed. Parameters written
@@ -1063,7 +1078,6 @@ class ParamsWriter:
             self._written.pop(namespace, None)
             self._unseen.discard(namespace)
             self._to_mark.discard(namespace)  # pending again: written, then queued again
-            self._lists_unjudged.discard(namespace)  # new parameters: nothing of them to hold
             for flight in self._running.values():
                 if flight.namespace == namespace:
                     flight.deleted = True
@@ -1244,9 +1258,11 @@ class ParamsWriter:
         self._wake.clear()
 
     def rediscover_soon(self) -> None:
-        """Discovery at the next step (a CRD changed), whenever the last one was."""
+        """Discovery at the next step (a CRD changed), whenever the last one was, and after the
+        one running now, if any (``_rediscover``)."""
         with self._lock:
             self._discovered_at = float("-inf")
+            self._rediscover_asked += 1
         self._wake.set()
 
     def caught_up(self) -> bool:

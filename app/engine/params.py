@@ -246,6 +246,9 @@ class Target:
     delegate_softened: bool = False
     # Code points of each of the policy's constants holding the cluster part.
     chunk_code_points: int = CHUNK_CODE_POINTS
+    # List the unjudged resources in every namespace's parameters too, as releases before 0.3.4
+    # did: their policy, in force for a moment after an upgrade, reads them there.
+    listing: bool = False
 
     @classmethod
     def of(
@@ -613,9 +616,11 @@ def _render(
     own = _Part(own_scope, indexed, "", work)
     if cluster.softened or _softened(target, own.grants.values()):
         base["softened"] = True  # the warn and audit policies look further only then
+    listed = {"unjudged": list(cluster.unjudged)} if target.listing else {}
     spec = {
         **base,
         "indexed": [resource_key(r) for r in indexed],
+        **listed,
         "users": own.subjects["User"],
         "groups": own.subjects["Group"],
         "roles": own.roles,

@@ -62,6 +62,8 @@ from tests.support import binding, role, rule
 
 COMPILER = Compiler((DEFAULT_ANNOTATION_KEY,))
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/label-rbac/leases/lead"
+# An earlier release's enforcing policy: no constant of the unjudged resources.
+EARLIER_POLICY = [{"name": "clusterChunks", "expression": "dyn([])"}]
 
 
 class Client:
@@ -311,45 +313,50 @@ def test_a_new_leader_writes_only_the_parameters_that_differ_from_those_stored()
 
 
 @pytest.mark.parametrize(
-    "listing", [pytest.param(True, id="an-earlier-release-s"), pytest.param(False, id="this-one-s")]
+    "variables",
+    [
+        pytest.param(EARLIER_POLICY, id="an-earlier-release-s"),
+        pytest.param([{"name": UNJUDGED, "expression": "{}"}], id="this-one-s"),
+    ],
 )
-def test_a_new_leader_holds_parameters_listing_unjudged_until_its_policy_is_in_force(
-    listing: bool,
+def test_parameters_list_the_unjudged_resources_while_an_earlier_policy_may_be_in_force(
+    variables: list[dict[str, str]],
 ) -> None:
-    """Parameters an earlier release stored list the resources no annotation restricts
-    themselves, and its policy, in force until the API server loads the one this leader
-    writes, reads them there: written without the list before, a compiled namespace's writes of
-    those resources would be refused meanwhile. So they are written ``POLICY_LOADED`` seconds
-    after the policy, while parameters this release stored are written at once."""
-    first, clock = Client(), [0.0]
+    """A policy of a release before 0.3.4, found on taking the lease, reads the resources no
+    annotation restricts from each namespace's parameters: until ``POLICY_LOADED`` seconds after
+    this leader wrote its own, the parameters it writes list them too (its policy ignores the
+    list), so no write of those resources is refused meanwhile; then every namespace is written
+    without the list. Taking over from this release's policy, they never list them."""
+    client, clock = Client(), [0.0]
+    client.policies[f"{POLICIES}/{POLICY}"] = {"spec": {"variables": variables}}
+    params = writer(client, clock, discover=lambda _: SERVED_TWO, timed=True)
     state = live(*OBJECTS)
-    writer(first, clock).step(state.snapshot)
-    stored = [b for _, p, b, _ in first.writes if p.endswith(f"/labelrbacparams/{NAME}")]
-    stored = [{**b, "spec": {**b["spec"], "unjudged": ["secrets"]}} for b in stored]
-    if not listing:  # the same parameters, otherwise changed: written anyway
-        stored = [{**b, "spec": {**b["spec"], "allowUnlabeled": True}} for b in stored]
-        stored = [
-            {**b, "spec": {k: v for k, v in b["spec"].items() if k != "unjudged"}} for b in stored
-        ]
-    client = Client()
-    client.listed = {
-        "/apis/labelrbac.io/v1alpha1/labelrbacparams": stored,
-        "/api/v1/namespaces": [{"metadata": {"name": "t1"}}, {"metadata": {"name": "t2"}}],
-    }
-    earlier = [{"name": "clusterChunks", "expression": "dyn([])"}]  # no constant of its own
-    client.policies[f"{POLICIES}/{POLICY}"] = {"spec": {"variables": earlier}}
-    params = writer(client, clock, timed=True)
     params.step(state.snapshot)
     params.settle(10)
-    assert len(policy_writes(client)) == 1
-    assert sorted(client.params_written()) == ([] if listing else ["t1", "t2"])
-    clock[0] = POLICY_LOADED + 1
-    params.step(state.snapshot)
-    params.settle(10)
-    assert sorted(client.params_written()) == ["t1", "t2"]
+    earlier = variables is EARLIER_POLICY
     paths = [p for _, p, _, _ in client.writes]
     first_params = min(i for i, p in enumerate(paths) if "labelrbacparams" in p)
     assert paths.index(f"{POLICIES}/{POLICY}") < first_params
+    specs = {
+        b["metadata"]["namespace"]: b["spec"]
+        for _, p, b, _ in client.writes
+        if p.endswith(f"/labelrbacparams/{NAME}")
+    }
+    assert sorted(specs) == ["t1", "t2"]
+    assert all(
+        spec.get("unjudged") == (["secrets"] if earlier else None) for spec in specs.values()
+    )
+    client.writes.clear()
+    clock[0] = POLICY_LOADED + 1
+    params.step(state.snapshot)
+    params.settle(10)
+    specs = {
+        b["metadata"]["namespace"]: b["spec"]
+        for _, p, b, _ in client.writes
+        if p.endswith(f"/labelrbacparams/{NAME}")
+    }
+    assert sorted(specs) == (["t1", "t2"] if earlier else [])
+    assert all("unjudged" not in spec for spec in specs.values())
 
 
 def test_what_was_written_is_remembered_in_a_fixed_size_whatever_the_parameters() -> None:
@@ -659,30 +666,37 @@ def test_the_coverage_is_told_what_the_policies_in_force_may_still_let_pass_unju
 
 
 @pytest.mark.parametrize(
-    ("variables", "told"),
+    ("variables", "stored", "told"),
     [
-        pytest.param(None, frozenset(), id="no-policy-yet"),
+        pytest.param(None, None, frozenset(), id="no-policy-yet"),
         pytest.param(
             [{"name": UNJUDGED, "expression": '{"secrets":true,"widgets.example.com":true}'}],
+            None,
             {"secrets", "widgets.example.com"},
             id="a-leader-s-of-this-release",
         ),
         pytest.param(
-            [{"name": "clusterChunks", "expression": "dyn([])"}],
-            {"configmaps", "secrets"},
-            id="an-earlier-release-s: any served resource",
+            EARLIER_POLICY,
+            ["widgets.example.com"],
+            {"widgets.example.com"},
+            id="an-earlier-release-s: what its parameters list",
         ),
     ],
 )
 def test_a_new_leader_tells_the_coverage_what_the_policy_it_found_lets_pass(
-    variables: list[dict[str, str]] | None, told: frozenset[str]
+    variables: list[dict[str, str]] | None, stored: list[str] | None, told: frozenset[str]
 ) -> None:
     """Before its first write of the policies, a new leader's first check is told what the
-    enforcing policy it found (a previous leader's) lets pass unjudged; a resource it let pass
-    stays named ``POLICY_LOADED`` seconds after this leader's policy no longer does."""
+    enforcing policy it found (a previous leader's) lets pass unjudged: its constant, or for
+    an earlier release's, what the parameters it reads list; a resource it let pass stays named
+    ``POLICY_LOADED`` seconds after this leader's policy no longer does."""
     client, clock = Client(), [0.0]
     if variables is not None:
         client.policies[f"{POLICIES}/{POLICY}"] = {"spec": {"variables": variables}}
+    if stored is not None:
+        spec = {"mode": "enforce", "allowUnlabeled": False, "indexed": [], "unjudged": stored}
+        params_of = {"metadata": {"name": NAME, "namespace": "t1"}, "spec": spec}
+        client.listed = {"/apis/labelrbac.io/v1alpha1/labelrbacparams": [params_of]}
     coverage = Recording(client)
     params = writer(client, clock, discover=lambda _: SERVED_TWO, coverage=coverage, timed=True)
     params.step(live(*OBJECTS).snapshot)
@@ -1372,6 +1386,33 @@ def test_a_crd_changing_starts_discovery_at_the_next_step() -> None:
     params.step(state.snapshot)
     params.settle(10)
     assert len(listed) == 2
+
+
+def test_a_crd_changing_while_discovery_runs_is_listed_again_at_the_next_step() -> None:
+    """A CRD seen established while discovery is listing (it may have listed the group before
+    the API server served it) is not lost until the next interval, a minute later."""
+    client, clock = Client(), [0.0]
+    served: list[list[Resource]] = [SERVED, SERVED, [*SERVED, Resource("example.com", "widgets")]]
+    params: ParamsWriter | None = None
+    calls: list[int] = []
+
+    def discover(_: Any) -> list[Resource]:
+        calls.append(1)
+        if len(calls) == 2:
+            assert params is not None
+            params.rediscover_soon()  # established meanwhile: this listing may miss it
+        return served[min(len(calls), len(served)) - 1]
+
+    params = writer(client, clock, discover=discover, timed=True)
+    state = live(*OBJECTS)
+    params.step(state.snapshot)
+    params.settle(10)
+    params.rediscover_soon()  # the CRD created
+    for _ in range(3):
+        params.step(state.snapshot)
+        params.settle(10)
+    assert len(calls) == 3 and clock[0] < DISCOVERY_INTERVAL
+    assert policy_unjudged(client) == ["secrets", "widgets.example.com"]
 
 
 def policy_writes(client: Client) -> list[dict[str, Any]]:
