@@ -424,9 +424,9 @@ class PolicyWriter:
         """What the enforcing policy in force lets pass unjudged, read when this writer starts
         leading (``listed``): a previous leader wrote it. An earlier release's holds no such
         constant and reads each namespace's parameters instead: then what those list,
-        ``earlier`` (None: not known, any served resource), until this writer's policies are
-        in force (``loaded``). None known when the policy cannot be read; none at all where
-        there is no policy yet."""
+        ``earlier`` (None: not known, any served resource), and that policy stays
+        ``earlier_in_force`` until this writer's are. None known when the policy cannot be
+        read; none at all where there is no policy yet."""
         found: frozenset[str] | None = None
         earlier_in_force = False
         try:
@@ -461,8 +461,8 @@ class PolicyWriter:
         """The resources the policies in force may let pass unjudged: those the part last
         applied lists, and for ``POLICY_LOADED`` seconds after it changed, those the one before
         listed (the API server loads a written policy on its next refresh tick, then compiles
-        it); ``served`` (every resource key) until this writer has applied one, or while one it
-        replaced may still be in force (a previous leader's may list any of them)."""
+        it); ``served`` (every resource key) where what the policy in force lets pass is not
+        known (it could not be read on taking the lease)."""
         with self._lock:
             listed, before, at = self._listed, self._before, self._listed_at
         if listed is None:
@@ -496,10 +496,11 @@ class PolicyWriter:
             written += 1
         with self._lock:
             self._kept = part
-            if self._listed != frozenset(part.unjudged) or self._earlier_until == float("inf"):
+            first_over_earlier = self._earlier_until == float("inf")
+            if self._listed != frozenset(part.unjudged) or first_over_earlier:
                 self._before, self._listed = self._listed, frozenset(part.unjudged)
                 self._listed_at = self._clock()
-            if self._earlier_until == float("inf"):
+            if first_over_earlier:
                 self._earlier_until = self._listed_at + POLICY_LOADED
         if written:
             log.info("wrote the policies %s (%d constants, %d code points, %d grants)",
