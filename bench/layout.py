@@ -17,9 +17,10 @@ registration held dormant, there for the compiler's coverage conditions) and the
   JSON), in all and per namespace, against the information they carry: N namespaces' own part
   and the cluster part once, rendered by the engine (``app.engine.params``) for one namespace
   of the layout and the K grants;
-- **API server RSS** (/proc) with the cluster built and no compiled path, after the first
-  compile, and at the end; and its live heap then (its /metrics: what the last garbage
-  collection kept, without the garbage its RSS still holds);
+- **API server RSS** (/proc) with the cluster built and no compiled path (``--settle`` seconds
+  after the build), after the first compile, and at the end, minutes later; and its live heap
+  then (its /metrics right after a garbage collection the benchmark forces, without the
+  garbage and free pages its RSS still holds);
 - **all marked**: seconds from the compiler's start until every namespace is marked compiled
   (the first full compile: every namespace's plain writes judged by the policy);
 - **first compile CPU**: CPU milliseconds per namespace the API server, etcd and the compiler
@@ -41,8 +42,9 @@ registration held dormant, there for the compiler's coverage conditions) and the
 - **a CRD created** that no annotation restricts, a user granted its writes by a plain
   ClusterRole bound cluster-wide: seconds until that user's dry-run create in a compiled
   namespace is admitted, and the parameters and policies the compiler wrote for it;
-- with ``--heap DIR``, the API server's heap profiles with no compiled path and after the
-  first compile (``go tool pprof -sample_index=inuse_space -top -diff_base A B``).
+- with ``--profiles DIR``, the API server's heap profiles with no compiled path and after the
+  first compile (``go tool pprof -sample_index=inuse_space -top -diff_base A B``), and its CPU
+  profile over the first ``--profile-seconds`` of the first compile (``go tool pprof -top``).
 
 Beside them, the same figures for the previous layout (every namespace's parameters holding a
 copy of the cluster part) at ``--baseline-namespaces``, with the previous release's compiler and
@@ -85,6 +87,7 @@ from bench.core.kube import Client, Webhook, count, documents, dormant, stamp, s
 from bench.core.layout import CLUSTER_RESOURCES, cluster_grant, namespace_objects
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu, rss_bytes
 from bench.core.stats import percentile
+from bench.vap import profiling
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import free_port, stop
 
@@ -210,9 +213,17 @@ def apiserver_mb(cp: ControlPlane) -> float:
     return round(rss_bytes(cp.apiserver.pid) / 1e6, 1)
 
 
-def apiserver_heap_mb(cp: ControlPlane) -> float:
-    """The API server's live heap as its /metrics tells it (what the last garbage collection
-    kept; its RSS also holds garbage not collected yet and memory not returned): -1 if absent."""
+def apiserver_heap_mb(cp: ControlPlane, profile: Path | None = None) -> float:
+    """The API server's live heap as its /metrics tells it, right after a garbage collection
+    forced through its heap profile (which is written to ``profile`` when given: ``go tool
+    pprof -sample_index=inuse_space -top -diff_base A B`` reads two); its RSS also holds memory
+    not returned to the system yet. -1 if absent."""
+    token = cp.users[ADMIN].token
+    subprocess.run(
+        ["curl", "-sf", "--cacert", str(cp.ca), "-H", f"Authorization: Bearer {token}",
+         "-o", str(profile or os.devnull), f"{cp.url}/debug/pprof/heap?gc=1"],
+        check=True, timeout=120,
+    )  # fmt: skip
     status, text = cp.request(ADMIN, "GET", "/metrics", timeout=60)
     lines = text.splitlines() if status == 200 and isinstance(text, str) else []
     for name in ("go_gc_heap_live_bytes", "go_memstats_heap_alloc_bytes"):
@@ -220,20 +231,6 @@ def apiserver_heap_mb(cp: ControlPlane) -> float:
             if line.startswith(f"{name} "):
                 return round(float(line.split()[1]) / 1e6, 1)
     return -1.0
-
-
-def heap_profile(cp: ControlPlane, into: Path | None) -> None:
-    """With ``into`` (``--heap``), the API server's heap profile after a garbage collection,
-    written there: ``go tool pprof -sample_index=inuse_space -top -diff_base A B`` reads two."""
-    if into is None:
-        return
-    url = f"{cp.url}/debug/pprof/heap?gc=1"
-    token = cp.users[ADMIN].token
-    subprocess.run(
-        ["curl", "-sf", "--cacert", str(cp.ca), "-H", f"Authorization: Bearer {token}",
-         "-o", str(into), url],
-        check=True, timeout=120,
-    )  # fmt: skip
 
 
 # -- the compiler -----------------------------------------------------------------------------
@@ -634,11 +631,27 @@ def install(cp: ControlPlane, root: Path, name: str) -> None:
     cp.apply(ADMIN, documents(name, root))
 
 
-def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
-            upgrade: Path | None, heap: Path | None = None) -> dict[str, Any]:  # fmt: skip
+@dataclass(frozen=True)
+class Profiles:
+    """Where the API server's profiles go (``--profiles``): its heap with no compiled path and
+    after the first compile, and its CPU over the first ``seconds`` of the first compile."""
+
+    into: Path
+    seconds: int
+
+    def heap(self, layout: Layout, at: str) -> Path:
+        return self.into / f"{layout.name}-{at}.pprof"
+
+    def cpu(self, layout: Layout) -> Path:
+        return self.into / f"{layout.name}-first-compile.cpu.pprof"
+
+
+def measure(layout: Layout, workdir: Path, clients: int, quiet: float, upgrade: Path | None,
+            profiles: Profiles | None = None, settle: float = 0.0) -> dict[str, Any]:  # fmt: skip
     """Every figure of one layout, in a control plane of its own; with ``upgrade`` (a checkout),
-    that release's compiler taking the lease over at the end; with ``heap`` (a directory), the
-    API server's heap profiles with no compiled path and after the first compile."""
+    that release's compiler taking the lease over at the end; with ``profiles``, the API
+    server's profiles. The memory with no compiled path is read ``settle`` seconds after the
+    build, once the API server has returned what building took."""
     workdir.mkdir(parents=True)
     users = (User(ADMIN, ("system:masters",)), COMPILER_USER, WEBHOOK_USER)
     cp = ControlPlane(workdir, users=users)
@@ -661,14 +674,16 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         objects, seconds = build(admin, layout.namespaces, layout.grants, clients)
         out.update(objects=objects, build_s=round(seconds, 1))
         print(f"[{layout.name}] built {objects} objects in {seconds:.0f} s", flush=True)
-        time.sleep(5)
+        time.sleep(max(5.0, settle))
+        out["apiserver_heap_none_mb"] = apiserver_heap_mb(
+            cp, profiles.heap(layout, "none") if profiles else None
+        )
         out["apiserver_rss_none_mb"] = apiserver_mb(cp)
-        out["apiserver_heap_none_mb"] = apiserver_heap_mb(cp)
-        heap_profile(cp, heap and heap / f"{layout.name}-none.pprof")
         install(cp, layout.root, "policy.yaml")
         parts = {"apiserver": cp.apiserver, "etcd": cp.etcd}
         before = {name: process_cpu(p.pid) for name, p in parts.items() if p is not None}
         compiler = Compiler.start(cp, workdir, layout.root, "bench")
+        cpu = profiling(cp, profiles.seconds, profiles.cpu(layout)) if profiles else None
         out["written_s"] = round(wait_written(admin, compiler.started, layout.name == "this"), 1)
         out["marked_s"] = round(wait_marked(compiler, count(admin, "/api/v1/namespaces")), 1)
         parts["compiler"] = compiler.process
@@ -682,6 +697,8 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         out["enforcing_s"] = round(probe.wait(admin, compiler.started), 1)
         out["settled_s"] = round(compiler.settled(quiet), 1)
         out["compiler_peak_first_mb"] = compiler.peak_mb()
+        if cpu is not None and profiles is not None:
+            cpu.wait(timeout=profiles.seconds + 60)
         print(f"[{layout.name}] all written after {out['written_s']} s, all marked after "
               f"{out['marked_s']} s, enforcing after "
               f"{out['enforcing_s']} s, settled after {out['settled_s']} s; compiler peak "
@@ -690,9 +707,10 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
         out.update(stored(admin))
         out.update(information(layout.namespaces, layout.grants))
         out["stored_vs_information"] = round(out["stored_bytes"] / out["information_bytes"], 2)
+        out["apiserver_heap_compiled_mb"] = apiserver_heap_mb(
+            cp, profiles.heap(layout, "compiled") if profiles else None
+        )
         out["apiserver_rss_compiled_mb"] = apiserver_mb(cp)
-        out["apiserver_heap_compiled_mb"] = apiserver_heap_mb(cp)
-        heap_profile(cp, heap and heap / f"{layout.name}-compiled.pprof")
         print(f"[{layout.name}] stored {out['stored_bytes'] / 1e6:.1f} MB "
               f"({out['stored_vs_information']}x the information); API server "
               f"{out['apiserver_rss_none_mb']:.0f} MB before, "
@@ -720,8 +738,8 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float,
             out["upgrade_settled_s"] = round(compiler.settled(max(quiet, POLICY_LOADED + 3)), 1)
             out["compiler_peak_upgrade_mb"] = compiler.peak_mb()
             out["upgraded"] = stored(admin)
-        out["apiserver_rss_end_mb"] = apiserver_mb(cp)
         out["apiserver_heap_end_mb"] = apiserver_heap_mb(cp)
+        out["apiserver_rss_end_mb"] = apiserver_mb(cp)
         out["load_average_after"] = round(os.getloadavg()[0], 2)
     finally:
         if compiler is not None:
@@ -826,12 +844,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep", action="store_true", help="keep the logs (printed: where)")
-    parser.add_argument("--heap", type=Path,
+    parser.add_argument("--profiles", type=Path,
                         help="a directory: the API server's heap profiles, with no compiled path "
-                        "and after the first compile, per layout")  # fmt: skip
+                        "and after the first compile, and its CPU profile of the first compile, "
+                        "per layout")  # fmt: skip
+    parser.add_argument("--profile-seconds", type=int, default=30,
+                        help="the first compile's seconds the CPU profile covers")  # fmt: skip
+    parser.add_argument("--settle", type=float, default=60.0,
+                        help="seconds after the build before the API server's memory with no "
+                        "compiled path is read")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.heap is not None:
-        args.heap.mkdir(parents=True, exist_ok=True)
+    profiles = None
+    if args.profiles is not None:
+        args.profiles.mkdir(parents=True, exist_ok=True)
+        profiles = Profiles(args.profiles, args.profile_seconds)
     if args.cluster_grants < 2:
         parser.error("--cluster-grants must be at least 2 (one edited role, one edited binding)")
     workdir = Path(tempfile.mkdtemp(prefix="bench-layout-"))
@@ -844,7 +870,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         this = Layout("this", ROOT, args.namespaces, args.cluster_grants, args.edits)
-        done(measure(this, workdir / "this", args.clients, args.quiet, None, args.heap))
+        done(measure(this, workdir / "this", args.clients, args.quiet, None, profiles,
+                     args.settle))  # fmt: skip
         if args.baseline_namespaces:
             previous = checkout(args.baseline_ref, workdir / "previous-release")
             if previous is None:
@@ -853,11 +880,8 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     base = Layout("previous", previous, args.baseline_namespaces,
                                   args.cluster_grants, args.baseline_edits)  # fmt: skip
-                    done(
-                        measure(
-                            base, workdir / "previous", args.clients, args.quiet, ROOT, args.heap
-                        )
-                    )
+                    done(measure(base, workdir / "previous", args.clients, args.quiet, ROOT,
+                                 profiles, args.settle))  # fmt: skip
                 finally:
                     remove_checkout(previous)
     finally:

@@ -84,6 +84,8 @@ from app.engine.params import (
     API_VERSION,
     DEFAULT,
     KIND,
+    LAYOUT,
+    LAYOUT_ANNOTATION,
     MARK,
     MAX_CHUNKS,
     NAME,
@@ -234,9 +236,20 @@ def _role_ids(holder: str = "params.spec") -> str:
     )
 
 
+def _grant_id(entry: str, operation: str) -> str:
+    """CEL: the id of the grant a namespace's role ``entry`` for the resource points
+    ``operation`` to ('' for none). An entry is a grant id where every operation points to it
+    (layout 2, ``app.engine.params.LAYOUT``), else a map of operation to grant id. The checker
+    takes an entry for a map (its default is ``{}``): ``dyn`` lets it be a string."""
+    return f"(type({entry}) == string ? dyn({entry}) : {entry}[?{operation}].orValue(''))"
+
+
 def _grants(entries: str, operation: str) -> str:
     """The grants of the user's roles (their ``entries``) for ``operation`` of the resource."""
-    return f"{entries}.filter(m, {operation} in m).map(m, params.spec.grants[m[{operation}]])"
+    return (
+        f"{entries}.filter(m, type(m) == string || {operation} in m)"
+        f".map(m, params.spec.grants[{_grant_id('m', operation)}])"
+    )
 
 
 # The request's parts, each written once and used both as a variable (read by the messages) and
@@ -393,12 +406,13 @@ def _permitted(labels: str) -> str:
 def _requirement(labels: str) -> str:
     # Cheapest test first (``params.value_tests``): a lookup, string ends, and only then the one
     # pattern of the globs no string test expresses (a ``matches`` compiles it on every call).
+    # A list of tests may be left out where empty (layout 2).
     value = f"{labels}[r.key]"
     return (
-        f"r.key in {labels} ? ({value} in r.exact || "
-        f"r.prefixes.exists(p, {value}.startsWith(p)) || "
-        f"r.suffixes.exists(s, {value}.endsWith(s)) || "
-        f"r.patterns.exists(p, {value}.matches(p))) : params.spec.allowUnlabeled"
+        f"r.key in {labels} ? ({value} in r.?exact.orValue([]) || "
+        f"r.?prefixes.orValue([]).exists(p, {value}.startsWith(p)) || "
+        f"r.?suffixes.orValue([]).exists(s, {value}.endsWith(s)) || "
+        f"r.?patterns.orValue([]).exists(p, {value}.matches(p))) : params.spec.allowUnlabeled"
     )
 
 
@@ -695,8 +709,8 @@ def _role_allows(role: str) -> str:
         f"params.spec.roles[{role}][?{key}].orValue({_indexed(key)} ? "
         f"params.spec.roles[{role}][?'{DEFAULT}'].orValue({{}}) : {{}})"
     )
-    grant = f"params.spec.grants[?({entry})[?({_op(_REQUESTED)})].orValue('')].orValue({{}})"
-    return _permits_by_itself(grant)
+    grant = f"params.spec.grants[?{_grant_id('e', f'({_op(_REQUESTED)})')}].orValue({{}})"
+    return f"[{entry}].exists(e, {_permits_by_itself(grant)})"
 
 
 def _permits_by_itself(grant: str) -> str:
@@ -1046,7 +1060,11 @@ def policy(name: str, part: ClusterPart | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "label-rbac"}},
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/name": "label-rbac"},
+            "annotations": {LAYOUT_ANNOTATION: LAYOUT},
+        },
         "spec": {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": API_VERSION, "kind": KIND},

@@ -72,6 +72,8 @@ from app.engine.params import (
     API_VERSION,
     CLUSTER,
     KIND,
+    LAYOUT,
+    LAYOUT_ANNOTATION,
     MARK,
     MAX_BYTES,
     MAX_WORK,
@@ -422,35 +424,52 @@ class PolicyWriter:
 
     def adopt(self, earlier: frozenset[str] | None) -> None:
         """What the enforcing policy in force lets pass unjudged, read when this writer starts
-        leading (``listed``): a previous leader wrote it. An earlier release's holds no such
+        leading (``listed``): a previous leader wrote it. A release before 0.3.4's holds no such
         constant and reads each namespace's parameters instead: then what those list,
-        ``earlier`` (None: not known, any served resource), and that policy stays
-        ``earlier_in_force`` until this writer's are. None known when the policy cannot be
-        read; none at all where there is no policy yet."""
+        ``earlier`` (None: not known, any served resource). A policy not marked with this
+        release's ``LAYOUT`` stays ``earlier_in_force`` until this writer's are, and so does
+        one that cannot be read: every release's policy reads the earlier layout. None known
+        when the policy cannot be read; none at all where there is no policy yet."""
         found: frozenset[str] | None = None
-        earlier_in_force = False
+        earlier_in_force = True
         try:
             live = self._client.get(f"{POLICIES}/{self._install.name}")
+            annotations = (live.get("metadata") or {}).get("annotations") or {}
             variables = (live.get("spec") or {}).get("variables") or ()
             literal = next(
                 (v.get("expression") for v in variables if v.get("name") == UNJUDGED), None
             )
-            if isinstance(literal, str):
-                found = frozenset(json.loads(literal))  # a map of strings to true, as written
-            else:
-                found, earlier_in_force = earlier, True
+            # A map of strings to true, as written; else the earlier lists.
+            found = frozenset(json.loads(literal)) if isinstance(literal, str) else earlier
+            earlier_in_force = annotations.get(LAYOUT_ANNOTATION) != LAYOUT or any(
+                map(self._earlier, (n for n in self.names if n != self._install.name))
+            )
         except ApiError as exc:
-            found = frozenset() if exc.status == 404 else None
+            if exc.status == 404:
+                found = frozenset()
+                earlier_in_force = any(map(self._earlier, self.names))
         except (KubeError, ValueError, TypeError):
             found = None
         with self._lock:
             self._listed, self._before, self._listed_at = found, None, float("-inf")
             self._earlier_until = float("inf") if earlier_in_force else None
 
+    def _earlier(self, name: str) -> bool:
+        """Whether the policy ``name`` may be an earlier release's: not marked with this
+        release's ``LAYOUT``, or not readable (none: not)."""
+        try:
+            live = self._client.get(f"{POLICIES}/{name}", metadata_only=True)
+        except ApiError as exc:
+            return exc.status != 404
+        except KubeError:
+            return True
+        annotations = (live.get("metadata") or {}).get("annotations") or {}
+        return annotations.get(LAYOUT_ANNOTATION) != LAYOUT
+
     def earlier_in_force(self) -> bool:
-        """Whether an earlier release's policy, which reads the unjudged resources from each
-        namespace's parameters, may still be in force: found on taking the lease, until
-        ``POLICY_LOADED`` seconds after this writer first wrote its own."""
+        """Whether an earlier release's policy may still be in force, which reads each
+        namespace's parameters in an earlier layout (``Target.earlier``): found on taking the
+        lease, until ``POLICY_LOADED`` seconds after this writer first wrote its own."""
         with self._lock:
             until = self._earlier_until
             if until is not None and self._clock() > until:
@@ -849,9 +868,9 @@ class ParamsWriter:
                 restricted = frozenset(map(resource_key, base.index(restrictions)))
                 found = self._indexed_for = (seen, restricted, base.index(restrictions, kept))
             _, self._restricted, indexed = found
-            # For an earlier release's policy still in force: it reads the list there.
-            listing = self.policies.earlier_in_force()
-            target = replace(base, indexed=indexed, listing=listing)
+            # For an earlier release's policy still in force: the layout it reads.
+            earlier = self.policies.earlier_in_force()
+            target = replace(base, indexed=indexed, earlier=earlier)
             previous = self._target
             if previous is not None and target != previous:
                 self._pending.add(ALL)

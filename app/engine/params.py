@@ -12,12 +12,13 @@ agree on which roles grant a request and what they permit. ``spec``::
     indexed: [configmaps]                 # the resources judged here (the same everywhere)
     users: {alice: ["0"]}                 # subject → role ids, from the namespace's RoleBindings
     groups: {tenants: ["1"]}
-    roles:                                # role id → resource → operation → grant id
-      "0": {configmaps: {CREATE: a, UPDATE: a, DELETE: a, DELETECOLLECTION: a}}
-      "1": {"*": {CREATE: b, UPDATE: b, ...}}     # "*": every indexed resource not named
+    roles:                                # role id → resource → grant id, or operation → grant id
+      "0": {configmaps: a}                # every operation (CREATE, UPDATE, DELETE,
+                                          # DELETECOLLECTION) → a
+      "1": {"*": b, secrets: {CREATE: d}} # "*": every indexed resource not named
     grants:
       a: {role: role t1/team-a, mode: enforce, allows: "role t1/team-a allows team in [a]",
-          labels: [{key: team, exact: [a], prefixes: [], suffixes: [], patterns: []}],
+          labels: [{key: team, exact: [a]}],   # prefixes, suffixes, patterns: when not empty
           names: [...]}
       b: {role: clusterrole edit, unrestricted: true}
       c: {role: role t1/broken, invalid: "role t1/broken grants nothing here: ..."}
@@ -30,6 +31,10 @@ times cluster-wide grants, and every ClusterRoleBinding edit a write of every na
 the served resources no annotation restricts (``ClusterPart.unjudged``, the constant
 ``unjudged_literal``): the same in every namespace, and changed by discovery (a CRD created or
 deleted), which then writes the policy alone.
+
+That is layout 2 (``LAYOUT``), which the policies read beside layout 1 (every entry a map of
+operations, every requirement with its four lists, and before 0.3.4 the unjudged resources
+listed too), the one an earlier release's policy reads: ``Target.earlier`` renders it.
 
 A subject appears once per namespace, a role once however many subjects it is bound to, and a
 grant once however many roles' resources and operations share it; lookups are by key, so the
@@ -150,6 +155,14 @@ WEBHOOK_RESOURCES: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
+# The layout of the parameters (``render``) the policies this release writes read, named on
+# each policy (``LAYOUT_ANNOTATION``) so that a compiler taking the lease knows whether an earlier
+# release's policy may be in force. Layout 2: a resource's entry that points every operation to
+# one grant holds the grant's id, and a requirement's empty lists are left out. A policy of
+# layout 2 reads layout 1 too; an earlier one reads layout 1 only (``Target.earlier``).
+LAYOUT = "2"
+LAYOUT_ANNOTATION = "labelrbac.io/params-layout"
+
 # Operation keys of the index and the RBAC verbs behind each (``model.authorizations``): a
 # DELETE without a name is one object of a collection delete, authorized as deletecollection.
 CREATE, UPDATE, DELETE, DELETECOLLECTION = "CREATE", "UPDATE", "DELETE", "DELETECOLLECTION"
@@ -246,9 +259,11 @@ class Target:
     delegate_softened: bool = False
     # Code points of each of the policy's constants holding the cluster part.
     chunk_code_points: int = CHUNK_CODE_POINTS
-    # List the unjudged resources in every namespace's parameters too, as releases before 0.3.4
-    # did: their policy, in force for a moment after an upgrade, reads them there.
-    listing: bool = False
+    # Render for an earlier release's policy, in force for a moment after an upgrade
+    # (``EARLIER``): the unjudged resources listed in every namespace's parameters too, as
+    # releases before 0.3.4 read them, and every entry and requirement spelled out whole, as
+    # releases before 0.3.5 read them.
+    earlier: bool = False
 
     @classmethod
     def of(
@@ -501,6 +516,30 @@ class _Part:
         return found
 
 
+def _layout2(part: _Part) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``part``'s roles and grants in ``LAYOUT`` 2: a resource whose every operation points to
+    one grant holds that grant's id, not a map, and a requirement leaves out its empty lists.
+    The API server keeps two decoded copies of every namespace's parameters, and each small
+    map or list costs it more than its bytes stored."""
+    roles = {
+        role: {key: _uniform(ops) or ops for key, ops in entry.items()}
+        for role, entry in part.roles.items()
+    }
+    grants = {
+        grant: {**body, "labels": [{k: v for k, v in r.items() if v} for r in body["labels"]]}
+        if "labels" in body
+        else body
+        for grant, body in part.grants.items()
+    }
+    return roles, grants
+
+
+def _uniform(ops: Operations) -> str | None:
+    """The grant id every operation of ``ops`` points to, None unless all do, to one."""
+    ids = set(ops.values())
+    return next(iter(ids)) if len(ops) == len(OPERATION_VERBS) and len(ids) == 1 else None
+
+
 def _with_default(entry: Mapping[str, Operations]) -> dict[str, Operations]:
     """``entry`` without the resources the role does not grant, and with the operations most
     resources share under ``DEFAULT`` when that spares lines: a role granting every indexed
@@ -616,7 +655,7 @@ def _render(
     own = _Part(own_scope, indexed, "", work)
     if cluster.softened or _softened(target, own.grants.values()):
         base["softened"] = True  # the warn and audit policies look further only then
-    listed = {"unjudged": list(cluster.unjudged)} if target.listing else {}
+    listed = {"unjudged": list(cluster.unjudged)} if target.earlier else {}
     spec = {
         **base,
         "indexed": [resource_key(r) for r in indexed],
@@ -626,6 +665,8 @@ def _render(
         "roles": own.roles,
         "grants": own.grants,
     }
+    if not target.earlier:
+        spec["roles"], spec["grants"] = _layout2(own)
     text = spec_text(spec)
     reason, cause = None, TOO_LARGE
     relabelled = _relabelled(own_scope, target.resources)

@@ -15,11 +15,11 @@ def test_a_tiny_layout_run_stores_the_cluster_part_once_and_the_previous_layout_
     tmp_path: Path,
 ) -> None:
     require_control_plane()
-    out, heap = tmp_path / "layout.json", tmp_path / "heap"
+    out, profiles = tmp_path / "layout.json", tmp_path / "profiles"
     result = run_bench(
         "layout", "--namespaces", "20", "--cluster-grants", "2", "--baseline-namespaces", "10",
-        "--edits", "2", "--baseline-edits", "1", "--json", str(out), "--heap", str(heap),
-        timeout=900,
+        "--edits", "2", "--baseline-edits", "1", "--json", str(out), "--profiles", str(profiles),
+        "--profile-seconds", "1", "--settle", "0", timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     this, previous = json.loads(out.read_text())
@@ -63,10 +63,11 @@ def test_a_tiny_layout_run_stores_the_cluster_part_once_and_the_previous_layout_
     assert crd["params_rewritten"] == 0 and crd["policy_writes"] == 1, crd
     (crd,) = previous["edits"]["crd"]["rows"]
     assert crd["params_rewritten"] == 10 + 5 and crd["policy_writes"] == 0, crd
-    # The API server's heap profiles (gzipped protobuf, for go tool pprof), per layout.
+    # The API server's profiles (gzipped protobuf, for go tool pprof), per layout.
     for layout in ("this", "previous"):
-        for at in ("none", "compiled"):
-            assert (heap / f"{layout}-{at}.pprof").read_bytes()[:2] == b"\x1f\x8b", (layout, at)
+        for at in ("none", "compiled", "first-compile.cpu"):
+            found = (profiles / f"{layout}-{at}.pprof").read_bytes()
+            assert found[:2] == b"\x1f\x8b", (layout, at)
     # The upgrade: this release's compiler took over the previous layout and rewrote it.
     assert 10 < previous["compiler_peak_upgrade_mb"] < 1000
     upgraded = previous["upgraded"]

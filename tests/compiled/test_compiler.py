@@ -53,7 +53,16 @@ from app.engine.context import Options
 from app.engine.incremental import LiveSnapshot
 from app.engine.kinds import BY_KIND
 from app.engine.model import Resource
-from app.engine.params import ALL, MARK, MAX_WORK, NAME, SOFTENED_MARK, ClusterPart
+from app.engine.params import (
+    ALL,
+    LAYOUT,
+    LAYOUT_ANNOTATION,
+    MARK,
+    MAX_WORK,
+    NAME,
+    SOFTENED_MARK,
+    ClusterPart,
+)
 from app.engine.policy import DEFAULT_ANNOTATION_KEY
 from app.engine.rbac import Compiler, Snapshot
 from app.source.api import ApiError, Unreachable
@@ -64,6 +73,13 @@ COMPILER = Compiler((DEFAULT_ANNOTATION_KEY,))
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/label-rbac/leases/lead"
 # An earlier release's enforcing policy: no constant of the unjudged resources.
 EARLIER_POLICY = [{"name": "clusterChunks", "expression": "dyn([])"}]
+THIS_LAYOUT = {"annotations": {LAYOUT_ANNOTATION: LAYOUT}}
+
+
+def found_policy(variables: list[dict[str, str]], layout: bool) -> dict[str, Any]:
+    """A live enforcing policy as a new leader reads it: with this release's layout named on
+    it, or an earlier release's."""
+    return {"metadata": THIS_LAYOUT if layout else {}, "spec": {"variables": variables}}
 
 
 class Client:
@@ -313,27 +329,29 @@ def test_a_new_leader_writes_only_the_parameters_that_differ_from_those_stored()
 
 
 @pytest.mark.parametrize(
-    "variables",
+    ("variables", "layout", "earlier"),
     [
-        pytest.param(EARLIER_POLICY, id="an-earlier-release-s"),
-        pytest.param([{"name": UNJUDGED, "expression": "{}"}], id="this-one-s"),
+        pytest.param(EARLIER_POLICY, False, True, id="before-0.3.4"),
+        pytest.param([{"name": UNJUDGED, "expression": "{}"}], False, True, id="0.3.4"),
+        pytest.param([{"name": UNJUDGED, "expression": "{}"}], True, False, id="this-layout"),
     ],
 )
-def test_parameters_list_the_unjudged_resources_while_an_earlier_policy_may_be_in_force(
-    variables: list[dict[str, str]],
+def test_parameters_keep_the_earlier_layout_while_an_earlier_policy_may_be_in_force(
+    variables: list[dict[str, str]], layout: bool, earlier: bool
 ) -> None:
-    """A policy of a release before 0.3.4, found on taking the lease, reads the resources no
-    annotation restricts from each namespace's parameters: until ``POLICY_LOADED`` seconds after
-    this leader wrote its own, the parameters it writes list them too (its policy ignores the
-    list), so no write of those resources is refused meanwhile; then every namespace is written
-    without the list. Taking over from this release's policy, they never list them."""
+    """An earlier release's policy, found on taking the lease, reads each namespace's
+    parameters in the earlier layout (``Target.earlier``): before 0.3.4 the resources no
+    annotation restricts listed there, before 0.3.5 every entry a map of operations and every
+    requirement with its four lists. Until ``POLICY_LOADED`` seconds after this leader wrote its
+    own policy (which reads both layouts), the parameters it writes keep that layout, so no
+    write is refused meanwhile; then every namespace is written in this release's. Taking over
+    from a policy named with this release's ``LAYOUT``, they never do."""
     client, clock = Client(), [0.0]
-    client.policies[f"{POLICIES}/{POLICY}"] = {"spec": {"variables": variables}}
+    client.policies[f"{POLICIES}/{POLICY}"] = found_policy(variables, layout)
     params = writer(client, clock, discover=lambda _: SERVED_TWO, timed=True)
     state = live(*OBJECTS)
     params.step(state.snapshot)
     params.settle(10)
-    earlier = variables is EARLIER_POLICY
     paths = [p for _, p, _, _ in client.writes]
     first_params = min(i for i, p in enumerate(paths) if "labelrbacparams" in p)
     assert paths.index(f"{POLICIES}/{POLICY}") < first_params
@@ -346,6 +364,7 @@ def test_parameters_list_the_unjudged_resources_while_an_earlier_policy_may_be_i
     assert all(
         spec.get("unjudged") == (["secrets"] if earlier else None) for spec in specs.values()
     )
+    assert entry_types(specs.values()) == ({dict} if earlier else {str})
     client.writes.clear()
     clock[0] = POLICY_LOADED + 1
     params.step(state.snapshot)
@@ -357,6 +376,13 @@ def test_parameters_list_the_unjudged_resources_while_an_earlier_policy_may_be_i
     }
     assert sorted(specs) == (["t1", "t2"] if earlier else [])
     assert all("unjudged" not in spec for spec in specs.values())
+    assert entry_types(specs.values()) == ({str} if earlier else set())
+
+
+def entry_types(specs: Iterable[Mapping[str, Any]]) -> set[type]:
+    """The types of the role entries of namespaces' ``specs`` (each ``OBJECTS`` role grants
+    every operation alike: one grant id in layout 2, a map in the earlier one)."""
+    return {type(e) for s in specs for entries in s["roles"].values() for e in entries.values()}
 
 
 def test_what_was_written_is_remembered_in_a_fixed_size_whatever_the_parameters() -> None:
@@ -665,16 +691,17 @@ def test_the_coverage_is_told_what_the_policies_in_force_may_still_let_pass_unju
     assert step(at + POLICY_LOADED + 1, after) == frozenset()
 
 
+LISTS_TWO = [{"name": UNJUDGED, "expression": '{"secrets":true,"widgets.example.com":true}'}]
+
+
 @pytest.mark.parametrize(
     ("variables", "stored", "told"),
     [
         pytest.param(None, None, frozenset(), id="no-policy-yet"),
         pytest.param(
-            [{"name": UNJUDGED, "expression": '{"secrets":true,"widgets.example.com":true}'}],
-            None,
-            {"secrets", "widgets.example.com"},
-            id="a-leader-s-of-this-release",
+            LISTS_TWO, None, {"secrets", "widgets.example.com"}, id="a-leader-s-of-this-release"
         ),
+        pytest.param(LISTS_TWO, ["configmaps"], {"secrets", "widgets.example.com"}, id="0.3.4"),
         pytest.param(
             EARLIER_POLICY,
             ["widgets.example.com"],
@@ -692,7 +719,7 @@ def test_a_new_leader_tells_the_coverage_what_the_policy_it_found_lets_pass(
     ``POLICY_LOADED`` seconds after this leader's policy no longer does."""
     client, clock = Client(), [0.0]
     if variables is not None:
-        client.policies[f"{POLICIES}/{POLICY}"] = {"spec": {"variables": variables}}
+        client.policies[f"{POLICIES}/{POLICY}"] = found_policy(variables, stored is None)
     if stored is not None:
         spec = {"mode": "enforce", "allowUnlabeled": False, "indexed": [], "unjudged": stored}
         params_of = {"metadata": {"name": NAME, "namespace": "t1"}, "spec": spec}

@@ -95,10 +95,17 @@ def granted(
     found = []
     for role_id in spec[field].get(subject, []):
         entry = spec["roles"][role_id]
-        operations = entry.get(key, entry.get(DEFAULT, {}))
-        if op in operations:
-            found.append(spec["grants"][operations[op]])
+        grant_id = entry_grant(entry.get(key, entry.get(DEFAULT, {})), op)
+        if grant_id:
+            found.append(spec["grants"][grant_id])
     return found
+
+
+def entry_grant(entry: str | dict[str, str], op: str) -> str:
+    """The grant id a role's entry for a resource points ``op`` to, as the policy reads it
+    (``admission_policy._grant_id``): the entry itself where it is a string (every operation,
+    ``LAYOUT`` 2), else its operation's ('' for none)."""
+    return entry if isinstance(entry, str) else entry.get(op, "")
 
 
 def grant_roles(spec: Any, field: str, subject: str, op: str = "CREATE") -> list[str]:
@@ -124,9 +131,63 @@ def test_each_subject_role_and_grant_is_written_once() -> None:
     assert spec["roles"] == spec_of(*OBJECTS)["roles"]
     assert spec["grants"] == spec_of(*OBJECTS)["grants"]
     assert {tuple(spec["users"][f"u{i}"]) for i in range(50)} == {tuple(spec["users"]["alice"])}
-    # team-a grants every operation alike: one grant for all four.
+    # team-a grants every operation alike: one grant for all four, its id in place of a map.
     (team_a,) = spec["users"]["alice"]
-    assert len(set(spec["roles"][team_a]["configmaps"].values())) == 1
+    assert isinstance(spec["roles"][team_a]["configmaps"], str)
+
+
+PARTIAL = role(  # every write verb of configmaps but deletecollection: not one grant for all four
+    "partial", "t1", [rule("create update patch delete", "configmaps")],
+    {"configmaps": {"team": ["p"]}},
+)  # fmt: skip
+
+
+def _requirements(spec: Any) -> list[dict[str, Any]]:
+    return [r for g in spec["grants"].values() for r in g.get("labels", ())]
+
+
+@pytest.mark.parametrize(
+    ("earlier", "entry_types", "listed"),
+    [
+        pytest.param(False, {str, dict}, False, id="layout-2"),
+        pytest.param(True, {dict}, True, id="earlier-layout"),
+    ],
+)
+def test_both_layouts_give_each_subject_the_same_grants(
+    earlier: bool, entry_types: set[type], listed: bool
+) -> None:
+    """Layout 2 (``LAYOUT``) holds a grant id where a role's every operation on a resource
+    points to one grant, and leaves a requirement's empty lists out; for an earlier release's
+    policy (``Target.earlier``) every entry is a map of operations, every requirement has its
+    four lists, and the unjudged resources are listed. Read as the policy reads them, both
+    give every subject the same grants for every operation."""
+    objects = (*OBJECTS, PARTIAL, binding("p", "partial", "User:dave", namespace="t1"))
+    layout2 = spec_of(*objects)
+    state = snapshot(*objects)
+    spec = read_as_the_policy(state, "t1", replace(TARGET, earlier=earlier))
+    entries = [e for r in spec["roles"].values() for e in r.values()]
+    assert {type(e) for e in entries} == entry_types
+    for entry in entries:  # a string exactly where every operation points to one grant
+        if isinstance(entry, dict):
+            assert len(entry) < 4 or len(set(entry.values())) > 1 or earlier
+    assert ("unjudged" in spec) == listed
+    tests = {"exact", "prefixes", "suffixes", "patterns"}
+    for requirement in _requirements(spec):
+        present = set(requirement) - {"key"}
+        assert present == tests if earlier else all(requirement[t] for t in present)
+    for field, subject in [("users", u) for u in spec["users"]] + [
+        ("groups", g) for g in spec["groups"]
+    ]:
+        for op in ("CREATE", "UPDATE", "DELETE", "DELETECOLLECTION"):
+            want = [_whole(g) for g in granted(layout2, field, subject, op=op)]
+            assert [_whole(g) for g in granted(spec, field, subject, op=op)] == want
+    assert granted(spec, "users", "dave", op="DELETECOLLECTION") == []
+
+
+def _whole(grant: dict[str, Any]) -> dict[str, Any]:
+    """A grant with every requirement's four lists, as layout 1 holds it."""
+    empty = {"exact": [], "prefixes": [], "suffixes": [], "patterns": []}
+    return {**grant, "labels": [{**empty, **r} for r in grant.get("labels", ())]}
 
 
 def test_grants_carry_what_the_webhook_judges_and_says() -> None:
@@ -138,14 +199,8 @@ def test_grants_carry_what_the_webhook_judges_and_says() -> None:
         "mode": "enforce",
         "allows": "role t1/shared allows team in [shared-*] and env in [dev, stag?]",
         "labels": [
-            {"key": "team", "exact": [], "prefixes": ["shared-"], "suffixes": [], "patterns": []},
-            {
-                "key": "env",
-                "exact": ["dev"],
-                "prefixes": [],
-                "suffixes": [],
-                "patterns": ["^(?:stag.)\\z"],
-            },
+            {"key": "team", "prefixes": ["shared-"]},
+            {"key": "env", "exact": ["dev"], "patterns": ["^(?:stag.)\\z"]},
         ],
     }
 

@@ -82,6 +82,7 @@ USERS = (
     User("quinn"),  # cluster-wide: a ClusterRole with a broken annotation
     User("zed"),  # bound after the parameters were rendered
     User("nora"),  # writes configmaps without limits, deletes only team-a's
+    User("olga"),  # team-a: writes any configmap, deletes only "fixed"; and team-b
     BUILDER,  # team-b through a ServiceAccount subject
     COMPILER_USER,
 )
@@ -140,6 +141,17 @@ RBAC = [
     _team("deleter-a", ["a"], verbs="delete"),
     binding("nora-writer", "writer", "User:nora", namespace=NS),
     binding("nora-deleter", "deleter-a", "User:nora", namespace=NS),
+    # Its operations point to different grants (the delete names its object): a map of
+    # operations in every layout, where the policy must read each operation's own grant (with
+    # team-b beside it, RBAC lets olga delete any configmap: its labels decide).
+    role(
+        "mixed-a",
+        NS,
+        [rule("create update patch", "configmaps"), rule("delete", "configmaps", names="fixed")],
+        {"configmaps": {"team": ["a"]}},
+    ),
+    binding("olga-mixed", "mixed-a", "User:olga", namespace=NS),
+    binding("olga-b", "team-b", "User:olga", namespace=NS),
 ]
 COMPILER_RBAC = [
     role("compiler", "", [rule("get list create update patch", "labelrbacparams", "labelrbac.io")]),
@@ -223,13 +235,19 @@ def cluster_snapshot(cp: ControlPlane) -> Snapshot:
 
 
 def write_params(
-    cp: ControlPlane, snapshot: Snapshot, options: Options, chunk: int = CHUNK_CODE_POINTS
+    cp: ControlPlane,
+    snapshot: Snapshot,
+    options: Options,
+    chunk: int = CHUNK_CODE_POINTS,
+    earlier: bool = False,
 ) -> None:
     """Render every namespace and the cluster part (in constants of ``chunk`` code points),
     and apply them server-side as the compiler does: the policies holding the cluster part,
-    and the parameters, each namespace labeled softened before them as the compiler labels a
-    compiled one (the namespaces here are not marked compiled)."""
+    and the parameters (``earlier``: in the layout an earlier release wrote), each namespace
+    labeled softened before them as the compiler labels a compiled one (the namespaces here are
+    not marked compiled)."""
     target = Target.of([Resource("", "configmaps"), Resource("", "secrets")], options)
+    target = replace(target, earlier=earlier)
     part = render_cluster(snapshot, replace(target, chunk_code_points=chunk))
     cp.apply(ADMIN, [policy(name, part) for name in ACTIONS])
     for namespace in sorted(namespaces_of(snapshot)):
@@ -459,6 +477,31 @@ def test_a_cluster_part_in_several_constants_decides_as_one(
     assert len(one.chunks) == 1 < len(several.chunks), (len(one.chunks), len(several.chunks))
     write_params(cluster, compiled, Options(), chunk=600)
     time.sleep(2)  # the policy cache of the API server follows its informer
+    try:
+        failures = run_table(cluster, compiled, Options())
+    finally:
+        write_params(cluster, compiled, Options())
+    assert not failures, "\n".join(failures)
+
+
+def test_parameters_an_earlier_release_wrote_are_decided_as_the_webhook(
+    cluster: ControlPlane, compiled: Snapshot
+) -> None:
+    """After an upgrade the policy reads parameters of the earlier layout until the compiler
+    has written every namespace again (``LAYOUT``): every entry a map of operations, every
+    requirement with its four lists. The same verdicts and messages as this release's layout,
+    which holds both kinds of entry here (a role granting every operation alike, and one
+    granting some)."""
+    target = Target.of([Resource("", "configmaps"), Resource("", "secrets")])
+    entries = {
+        type(e)
+        for n in namespaces_of(compiled)
+        for r in render(compiled, n, target).spec.get("roles", {}).values()
+        for e in r.values()
+    }
+    assert entries == {str, dict}
+    write_params(cluster, compiled, Options(), earlier=True)
+    time.sleep(2)  # the policy's informer of the parameters follows them
     try:
         failures = run_table(cluster, compiled, Options())
     finally:
