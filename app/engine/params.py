@@ -259,8 +259,8 @@ class Target:
     delegate_softened: bool = False
     # Code points of each of the policy's constants holding the cluster part.
     chunk_code_points: int = CHUNK_CODE_POINTS
-    # Render for an earlier release's policy, in force for a moment after an upgrade
-    # (``EARLIER``): the unjudged resources listed in every namespace's parameters too, as
+    # Render layout 1 (``LAYOUT``), for an earlier release's policy in force for a moment after
+    # an upgrade: the unjudged resources listed in every namespace's parameters too, as
     # releases before 0.3.4 read them, and every entry and requirement spelled out whole, as
     # releases before 0.3.5 read them.
     earlier: bool = False
@@ -526,7 +526,7 @@ def _layout2(part: _Part) -> tuple[dict[str, Any], dict[str, Any]]:
         for role, entry in part.roles.items()
     }
     grants = {
-        grant: {**body, "labels": [{k: v for k, v in r.items() if v} for r in body["labels"]]}
+        grant: {**body, "labels": [{k: v for k, v in r.items() if v != []} for r in body["labels"]]}
         if "labels" in body
         else body
         for grant, body in part.grants.items()
