@@ -46,7 +46,8 @@ registration held dormant, there for the compiler's coverage conditions) and the
   namespace is admitted, and the parameters and policies the compiler wrote for it;
 - with ``--profiles DIR``, the API server's heap profiles with no compiled path and after the
   first compile (``go tool pprof -sample_index=inuse_space -top -diff_base A B``), and its CPU
-  profile over the first ``--profile-seconds`` of the first compile (``go tool pprof -top``).
+  profile over the first ``--profile-seconds`` of the first compile (``go tool pprof -top``;
+  profiling costs the API server a few percent meanwhile: compare runs made alike).
 
 Beside them, the same figures for the previous layout (every namespace's parameters holding a
 copy of the cluster part) at ``--baseline-namespaces``, with the previous release's compiler and
@@ -85,11 +86,19 @@ from app.engine.params import API_VERSION, PLURAL, render, render_cluster, spec_
 from app.settings import Settings
 from app.source.api import METADATA_LIST
 from bench.core.compiled import target
-from bench.core.kube import Client, Webhook, count, documents, dormant, stamp, start_compiler
+from bench.core.kube import (
+    Client,
+    Webhook,
+    count,
+    documents,
+    dormant,
+    profiling,
+    stamp,
+    start_compiler,
+)
 from bench.core.layout import CLUSTER_RESOURCES, cluster_grant, namespace_objects
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu, rss_bytes
 from bench.core.stats import percentile
-from bench.vap import profiling
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import free_port, stop
 

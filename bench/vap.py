@@ -103,7 +103,14 @@ from app.engine.kinds import snapshot_from_objects
 from app.engine.model import Resource
 from app.engine.params import MARK, ClusterPart, Target, render, render_cluster
 from app.settings import Settings
-from bench.core.kube import Webhook, documents, kustomize, start_compiler, webhook_configuration
+from bench.core.kube import (
+    Webhook,
+    documents,
+    kustomize,
+    profiling,
+    start_compiler,
+    webhook_configuration,
+)
 from bench.core.layout import CLUSTER_RESOURCES, cluster_grant, cluster_role
 from bench.core.processes import process_cpu
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
@@ -478,19 +485,6 @@ def configure(cp: ControlPlane, setup: str, installed: Installed) -> None:
     if status != 201:
         raise RuntimeError(f"{setup}: {installed.writer}'s own label answered {status} {answer}")
     time.sleep(2)  # every replica of the informer's view settled
-
-
-def profiling(cp: ControlPlane, seconds: int, into: Path | None) -> subprocess.Popen[bytes] | None:
-    """The API server's CPU profile over the next ``seconds`` (``--profile``), written to
-    ``into`` (read it with ``go tool pprof -top``), as a running curl; None without ``into``."""
-    if into is None:
-        return None
-    url = f"{cp.url}/debug/pprof/profile?seconds={seconds}"
-    token = cp.users[ADMIN].token
-    return subprocess.Popen(
-        ["curl", "-sf", "--cacert", str(cp.ca), "-H", f"Authorization: Bearer {token}",
-         "-o", str(into), url],
-    )  # fmt: skip
 
 
 def wrk(

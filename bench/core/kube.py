@@ -180,3 +180,16 @@ def dormant(config: dict[str, Any]) -> dict[str, Any]:
 
 def stamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def profiling(cp: ControlPlane, seconds: int, into: Path | None) -> subprocess.Popen[bytes] | None:
+    """The API server's CPU profile over the next ``seconds``, written to
+    ``into`` (read it with ``go tool pprof -top``), as a running curl; None without ``into``."""
+    if into is None:
+        return None
+    url = f"{cp.url}/debug/pprof/profile?seconds={seconds}"
+    token = cp.users[ADMIN].token
+    return subprocess.Popen(
+        ["curl", "-sf", "--cacert", str(cp.ca), "-H", f"Authorization: Bearer {token}",
+         "-o", str(into), url],
+    )  # fmt: skip
