@@ -432,6 +432,7 @@ class PolicyWriter:
         when the policy cannot be read; none at all where there is no policy yet."""
         found: frozenset[str] | None = None
         earlier_in_force = True
+        others = [n for n in self.names if n != self._install.name]  # the warn and audit ones
         try:
             live = self._client.get(f"{POLICIES}/{self._install.name}")
             annotations = (live.get("metadata") or {}).get("annotations") or {}
@@ -442,12 +443,12 @@ class PolicyWriter:
             # A map of strings to true, as written; else the earlier lists.
             found = frozenset(json.loads(literal)) if isinstance(literal, str) else earlier
             earlier_in_force = annotations.get(LAYOUT_ANNOTATION) != LAYOUT or any(
-                map(self._earlier, (n for n in self.names if n != self._install.name))
+                map(self._earlier, others)
             )
         except ApiError as exc:
             if exc.status == 404:
                 found = frozenset()
-                earlier_in_force = any(map(self._earlier, self.names))
+                earlier_in_force = any(map(self._earlier, others))
         except (KubeError, ValueError, TypeError):
             found = None
         with self._lock:
