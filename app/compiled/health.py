@@ -10,7 +10,8 @@ What they mean, for a process that serves no requests but must keep writing:
   is lost is not ready: a rollout or a node drain waits for one that is.
 - ``/metrics``: ``label_rbac_compiler_leader`` (1 on the replica writing), the lag from an RBAC
   change to its parameters being written (``label_rbac_compiler_lag_seconds``, a histogram, and
-  ``label_rbac_compiler_pending_seconds``, the age of the oldest change not written yet),
+  ``label_rbac_compiler_pending_seconds``, the age of the oldest change not written yet, or
+  of a takeover's check of every namespace),
   ``label_rbac_compiler_params_written_total``, ``label_rbac_compiler_delegated_namespaces``
   (left to the webhook, too large to compile), ``label_rbac_compiler_errors_total`` and
   ``label_rbac_compiler_last_round_timestamp_seconds``.
@@ -126,6 +127,11 @@ class CompilerHealth:
             elif caught_up and self._oldest is not None:
                 self.lag.observe(now - self._oldest)
                 self._oldest = None
+            elif not caught_up and self._oldest is None:
+                # Work no change of ours started: a takeover checking every namespace (what the
+                # previous leader left may be stale), a retried write. Pending from now on, so
+                # that a stall there shows too.
+                self._oldest = now
         self.leader.set(1 if leading else 0)
         self.written.inc(written)
         if leading:

@@ -128,3 +128,19 @@ def test_a_standby_has_no_lag_and_counts_errors(health: CompilerHealth, clock: C
     assert "label_rbac_compiler_leader 0.0" in text
     assert "label_rbac_compiler_errors_total 1.0" in text
     assert "label_rbac_compiler_lag_seconds_count 0.0" in text
+
+
+def test_a_takeover_is_pending_until_caught_up(health: CompilerHealth, clock: Clock) -> None:
+    """A new leader checks every namespace with no change of its own to date it from: what the
+    previous one left may be stale, so a stall there must show as pending too."""
+    health.round(False, 0, False, 0)
+    clock.now += 10
+    health.round(True, 0, False, 0)  # took the lease: every namespace queued
+    clock.now += 40
+    health.round(True, 500, False, 0)
+    assert health.pending_seconds() == 40.0
+    health.changed()  # a change meanwhile does not make the backlog younger
+    clock.now += 5
+    health.round(True, 500, True, 0)
+    assert health.pending_seconds() == 0.0
+    assert "label_rbac_compiler_lag_seconds_sum 45.0" in health.metrics().decode()
