@@ -63,7 +63,6 @@ rewrites every namespace there). Every figure is printed as a table and written 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shutil
@@ -73,8 +72,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,13 +94,13 @@ from bench.core.kube import (
     stamp,
     start_compiler,
 )
-from bench.core.layout import CLUSTER_RESOURCES, cluster_grant, namespace_objects
+from bench.core.layout import CLUSTER_RESOURCES, cluster_grant
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu, rss_bytes
 from bench.core.stats import percentile
+from bench.core.tenants import RBAC, build, namespace_docs
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import free_port, stop
 
-RBAC = "rbac.authorization.k8s.io"
 PARAMS = f"/apis/{API_VERSION}/{PLURAL}"
 POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 # The policies holding the label rule (the warn and audit ones only with manifests/compiled/modes).
@@ -110,60 +108,9 @@ RULE_POLICIES = ("label-rbac", "label-rbac-warn", "label-rbac-audit")
 FIELD_MANAGER = "label-rbac-compiler"
 # The label rule's denial, as the policy words it (not RBAC's, nor "not listed yet").
 DENIAL = "is not permitted ("
-# Objects created per block: the bench holds one block of objects (and its futures) at a time.
-BLOCK = 1000
 PAGE = 500  # items per page of the bench's own lists
 WAIT = 3600.0  # at most this long for a compile, an enforcement or a rewrite
 CHUNK = 8 << 20  # bytes of the audit log read at once
-
-
-def namespace_docs(i: int) -> list[dict[str, Any]]:
-    """tenant-<i>: its Namespace, two annotated Roles, a plain Role and three RoleBindings."""
-    platform = ("RoleBinding", "platform")  # its binding of a ClusterRole: left out
-    return [o for o in namespace_objects(i, 1) if (o["kind"], o["metadata"]["name"]) != platform]
-
-
-def collection(obj: dict[str, Any]) -> str:
-    """The path ``obj`` is created at."""
-    if obj["kind"] == "Namespace":
-        return "/api/v1/namespaces"
-    plural = f"{obj['kind'].lower()}s"
-    namespace = obj["metadata"].get("namespace")
-    return f"/apis/{RBAC}/v1/namespaces/{namespace}/{plural}" if namespace else (
-        f"/apis/{RBAC}/v1/{plural}")  # fmt: skip
-
-
-def blocks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    iterator = iter(items)
-    while block := list(itertools.islice(iterator, size)):
-        yield block
-
-
-def build(admin: Client, namespaces: int, grants: int, clients: int) -> tuple[int, float]:
-    """Create the layout with ``clients`` parallel connections, each kind after those it refers
-    to, a block at a time: (objects, seconds)."""
-
-    def create(obj: dict[str, Any]) -> None:
-        status, answer = admin.send("POST", collection(obj), obj)
-        if status >= 300 and status != 409:
-            raise RuntimeError(f"POST {collection(obj)}: {status} {answer}")
-
-    def of_kind(kind: str) -> Iterator[dict[str, Any]]:
-        return (o for i in range(namespaces) for o in namespace_docs(i) if o["kind"] == kind)
-
-    phases: list[Callable[[], Iterator[dict[str, Any]]]] = [
-        lambda: of_kind("Namespace"),
-        lambda: (o for i in range(grants) for o in cluster_grant(i)),
-        lambda: of_kind("Role"),
-        lambda: of_kind("RoleBinding"),
-    ]
-    started, created = time.monotonic(), 0
-    with ThreadPoolExecutor(clients) as pool:
-        for phase in phases:
-            for block in blocks(phase(), BLOCK):
-                list(pool.map(create, block))
-                created += len(block)
-    return created, time.monotonic() - started
 
 
 # -- what is stored -------------------------------------------------------------------------------

@@ -71,6 +71,15 @@ writes and binds to alice costs her writes.
     python -m bench vap --bindings 10,5000 --connections 1,8 --seconds 5 --rounds 5
     python -m bench vap --bindings 10,5000 --setups full --cluster-grants 0,200 --writer cluster
 
+``--namespaces N`` makes the cluster hold N namespaces: t1 and N - 1 tenant namespaces of
+``bench layout``'s shape (two annotated Roles, a plain Role, three RoleBindings each), created
+before the compiler starts (so it needs a setup that runs it: ``full``). The compiler's first
+compile of all of them is waited for and timed; then every setup, the baselines too, runs
+against an API server holding N namespaces' parameters (and, with ``--cluster-grants``, the
+policy's constants): what a write costs in a large cluster, against baselines measured there.
+
+    python -m bench vap --namespaces 10000 --cluster-grants 200 --bindings 10,5000 --setups full
+
 ``--profile DIR`` writes the API server's CPU profile of each setup's first run
 (``go tool pprof -top DIR/full-10-c8.pprof``): what to look at before changing the policy.
 """
@@ -104,6 +113,7 @@ from app.engine.model import Resource
 from app.engine.params import MARK, ClusterPart, Target, render, render_cluster
 from app.settings import Settings
 from bench.core.kube import (
+    Client,
     Webhook,
     documents,
     kustomize,
@@ -113,6 +123,7 @@ from bench.core.kube import (
 )
 from bench.core.layout import CLUSTER_RESOURCES, cluster_grant, cluster_role
 from bench.core.processes import process_cpu
+from bench.core.tenants import build
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import stop
 
@@ -425,6 +436,16 @@ def installed_registration(cp: ControlPlane, webhook: Webhook, timeout: float = 
     raise RuntimeError("the compiler did not write its conditions or mark in time")
 
 
+def all_marked(cp: ControlPlane, names: set[str], started: float, timeout: float) -> float:
+    """Seconds from ``started`` until the Namespaces ``names`` are all marked compiled."""
+    path = f"/api/v1/namespaces?labelSelector={MARK}%3Dtrue"
+    while time.monotonic() - started < timeout:
+        if names <= {n["metadata"]["name"] for n in ok(cp, ADMIN, "GET", path)["items"]}:
+            return time.monotonic() - started
+        time.sleep(2)
+    raise RuntimeError(f"the compiler did not mark {len(names)} namespaces in {timeout:.0f} s")
+
+
 def conditions(configuration: Any) -> list[Any]:
     """The match conditions of the registration's entry for compiled namespaces."""
     (entry,) = [w for w in configuration["webhooks"] if w["name"] == COMPILED_ENTRY]
@@ -597,6 +618,13 @@ def main(argv: list[str] | None = None) -> int:
         default="namespace",
         help="who creates: alice, bound in the namespace, or carol, bound only cluster-wide",
     )
+    parser.add_argument(
+        "--namespaces",
+        type=int,
+        default=1,
+        help="namespaces the cluster holds (t1 and N - 1 of bench layout's tenants), all compiled "
+        "by the running compiler before the sizes are measured",
+    )
     parser.add_argument("--globs", type=int, default=0, help="value globs of a role bound to alice")
     parser.add_argument("--glob-keys", type=int, default=1, help="label keys they are spread over")
     parser.add_argument("--glob-shape", choices=sorted(SHAPES), default="general")
@@ -617,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.globs and args.writer != "namespace":
         parser.error("--globs binds its role in the namespace: to alice, --writer namespace")
     setups = [*BASELINES, *(name for name in asked if name not in BASELINES)]
+    if args.namespaces > 1 and not set(SPLIT) & set(setups):
+        parser.error("--namespaces: the running compiler writes their parameters; add full")
     other = None
     if args.policy is not None:
         other = args.policy.read_text()  # read once; kubectl parses it at each apply
@@ -651,12 +681,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.globs:  # bound before team-a (binding-name order): tried first on every write
             cp.apply(ADMIN, [glob_role(args.globs, args.glob_keys, args.glob_shape)])
             cp.apply(ADMIN, [role_binding("0-globs", "globs", "alice")])
+        if args.namespaces > 1:
+            admin = Client(cp.url, cp.ca, cp.users[ADMIN].token)
+            objects, seconds = build(admin, args.namespaces - 1, 0, 8)
+            print(f"namespaces={args.namespaces}: {objects} objects in {seconds:.0f} s", flush=True)
         webhook = Webhook(cp, workdir, full_compiler=True)
         registration = None
         if set(SPLIT) & set(setups):
             softened = ("--compile-softened",) if "full-modes" in setups else ()
+            started = time.monotonic()
             compiler = start_compiler(cp, workdir, *softened)
-            registration = installed_registration(cp, webhook)
+            # A namespace is marked once the policies are bound: t1 may come last of many.
+            wait = 120 + args.namespaces / 20
+            registration = installed_registration(cp, webhook, wait)
+            if args.namespaces > 1:
+                tenants = {f"tenant-{i}" for i in range(args.namespaces - 1)}
+                seconds = all_marked(cp, {NS, *tenants}, started, wait)
+                print(f"  the compiler marked every namespace after {seconds:.0f} s", flush=True)
         clustered = args.cluster_grants or writer is CAROL
         served = CLUSTER_RESOURCES if clustered else ("configmaps",)
         grants = [int(k) for k in (args.cluster_grants or "0").split(",")]
@@ -689,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
                         results.setdefault((setup, c), []).append(run)
             for c in connections:
                 for row in summarize(results, total, written.size, c, setups):
-                    row.update(cluster_grants=k, writer=writer.name,
+                    row.update(cluster_grants=k, writer=writer.name, namespaces=args.namespaces,
                                constant_code_points=part.size, chunks=len(part.chunks))  # fmt: skip
                     rows.append(row)
                     extra = (f" + webhook {row['webhook_cpu_ms_per_create']:.2f}"

@@ -48,7 +48,7 @@ def test_a_tiny_vap_run_measures_every_setup_against_no_admission(tmp_path: Path
     assert webhook["webhook_cpu_ms_per_create"] > 0
 
 
-def test_a_tiny_vap_run_measures_a_writer_granted_only_by_the_policys_constants(
+def test_a_tiny_vap_run_measures_a_writer_granted_only_by_the_policys_constants_among_tenants(
     tmp_path: Path,
 ) -> None:
     require_control_plane()
@@ -58,7 +58,7 @@ def test_a_tiny_vap_run_measures_a_writer_granted_only_by_the_policys_constants(
     result = run_bench(
         "vap", "--bindings", "3", "--connections", "1", "--seconds", "1", "--rounds", "1",
         "--setups", "compiled,full", "--cluster-grants", "0,2", "--writer", "cluster",
-        "--json", str(out), timeout=300,
+        "--namespaces", "4", "--json", str(out), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(out.read_text())
@@ -72,6 +72,10 @@ def test_a_tiny_vap_run_measures_a_writer_granted_only_by_the_policys_constants(
     assert result.stdout.count("the compiler's: the same 1 constants") == 2, result.stdout
     for row in rows:
         assert row["writer"] == "carol" and row["cpu_ms_per_create"] > 0 and row["rps"] > 0
+        assert row["namespaces"] == 4
+    # Three tenant namespaces beside t1, each compiled and marked before anything was measured.
+    assert "namespaces=4: 21 objects in" in result.stdout, result.stdout
+    assert "the compiler marked every namespace after" in result.stdout
     without, with_two = rows[0], rows[len(setups)]
     # The cluster-wide grants are held once, in the policy's constants: they grow, the
     # namespace's parameters do not.
