@@ -70,8 +70,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +85,7 @@ from bench.core.compiled import target
 from bench.core.kube import (
     Client,
     Webhook,
+    compiler_metrics,
     count,
     documents,
     dormant,
@@ -219,17 +218,7 @@ class Compiler:
         return cls(process, port, writes)
 
     def metrics(self) -> dict[str, float]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except (OSError, urllib.error.URLError):
-            return {}
-        found = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                found[name] = float(value)
-        return found
+        return compiler_metrics(self.port)
 
     def settled(self, quiet: float, timeout: float = WAIT) -> float:
         """Seconds from the start until it leads, has nothing pending, writes nothing, waits

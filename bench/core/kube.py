@@ -18,6 +18,9 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -160,6 +163,51 @@ def start_compiler(
             env={**os.environ, "KUBECONFIG": "", "PYTHONPATH": str(root)},
             start_new_session=True,
         )  # fmt: skip
+
+
+def compiler_metrics(port: int) -> dict[str, float]:
+    """The running compiler's metrics (``--probe-bind 127.0.0.1:port``); empty while it does
+    not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except (OSError, urllib.error.URLError):
+        return {}
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def compiler_idle(
+    process: subprocess.Popen[bytes], port: int, quiet: float, timeout: float
+) -> float:
+    """Wait until the compiler leads, has nothing pending, writes nothing and spends (almost)
+    no CPU for ``quiet`` seconds (a pass over every namespace, which a newly restricted
+    resource starts, is done); the seconds waited."""
+    started = time.monotonic()
+    calm_since: float | None = None
+    last: tuple[float, float] | None = None
+    while time.monotonic() - started < timeout:
+        if process.poll() is not None:
+            raise RuntimeError(f"the compiler exited with {process.returncode}")
+        m = compiler_metrics(port)
+        now = (m.get("label_rbac_compiler_params_written_total", -1.0), process_cpu(process.pid))
+        idle = (
+            m.get("label_rbac_compiler_leader") == 1
+            and m.get("label_rbac_compiler_pending_seconds", 1.0) == 0
+            and last is not None
+            and now[0] == last[0]
+            and now[1] - last[1] < 0.1
+        )
+        calm_since = (calm_since or time.monotonic()) if idle else None
+        if calm_since is not None and time.monotonic() - calm_since >= quiet:
+            return time.monotonic() - started
+        last = now
+        time.sleep(0.5)
+    raise RuntimeError("the compiler did not settle in time")
 
 
 def count(admin: Client, path: str) -> int:

@@ -18,6 +18,7 @@ from bench.core.kube import Client
 from bench.core.layout import cluster_grant, namespace_objects
 
 RBAC = "rbac.authorization.k8s.io"
+TENANT = "tenant-"  # the namespaces' prefix (``bench.core.layout``)
 # Objects created per block: the bench holds one block of objects (and its futures) at a time.
 BLOCK = 1000
 
