@@ -85,6 +85,7 @@ from bench.core.compiled import target
 from bench.core.kube import (
     Client,
     Webhook,
+    compiler_idle,
     compiler_metrics,
     count,
     documents,
@@ -224,29 +225,11 @@ class Compiler:
         """Seconds from the start until it leads, has nothing pending, writes nothing, waits
         for no request of its own and spends (almost) no CPU for ``quiet`` seconds: its render
         of every namespace is done (a slow write of the policy leaves it idle meanwhile)."""
-        calm_since: float | None = None
-        last: tuple[float, float] | None = None
-        while time.monotonic() - self.started < timeout:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the compiler exited with {self.process.returncode}")
-            m = self.metrics()
-            now = (m.get("label_rbac_compiler_params_written_total", -1.0),
-                   process_cpu(self.process.pid))  # fmt: skip
-            idle = (
-                m.get("label_rbac_compiler_leader") == 1
-                and m.get("label_rbac_compiler_pending_seconds", 1.0) == 0
-                and last is not None
-                and now[0] == last[0]
-                and now[1] - last[1] < 0.1
-                and not self.writes.read()
-                and not self.writes.open
-            )
-            calm_since = (calm_since or time.monotonic()) if idle else None
-            if calm_since is not None and time.monotonic() - calm_since >= quiet:
-                return calm_since - self.started
-            last = now
-            time.sleep(0.5)
-        raise RuntimeError("the compiler did not settle in time")
+
+        def no_request() -> bool:
+            return not self.writes.read() and not self.writes.open
+
+        return compiler_idle(self.process, self.port, quiet, timeout, self.started, no_request)
 
     def peak_mb(self) -> float:
         return round(peak_rss_mb(self.process.pid), 1)

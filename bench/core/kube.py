@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -182,12 +183,18 @@ def compiler_metrics(port: int) -> dict[str, float]:
 
 
 def compiler_idle(
-    process: subprocess.Popen[bytes], port: int, quiet: float, timeout: float
+    process: subprocess.Popen[bytes],
+    port: int,
+    quiet: float,
+    timeout: float,
+    started: float | None = None,
+    calm: Callable[[], bool] = lambda: True,
 ) -> float:
-    """Wait until the compiler leads, has nothing pending, writes nothing and spends (almost)
-    no CPU for ``quiet`` seconds (a pass over every namespace, which a newly restricted
-    resource starts, is done); the seconds waited."""
-    started = time.monotonic()
+    """Wait until the compiler leads, has nothing pending, writes nothing, spends (almost) no
+    CPU and meets ``calm`` for ``quiet`` seconds (a render of every namespace, which a start or
+    a newly restricted resource asks for, is done); the seconds from ``started`` (default: now)
+    to the start of that calm. Raises after ``timeout`` seconds from ``started``."""
+    started = time.monotonic() if started is None else started
     calm_since: float | None = None
     last: tuple[float, float] | None = None
     while time.monotonic() - started < timeout:
@@ -201,10 +208,11 @@ def compiler_idle(
             and last is not None
             and now[0] == last[0]
             and now[1] - last[1] < 0.1
+            and calm()
         )
         calm_since = (calm_since or time.monotonic()) if idle else None
         if calm_since is not None and time.monotonic() - calm_since >= quiet:
-            return time.monotonic() - started
+            return calm_since - started
         last = now
         time.sleep(0.5)
     raise RuntimeError("the compiler did not settle in time")
