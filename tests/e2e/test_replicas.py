@@ -23,6 +23,9 @@ from tests.kube.support import fresh_namespace, install_tenants
 KILLED = (
     'failed calling webhook "',  # admission, failurePolicy Fail
     "Internal error occurred",  # authorization, failurePolicy Deny
+    # The same, answered in plain text by the API server's authorization filter when the
+    # authorizer itself returned the error (``responsewriters.InternalError``).
+    'Internal Server Error: "',
 )
 
 
