@@ -64,6 +64,7 @@ from app.compiled.proof import (
 )
 from app.compiled.registration import CoverageWriter
 from app.engine.context import Options
+from app.engine.coverage import named
 from app.engine.incremental import CATEGORIES, NAMESPACES, Change, LiveSnapshot
 from app.engine.kinds import KindSpec
 from app.engine.model import Resource
@@ -88,10 +89,11 @@ from app.engine.params import (
     render,
     render_cluster,
     resource_key,
+    settling,
     spec_text,
     touched,
 )
-from app.engine.rbac import Snapshot
+from app.engine.rbac import Restrictions, Snapshot
 from app.settings import Settings
 from app.source.api import ApiError, KubeClient, KubeError
 from app.source.cluster import ClusterSource
@@ -277,6 +279,9 @@ class InFlight:
 
     namespace: str
     deleted: bool = False
+    # The writer's ``_generation`` when it was taken: a write taken before the index last grew
+    # does not index what grew.
+    generation: int = 0
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -466,6 +471,12 @@ class PolicyWriter:
             return True
         annotations = (live.get("metadata") or {}).get("annotations") or {}
         return annotations.get(LAYOUT_ANNOTATION) != LAYOUT
+
+    def in_force(self) -> frozenset[str] | None:
+        """What the policy applied last lets pass unjudged (on taking the lease: the one in
+        force, ``adopt``); None when not known."""
+        with self._lock:
+            return self._listed
 
     def earlier_in_force(self) -> bool:
         """Whether an earlier release's policy may still be in force, which reads each
@@ -669,6 +680,18 @@ class ParamsWriter:
         self._lingering: dict[str, float] = {}  # key → when last seen restricted
         self._indexed_for: tuple[tuple[object, ...], frozenset[str], tuple[Resource, ...]] | None
         self._indexed_for = None
+        # What the ClusterRoles' annotations restrict, with what from (``_settle``).
+        self._cluster_named: tuple[tuple[object, ...], frozenset[Resource]] | None = None
+        # Indexed resources the policies still let pass unjudged until every namespace indexes
+        # them (``params.settling``), and the part last written with them; whether they are
+        # read from the policy in force first (a new leader's).
+        self._settling: frozenset[Resource] = frozenset()
+        self._settled_part: tuple[ClusterPart, frozenset[str], ClusterPart] | None = None
+        self._adopting = False
+        # The marked namespaces not written since they last grew (``_settled``), and how many
+        # times they grew.
+        self._unsettled: set[str] = set()
+        self._generation = 0
         # The namespaced resources discovery last listed (the coverage is computed over them).
         self.served: tuple[Resource, ...] = ()
         self._discovered_at = -DISCOVERY_INTERVAL
@@ -740,6 +763,8 @@ class ParamsWriter:
             self._unseen.reset()
             self.policies.reset()
             self.policies.adopt(earlier)
+            with self._lock:
+                self._adopting = True
             if self._coverage is not None:
                 self._beside.submit(self._coverage.reset)  # after any check running now
         elif self.leading and not leading:
@@ -753,6 +778,8 @@ class ParamsWriter:
         self._check_soon(snapshot)
         self._keep_cluster(snapshot, target)
         done = self._write_pending(snapshot, target)
+        if self._settled():  # the policies judge them now: every namespace indexes them
+            self._keep_cluster(snapshot, target)
         self._report(done)
         self._check_soon(snapshot)
         return done
@@ -761,7 +788,7 @@ class ParamsWriter:
         """Write the cluster part into the policies when it changed (before any namespace is
         written or marked); every namespace is rendered again only when what it decides there
         changed: whether it leaves them all to the webhook, or softens a denial."""
-        part = render_cluster(snapshot, target)
+        part = self._with_settling(render_cluster(snapshot, target), target)
         summary = (part.delegated, part.reason, part.softened)
         written = self.policies.keep(part)
         with self._lock:
@@ -772,6 +799,36 @@ class ParamsWriter:
                 self._pending.add(self._to_mark)
                 self._to_mark = set()
         return written
+
+    def _settled(self) -> bool:
+        """Whether ``_settling`` just emptied: every namespace the policies judge (marked) has
+        been written since it last grew. One not marked is not judged by them (its mark waits
+        for its parameters, which index it), so a namespace that cannot be marked holds
+        nothing back."""
+        with self._lock:
+            if not self._settling:
+                return False
+            marked = {n for n, written in self._written.items() if written.marked}
+            self._unsettled &= marked
+            if self._unsettled:
+                return False
+            self._settling = frozenset()
+        return True
+
+    def _with_settling(self, part: ClusterPart, target: Target) -> ClusterPart:
+        """``part`` letting the ``_settling`` resources pass unjudged too: the same object for
+        the same part and resources (the policies' text is built again only for a new one)."""
+        with self._lock:
+            keys = frozenset(map(resource_key, self._settling))
+            last = self._settled_part
+        if not keys:
+            return part
+        if last is not None and last[0] is part and last[1] == keys:
+            return last[2]
+        found = settling(part, target, keys)
+        with self._lock:
+            self._settled_part = (part, keys, found)
+        return found
 
     def _wake_up(self) -> None:
         self._wake.set()
@@ -876,7 +933,42 @@ class ParamsWriter:
             if previous is not None and target != previous:
                 self._pending.add(ALL)
             self._target = target
+            self._settle(previous, target, restrictions, base)
         return target
+
+    def _settle(
+        self, previous: Target | None, target: Target, restrictions: Restrictions, base: Target
+    ) -> None:
+        """Keep ``_settling`` (under the lock): the served resources ``target`` newly indexes
+        join it (a Role's annotation restricts them now: the changes touched its namespace,
+        written before the others), and it empties once every marked namespace has been written
+        since (``_settled``). A new leader takes those the policy in force
+        lets pass while indexed (its predecessor's pass was not done). A ClusterRole's
+        restriction never settles: every namespace's roles may hand it out, so it is judged at
+        once."""
+        indexed = frozenset(target.indexed or ())
+        grown: set[Resource] = set()
+        if self._adopting:
+            listed = self.policies.in_force()
+            grown = {r for r in indexed if listed is not None and resource_key(r) in listed}
+            self._settling, self._adopting = frozenset(), False
+        elif previous is not None and target != previous:
+            # Not a resource served anew: where a role already restricted it, no change touched
+            # the namespace, so it is refused there until written, never let pass.
+            grown = set(indexed - frozenset(previous.indexed or ())) & set(previous.resources)
+        if grown:
+            self._settling |= grown
+            self._generation += 1
+            self._unsettled = {n for n, written in self._written.items() if written.marked}
+        if not self._settling:
+            return
+        cluster = restrictions.cluster
+        seen = (cluster, base)
+        named_for = self._cluster_named
+        if named_for is None or named_for[0][0] is not cluster or named_for[0][1] != base:
+            found_named = named(cluster, base.resources) if cluster is not None else indexed
+            named_for = self._cluster_named = (seen, frozenset(found_named))
+        self._settling = (self._settling & indexed) - named_for[1]
 
     def _lingering_keys(self) -> frozenset[str]:
         """What was restricted less than ``KEEP_INDEXED`` seconds ago: it stays indexed, so an
@@ -965,8 +1057,8 @@ class ParamsWriter:
                     many = BATCH - len(taken) - len(running) - len(self._unseen)
                     bulk = self._unseen.batches and self._pending.at_least(many)
                 for namespace in taken:
-                    flight = InFlight(namespace)
                     with self._lock:  # what was written and the write, as one to ``gone``
+                        flight = InFlight(namespace, generation=self._generation)
                         previous = self._written.get(namespace)
                         future = self._pool.submit(
                             self._render_write, current, flight, target, previous, bulk
@@ -1004,6 +1096,8 @@ class ParamsWriter:
             if flight.deleted:
                 return False
             self._written[flight.namespace] = result
+            if flight.generation == self._generation:
+                self._unsettled.discard(flight.namespace)
             return True
 
     def _result(self, namespace: str, future: Future[Written | None]) -> Written | None:

@@ -49,7 +49,9 @@ served are the cluster part's ``unjudged`` (allowed as they are); in a namespace
 the policy refuses, until it is compiled, a resource in neither list: one served since the
 compiler last looked, which an annotation may restrict. A namespace's ``indexed`` wins over the
 policy's ``unjudged``, so parameters and policy written at different moments never let a
-restricted resource pass unjudged where the parameters index it.
+restricted resource pass unjudged where the parameters index it; and the policy keeps listing a
+resource only a Role's annotation has just started restricting until every namespace indexes it
+(``settling``), so the pass over every namespace it starts never refuses other tenants' writes.
 
 Globs become the cheapest test of their shape (``value_tests``): literals are looked up, ``x*``
 and ``*x`` are ``startsWith`` and ``endsWith``, and the rest of a requirement's globs one anchored
@@ -81,7 +83,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.engine.context import Options
@@ -801,6 +803,23 @@ def _render_cluster(
         )
         return ClusterPart((), len(part.grants), softened, reason, TOO_LARGE, spec)
     return ClusterPart(tuple(chunks), len(part.grants), softened, spec=spec, unjudged=unjudged)
+
+
+def settling(part: ClusterPart, target: Target, keys: AbstractSet[str]) -> ClusterPart:
+    """``part`` still letting pass unjudged the indexed resources ``keys``: those only a Role's
+    annotation restricts since some namespaces were last written. The policy lets them pass where
+    a namespace's parameters do not index them yet (its indexed wins elsewhere), so a tenant's
+    Role restricting a resource nothing restricted before never has other namespaces' writes of
+    it refused until each is written again; a ClusterRole's restriction, which every namespace's
+    roles may hand out, is never among them. ``part`` as it is (those judged at once, refused
+    where not yet indexed) when the constant would grow past its limit."""
+    if part.delegated is not None or not keys:
+        return part
+    listed = set(part.unjudged) | set(keys)
+    unjudged = tuple(key for key in map(resource_key, target.resources) if key in listed)
+    if len(unjudged_literal(unjudged)) > UNJUDGED_CODE_POINTS:
+        return part
+    return replace(part, unjudged=unjudged)
 
 
 def cluster_chunks(

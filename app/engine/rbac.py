@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import immutables
@@ -430,6 +430,10 @@ class Pattern:
         return cls(entry.resource, entry.group)
 
 
+def _of_cluster_role(role: CompiledRole | None) -> bool:
+    return role is not None and not role.ref.namespace
+
+
 @dataclass(frozen=True)
 class Restrictions:
     """What the roles may restrict, for the coverage (``app.engine.coverage.unjudged``): each
@@ -446,9 +450,18 @@ class Restrictions:
 
     patterns: immutables.Map[Pattern, int] = field(default_factory=immutables.Map)
     broken: immutables.Map[int, tuple[Rule, int]] = field(default_factory=immutables.Map)
+    # The same of the ClusterRoles alone (None in that one): what every namespace's roles may
+    # restrict, where a Role's restriction reaches its own namespace only.
+    cluster: Restrictions | None = None
 
     @classmethod
     def of(cls, roles: Iterable[CompiledRole]) -> Restrictions:
+        every = list(roles)
+        cluster = cls._of(role for role in every if not role.ref.namespace)
+        return replace(cls._of(every), cluster=cluster)
+
+    @classmethod
+    def _of(cls, roles: Iterable[CompiledRole]) -> Restrictions:
         # Roles share interned annotations and rules: each distinct one is read once.
         annotations: dict[int, tuple[Permissions, int]] = {}
         rules: dict[int, tuple[Rule, int]] = {}
@@ -467,6 +480,14 @@ class Restrictions:
 
     def changed(self, changes: Iterable[RoleChange]) -> Restrictions:
         """These restrictions with each (old, new) role replaced."""
+        every = list(changes)
+        cluster = self.cluster
+        of_cluster = [(old, new) for old, new in every if _of_cluster_role(old or new)]
+        if cluster is not None and of_cluster:
+            cluster = cluster._changed(of_cluster)
+        return replace(self._changed(every), cluster=cluster)
+
+    def _changed(self, changes: Iterable[RoleChange]) -> Restrictions:
         patterns, broken = self.patterns.mutate(), self.broken.mutate()
         for old, new in changes:
             for role, step in ((old, -1), (new, 1)):

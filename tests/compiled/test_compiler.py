@@ -686,6 +686,8 @@ def test_the_coverage_is_told_what_the_policies_in_force_may_still_let_pass_unju
     after = state.apply([("Role", state.snapshot.roles[restricting.ref], restricting)]).snapshot
     at = POLICY_LOADED + 2
     assert step(at, after) == {"secrets"}  # checked before the writes: still let through
+    # A Role's restriction: the policy judges it once every namespace indexes it, here in the
+    # same step, after both namespaces' writes (``settling``).
     assert policy_unjudged(client) == []
     assert step(at + POLICY_LOADED - 1, after) == {"secrets"}  # maybe not loaded yet
     assert step(at + POLICY_LOADED + 1, after) == frozenset()
@@ -1357,6 +1359,83 @@ def test_a_resource_no_longer_restricted_stays_indexed_while_it_lingers() -> Non
         "t1": (["configmaps"], ["secrets"]),
         "t2": (["configmaps"], ["secrets"]),
     }
+
+
+SECRETS = [rule("*", "secrets")]
+TEAM_A = {"secrets": {"team": ["a"]}}
+
+
+@pytest.mark.parametrize(
+    ("restriction", "settles"),
+    [
+        pytest.param(role("secrets-a", "t1", SECRETS, TEAM_A), True, id="a-role"),
+        pytest.param(role("secrets-v", "t1", SECRETS, "{not json"), True, id="a-void-role"),
+        pytest.param(role("secrets-a", "", SECRETS, TEAM_A), False, id="a-clusterrole"),
+        pytest.param(role("secrets-v", "", SECRETS, "{not json"), False, id="a-void-clusterrole"),
+    ],
+)
+def test_a_role_s_new_restriction_passes_unjudged_elsewhere_until_every_namespace_indexes_it(
+    restriction: tuple[str, dict[str, Any]], settles: bool
+) -> None:
+    """A tenant's Role restricting a resource nothing restricted before makes every namespace
+    index it, a write of each; until each is written the policy keeps letting it pass where the
+    parameters do not index it, so no other tenant's writes of it are refused meanwhile (the
+    namespace of the Role, touched, is written first). A ClusterRole's restriction, which any
+    namespace's bindings may hand out, is judged at once: refused where not indexed yet."""
+    client, clock = Client(), [0.0]
+    params = writer(client, clock, discover=lambda _: SERVED, timed=True, lease_seconds=1.5)
+    state = live(*OBJECTS)
+    params.step(state.snapshot)
+    params.settle(10)
+    assert policy_unjudged(client) == ["secrets"]
+    before, written = len(client.writes), len(client.params_written())
+    change = (restriction[0], None, compiled(restriction))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    client.hold["t2"] = threading.Event()  # t2's write waits, once sent, until let go
+    params.step(state.snapshot)
+    assert client.params_written()[written:] == ["t1", "t2"]  # t1, touched, first
+    assert policy_unjudged(client) == (["secrets"] if settles else [])
+    client.hold["t2"].set()
+    params.settle(10)
+    params.step(state.snapshot)  # the pass ends in this step: nothing else to write
+    params.settle(10)
+    assert client.params_written()[written:] == ["t1", "t2"]
+    both = (["configmaps", "secrets"], [])
+    assert lists(client) == {"t1": both, "t2": both}
+    writes = client.writes[before:]
+    last_params = max(i for i, w in enumerate(writes) if "/labelrbacparams/" in w[1])
+    judging = [i for i, w in enumerate(writes) if w[1] == f"{POLICIES}/{POLICY}"]
+    assert len(judging) == 1  # one write of the policy either way
+    assert (judging[0] > last_params) is settles
+
+
+def test_a_new_leader_lets_pass_what_its_predecessor_s_policy_let_pass_until_it_caught_up() -> None:
+    """A leader that took over in the middle of such a pass keeps the policy it found letting
+    the resource pass while it writes every (marked) namespace again."""
+    client, clock = Client(), [0.0]
+    client.policies[f"{POLICIES}/{POLICY}"] = found_policy(
+        [{"name": UNJUDGED, "expression": '{"secrets":true}'}], True
+    )
+    spec = {"mode": "enforce", "allowUnlabeled": False, "indexed": ["configmaps"]}
+    client.listed = {
+        "/api/v1/namespaces": [
+            {"metadata": {"name": n, "labels": {MARK: "true"}}} for n in ("t1", "t2")
+        ],
+        "/apis/labelrbac.io/v1alpha1/labelrbacparams": [
+            {"metadata": {"name": NAME, "namespace": n}, "spec": spec} for n in ("t1", "t2")
+        ],
+    }
+    params = writer(client, clock, discover=lambda _: SERVED, timed=True, lease_seconds=1.5)
+    state = live(*OBJECTS, role("secrets-a", "t1", SECRETS, TEAM_A))
+    client.hold["t2"] = threading.Event()
+    params.step(state.snapshot)
+    assert policy_unjudged(client) == ["secrets"]
+    client.hold["t2"].set()
+    params.settle(10)
+    params.step(state.snapshot)
+    params.settle(10)
+    assert policy_unjudged(client) == []
 
 
 @pytest.mark.parametrize(

@@ -283,6 +283,9 @@ def test_restrictions_once_asked_are_updated_by_each_role_change_without_a_pass(
     # Three team roles restrict configmaps, the platform role "*": counted by pattern.
     counts = {key.resource.text: count for key, count in known.patterns.items()}
     assert counts == {"configmaps": 3, "*": 1}
+    # The ClusterRoles' alone: what any namespace's roles may restrict.
+    assert known.cluster is not None
+    assert {key.resource.text: count for key, count in known.cluster.patterns.items()} == {"*": 1}
     # One of them edited to the platform's annotation: counted there, without a pass.
     edited = compiled(role("team", "t0", RULES[0], PERMISSIONS[2]))
     old = live.snapshot.roles[RoleRef("t0", "team")]
@@ -291,6 +294,7 @@ def test_restrictions_once_asked_are_updated_by_each_role_change_without_a_pass(
     assert after is not None and after == Restrictions.of(changed.roles.values())
     counts = {key.resource.text: count for key, count in after.patterns.items()}
     assert counts == {"configmaps": 2, "*": 2}
+    assert after.cluster is known.cluster  # no ClusterRole changed: shared
     # A role whose annotation is unreadable: its rules restrict, and go with it.
     broken = compiled(role("team", "t1", RULES[0], PERMISSIONS[3]))
     old = live.snapshot.roles[RoleRef("t1", "team")]

@@ -372,3 +372,132 @@ def test_a_namespace_whose_roles_soften_a_denial_is_labeled_and_warned_by_the_wa
     cp.apply(ADMIN, [rbac(team_a("warn"))])
     wait_for(lambda: marks(cp, SOFT_NS) == {MARK, SOFTENED_MARK}, "the softened label again")
     wait_for(lambda: warning in erins_write(cp)[1], "the warning again")
+
+
+SECRETS_A = role("secrets-a", "a", [rule("*", "secrets")], {"secrets": {"team": ["a"]}})
+SECRET_WRITER = role("secret-writer", "", [rule("*", "secrets")])
+# Refuses every write of the parameters of namespace zz: its write in a pass fails and is
+# retried, so the pass stays unfinished for as long as this policy is bound. And the ConfigMap
+# ``hold-probe``, whose refusal says the API server has loaded it.
+HOLD = "hold-zz"
+HOLD_POLICY = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": HOLD},
+    "spec": {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": ["labelrbac.io"],
+                    "apiVersions": ["*"],
+                    "operations": ["UPDATE"],
+                    "resources": ["labelrbacparams"],
+                },
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE"],
+                    "resources": ["configmaps"],
+                },
+            ]
+        },
+        "validations": [
+            {
+                "expression": "request.resource.resource == 'configmaps' "
+                "&& object.metadata.name != 'hold-probe'",
+                "message": "held",
+            }
+        ],
+    },
+}
+HOLD_BINDING = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicyBinding",
+    "metadata": {"name": HOLD},
+    "spec": {
+        "policyName": HOLD,
+        "validationActions": ["Deny"],
+        "matchResources": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "zz"}}
+        },
+    },
+}
+
+
+def create_secret(cp: ControlPlane, user: str, namespace: str, team: str) -> str:
+    """A dry-run create of a secret labeled ``team``: "" when allowed, else the message."""
+    body = {"metadata": {"name": "s", "labels": {"team": team}}}
+    path = f"/api/v1/namespaces/{namespace}/secrets?dryRun=All"
+    status, answer = cp.request(user, "POST", path, body)
+    return "" if status < 300 else str(answer.get("message", answer))
+
+
+def policy_lets_pass(cp: ControlPlane) -> set[str]:
+    """The resources the enforcing policy, as stored, lets pass unjudged."""
+    variables = cp.request(ADMIN, "GET", POLICY)[1]["spec"]["variables"]
+    (found,) = [v["expression"] for v in variables if v["name"] == "unjudged"]
+    return set(json.loads(found))
+
+
+def params_path(namespace: str) -> str:
+    return f"/apis/labelrbac.io/v1alpha1/namespaces/{namespace}/labelrbacparams/label-rbac"
+
+
+def test_a_tenant_s_new_restriction_leaves_other_namespaces_writes_of_it_alone(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A Role in namespace a starts restricting secrets, which nothing restricted: every
+    namespace indexes them now, a write of each. While namespace zz is not written yet (its
+    writes are held here, as a long pass holds the last namespaces), the policy keeps letting
+    secrets pass where they are not indexed: bob's writes in zz, which no role restricts, are
+    never refused; alice's in a are judged at once. Once zz is written, the policy judges
+    secrets everywhere, and bob's writes stay allowed."""
+    with control_plane(tmp_path_factory, "settling", USERS, NS, "a", "zz") as (cp, compilers):
+        cp.apply(
+            ADMIN,
+            [
+                rbac(TEAM_A),
+                rbac(binding("alice-a", "team-a", "User:alice", namespace=NS)),
+                rbac(SECRET_WRITER),
+                rbac(binding("bob", "secret-writer", "User:bob", namespace="zz",
+                             role_kind="ClusterRole")),
+            ],
+        )  # fmt: skip
+        compilers.start("one", *LEASE)
+        wait_for(lambda: create(cp, "alice", "b").endswith(label_denial("alice")), "enforcement")
+        wait_for(lambda: cp.request(ADMIN, "GET", params_path("zz"))[0] == 200, "zz compiled")
+        assert "secrets" in policy_lets_pass(cp)
+        cp.apply(ADMIN, [HOLD_POLICY, HOLD_BINDING])
+        probe = {"metadata": {"name": "hold-probe"}}
+
+        def holding() -> bool:
+            path = "/api/v1/namespaces/zz/configmaps?dryRun=All"
+            status, answer = cp.request(ADMIN, "POST", path, probe)
+            return status >= 400 and "held" in str(answer)
+
+        wait_for(holding, "the hold on zz's parameters to be loaded")
+        cp.apply(
+            ADMIN,
+            [rbac(SECRETS_A), rbac(binding("alice-s", "secrets-a", "User:alice", namespace="a"))],
+        )
+        # Namespace a, touched, is written: alice's writes of secrets there are judged.
+        wait_for(
+            lambda: "secrets" in cp.request(ADMIN, "GET", params_path("a"))[1]["spec"]["indexed"],
+            "namespace a to index secrets",
+        )
+        wait_for(lambda: create_secret(cp, "alice", "a", "b") != "", "alice judged in a")
+        assert create_secret(cp, "alice", "a", "a") == ""
+        # zz is not: bob's writes there pass, long after a policy refusing them would load.
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            assert create_secret(cp, "bob", "zz", "b") == ""
+            time.sleep(0.1)
+        assert "secrets" in policy_lets_pass(cp)
+        assert "secrets" not in cp.request(ADMIN, "GET", params_path("zz"))[1]["spec"]["indexed"]
+        # Let go: zz is written, then the policy judges secrets everywhere.
+        assert cp.request(ADMIN, "DELETE", f"{BINDINGS}/{HOLD}")[0] == 200
+        wait_for(lambda: "secrets" not in policy_lets_pass(cp), "the policy to judge secrets")
+        assert "secrets" in cp.request(ADMIN, "GET", params_path("zz"))[1]["spec"]["indexed"]
+        assert create_secret(cp, "bob", "zz", "b") == ""
+        assert create_secret(cp, "alice", "a", "b") != ""
