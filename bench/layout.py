@@ -44,6 +44,10 @@ registration held dormant, there for the compiler's coverage conditions) and the
 - **a CRD created** that no annotation restricts, a user granted its writes by a plain
   ClusterRole bound cluster-wide: seconds until that user's dry-run create in a compiled
   namespace is admitted, and the parameters and policies the compiler wrote for it;
+- (this layout) **a Role restricting** that CRD's resource in one tenant namespace, which every
+  namespace then indexes: seconds until that namespace indexes it and until the policy judges it
+  everywhere, the parameters rewritten, and how many of that user's dry-run creates in the
+  namespace written last were refused meanwhile (none should be: no role restricts it there);
 - with ``--profiles DIR``, the API server's heap profiles with no compiled path and after the
   first compile (``go tool pprof -sample_index=inuse_space -top -diff_base A B``), and its CPU
   profile over the first ``--profile-seconds`` of the first compile (``go tool pprof -top``;
@@ -76,9 +80,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from app.compiled.admission_policy import UNJUDGED
 from app.compiled.compiler import POLICY_LOADED
 from app.engine.kinds import snapshot_from_objects
-from app.engine.params import API_VERSION, PLURAL, render, render_cluster, spec_text
+from app.engine.params import API_VERSION, NAME, PLURAL, render, render_cluster, spec_text
 from app.settings import Settings
 from app.source.api import METADATA_LIST
 from bench.core.compiled import target
@@ -94,10 +99,10 @@ from bench.core.kube import (
     stamp,
     start_compiler,
 )
-from bench.core.layout import CLUSTER_RESOURCES, cluster_grant
+from bench.core.layout import ANNOTATION, CLUSTER_RESOURCES, cluster_grant
 from bench.core.processes import ROOT, peak_rss_mb, process_cpu, rss_bytes
 from bench.core.stats import percentile
-from bench.core.tenants import RBAC, build, namespace_docs
+from bench.core.tenants import RBAC, TENANT, build, namespace_docs
 from tests.kube.controlplane import ADMIN, COMPILER_USER, WEBHOOK_USER, ControlPlane, User
 from tests.process import free_port, stop
 
@@ -521,6 +526,79 @@ def crd_created(cp: ControlPlane, admin: Client, namespace: str, quiet: float) -
             "settled_s": round(settled, 3)}  # fmt: skip
 
 
+BOLTS = f"bolts.{CRD_GROUP}"
+
+
+def lets_pass(admin: Client) -> set[str]:
+    """The resources the enforcing policy, as stored, lets pass unjudged (its constant)."""
+    status, policy = admin.send("GET", f"{POLICIES}/{RULE_POLICIES[0]}")
+    if status != 200:
+        raise RuntimeError(f"the enforcing policy could not be read: {status}")
+    variables = (policy.get("spec") or {}).get("variables") or ()
+    literal = next(v["expression"] for v in variables if v.get("name") == UNJUDGED)
+    return set(json.loads(literal))
+
+
+def indexes(admin: Client, namespace: str, key: str) -> bool:
+    status, params = admin.send(
+        "GET", f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{NAME}"
+    )
+    return status == 200 and key in (params.get("spec") or {}).get("indexed", ())
+
+
+def role_restricts(
+    cp: ControlPlane, admin: Client, namespaces: int, quiet: float
+) -> dict[str, Any]:
+    """After ``crd_created``: a tenant's Role in the middle namespace starts restricting bolts,
+    which no annotation restricted, so every namespace indexes them and is written again. Polled
+    meanwhile (every 50 ms): the CRD's user's dry-run creates of a bolt in the namespace
+    written last (the last by name), where no role restricts bolts, and how many were refused.
+    Seconds until the Role's namespace indexes bolts, until the policy no longer lets them pass
+    (every compiled namespace indexes them), the parameters rewritten and the policy writes."""
+    own = f"{TENANT}{namespaces // 2}"
+    last = max(f"{TENANT}{i}" for i in range(namespaces))
+    rules = [{"apiGroups": [CRD_GROUP], "resources": ["bolts"], "verbs": ["create"]}]
+    annotations = {ANNOTATION: json.dumps({"bolts": {"team": ["a"]}})}
+    restricting = {"apiVersion": f"{RBAC}/v1", "kind": "Role",
+                   "metadata": {"name": "bolts-a", "namespace": own, "annotations": annotations},
+                   "rules": rules}  # fmt: skip
+    path = f"/apis/{CRD_GROUP}/v1/namespaces/{last}/bolts?dryRun=All"
+    body = {"apiVersion": f"{CRD_GROUP}/v1", "kind": "Bolt", "metadata": {"generateName": "b-"}}
+    before = versions(admin)
+    writes = CompilerWrites(cp.audit_log)
+    sent, wall = time.monotonic(), time.time()
+    send(admin, "POST", f"/apis/{RBAC}/v1/namespaces/{own}/roles", restricting)
+    own_s = judged_s = None
+    probes = refused = 0
+    first = ""  # the first refusal's message
+    while judged_s is None:
+        waited = time.monotonic() - sent
+        if waited > WAIT:
+            raise RuntimeError("the policy never judged the Role's new restriction")
+        probes += 1
+        status, found = admin.send("POST", path, body, {"Impersonate-User": CRD_USER})
+        if status >= 300:
+            refused += 1
+            first = first or str((found or {}).get("message", status))
+        if own_s is None and indexes(admin, own, BOLTS):
+            own_s = waited
+        if probes % 10 == 0 and BOLTS not in lets_pass(admin):
+            judged_s = waited
+        time.sleep(0.05)
+    settled = writes.settle(wall, quiet)
+    rewritten = sum(1 for ns, rv in versions(admin).items() if before.get(ns) != rv)
+    print(f"  a Role restricting bolts: its namespace indexes them after {own_s:.2f} s, the "
+          f"policy judges them after {judged_s:.1f} s; {refused} of {probes} writes in {last} "
+          f"refused meanwhile; {rewritten} parameters rewritten, {writes.policies} policy "
+          f"writes, the last {settled:.1f} s after it", flush=True)  # fmt: skip
+    if first:
+        print(f"  the first refusal: {first}", flush=True)
+    return {"seconds": round(judged_s, 3), "own_s": round(own_s or 0.0, 3), "probes": probes,
+            "refused": refused, "first_refusal": first, "params_rewritten": rewritten,
+            "params_writes": writes.params, "policy_writes": writes.policies,
+            "settled_s": round(settled, 3)}  # fmt: skip
+
+
 def namespaced_edits(admin: Client, edits: int, namespaces: int) -> list[dict[str, float]]:
     found = []
     for n in range(edits):
@@ -659,6 +737,10 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float, upgrade: 
         out["edits"]["rolebinding"] = {**summary(rows), "rows": rows}
         row = crd_created(cp, admin, middle, quiet)
         out["edits"]["crd"] = {**summary([row]), "rows": [row]}
+        if layout.name == "this":  # the previous release refuses those writes meanwhile
+            row = role_restricts(cp, admin, layout.namespaces, quiet)
+            out["edits"]["role"] = {**summary([row]), "rows": [row],
+                                    "refused": row["refused"], "probes": row["probes"]}  # fmt: skip
         # Another replica takes the lease over: everything it finds is stored already.
         compiler.stop()
         compiler = Compiler.start(cp, workdir, layout.root, "bench-takeover")
@@ -742,7 +824,8 @@ ROWS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("compiler peak MB, upgrade", "compiler_peak_upgrade_mb", str),
 )
 EDIT_ROWS = (("p50_s", "p50 s"), ("p99_s", "p99 s"), ("params_rewritten_max", "params rewritten"),
-             ("policy_writes_max", "policy writes"), ("settled_s_max", "last write s"))  # fmt: skip
+             ("policy_writes_max", "policy writes"), ("settled_s_max", "last write s"),
+             ("refused", "writes refused elsewhere"))  # fmt: skip
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -751,7 +834,7 @@ def table(results: list[dict[str, Any]]) -> str:
     for label, key, show in ROWS:
         cells = [show(r[key]) if key in r else "-" for r in results]
         lines.append(f"{label:<40}" + "".join(f"{c:>16}" for c in cells))
-    for kind in ("clusterrole", "clusterrolebinding", "rolebinding", "crd"):
+    for kind in ("clusterrole", "clusterrolebinding", "rolebinding", "crd", "role"):
         for key, label in EDIT_ROWS:
             cells = [str(r.get("edits", {}).get(kind, {}).get(key, "-")) for r in results]
             if any(c != "-" for c in cells):

@@ -607,14 +607,15 @@ class PendingNamespaces:
         """Whether ``n`` namespaces or more are pending (every one counts as many)."""
         return self._everything or len(self._touched) + len(self._rest) >= n
 
-    def take(self, known: Set[str], busy: Set[str], most: int) -> list[str]:
+    def take(self, known: Set[str], busy: Set[str], most: int, rest: bool = True) -> list[str]:
         """Up to ``most`` of the pending namespaces in ``known`` and not in ``busy`` (those stay
-        pending); namespaces no longer known are dropped."""
+        pending), only those a change touched unless ``rest``; namespaces no longer known are
+        dropped."""
         if self._everything:
             self._everything = False
             self._rest = dict.fromkeys(sorted(known))
         taken: list[str] = []
-        for queue in (self._touched, self._rest):
+        for queue in (self._touched, self._rest) if rest else (self._touched,):
             dropped: list[str] = []
             for name in queue:  # from the oldest, only as far as needed
                 if len(taken) >= most:
@@ -689,9 +690,12 @@ class ParamsWriter:
         self._settled_part: tuple[ClusterPart, frozenset[str], ClusterPart] | None = None
         self._adopting = False
         # The marked namespaces not written since they last grew (``_settled``), and how many
-        # times they grew.
+        # times they grew; whether they grew at the last step, and until when the namespaces no
+        # change touched wait for the policies holding the cluster part for them (``step``).
         self._unsettled: set[str] = set()
         self._generation = 0
+        self._grew = False
+        self._rest_from = float("-inf")
         # The namespaced resources discovery last listed (the coverage is computed over them).
         self.served: tuple[Resource, ...] = ()
         self._discovered_at = -DISCOVERY_INTERVAL
@@ -776,7 +780,12 @@ class ParamsWriter:
         # Before the writes too: a new restriction's coverage must not wait for a render of
         # every namespace.
         self._check_soon(snapshot)
-        self._keep_cluster(snapshot, target)
+        if self._keep_cluster(snapshot, target) and self._settling_grew():
+            # The cluster part now holds what grew: until the API server judges by it, a
+            # namespace indexing it would refuse the cluster's subjects ("do not list this user
+            # yet"). Those a change touched are written at once (the change restricts there).
+            with self._lock:
+                self._rest_from = self._clock() + POLICY_LOADED
         done = self._write_pending(snapshot, target)
         if self._settled():  # the policies judge them now: every namespace indexes them
             self._keep_cluster(snapshot, target)
@@ -799,6 +808,12 @@ class ParamsWriter:
                 self._pending.add(self._to_mark)
                 self._to_mark = set()
         return written
+
+    def _settling_grew(self) -> bool:
+        """Whether ``_settling`` grew since the last step asked."""
+        with self._lock:
+            grew, self._grew = self._grew, False
+        return grew
 
     def _settled(self) -> bool:
         """Whether ``_settling`` just emptied: every namespace the policies judge (marked) has
@@ -948,7 +963,8 @@ class ParamsWriter:
         once."""
         indexed = frozenset(target.indexed or ())
         grown: set[Resource] = set()
-        if self._adopting:
+        adopted = self._adopting
+        if adopted:
             listed = self.policies.in_force()
             grown = {r for r in indexed if listed is not None and resource_key(r) in listed}
             self._settling, self._adopting = frozenset(), False
@@ -969,6 +985,8 @@ class ParamsWriter:
             found_named = named(cluster, base.resources) if cluster is not None else indexed
             named_for = self._cluster_named = (seen, frozenset(found_named))
         self._settling = (self._settling & indexed) - named_for[1]
+        # A new leader's: the policy it found holds their cluster part already.
+        self._grew = self._grew or (not adopted and bool(grown & self._settling))
 
     def _lingering_keys(self) -> frozenset[str]:
         """What was restricted less than ``KEEP_INDEXED`` seconds ago: it stays indexed, so an
@@ -1018,7 +1036,8 @@ class ParamsWriter:
         """Up to ``most`` pending namespaces of ``snapshot`` not being written now, no longer
         pending."""
         with self._lock:
-            return self._pending.take(Namespaces(snapshot), busy, most)
+            rest = self._clock() >= self._rest_from
+            return self._pending.take(Namespaces(snapshot), busy, most, rest)
 
     def _waiting(self, known: Set[str]) -> set[str]:
         """The namespaces whose retry is not due yet; a namespace gone, or created again, is

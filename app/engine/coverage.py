@@ -254,8 +254,9 @@ def _refusal(kind: str, name: str, resource: str, role: CompiledRole, advice: st
     what = f"restricted by {role.ref}" if role.error is None else f"granted by {role.ref} (void)"
     return Decision.deny(
         REASON,
-        f'{kind} "{name}" cannot be written yet: resource "{resource}" {what} is not yet sent '
-        "to label-rbac by the API server (its webhook registration is being updated); "
+        f'{kind} "{name}" cannot be written yet: resource "{resource}" {what} is not yet '
+        "judged by label-rbac everywhere (its webhook registration, or the policy it compiles, "
+        "is being updated); "
         f"{advice}",
         f"the registration leaves {resource} to the API server alone until label-rbac's "
         "controller covers it",

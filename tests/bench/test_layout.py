@@ -43,7 +43,11 @@ def test_a_tiny_layout_run_stores_the_cluster_part_once_and_the_previous_layout_
             assert 10 < run[f"compiler_peak_{peak}_mb"] < 1000
         for kind, rows in run["edits"].items():
             expected = (
-                1 if kind == "crd" else previous["edits"][kind]["count"] if run is previous else 2
+                1
+                if kind in ("crd", "role")
+                else previous["edits"][kind]["count"]
+                if run is previous
+                else 2
             )
             assert len(rows["rows"]) == rows["count"] == expected, kind
             # The previous release discovers a CRD within its minute's discovery, then writes
@@ -64,6 +68,13 @@ def test_a_tiny_layout_run_stores_the_cluster_part_once_and_the_previous_layout_
     assert crd["params_rewritten"] == 0 and crd["policy_writes"] == 1, crd
     (crd,) = previous["edits"]["crd"]["rows"]
     assert crd["params_rewritten"] == 10 + 5 and crd["policy_writes"] == 0, crd
+    # A tenant's Role restricting bolts: every namespace indexes them (written again), its own
+    # first, and no write of a bolt elsewhere was refused meanwhile.
+    assert "role" not in previous["edits"]
+    (role,) = this["edits"]["role"]["rows"]
+    assert role["params_rewritten"] == 20 + 5 and role["policy_writes"] >= 1, role
+    assert role["refused"] == 0 < role["probes"], role
+    assert 0 < role["own_s"] <= role["seconds"], role
     # The API server's profiles (gzipped protobuf, for go tool pprof), per layout.
     for layout in ("this", "previous"):
         for at in ("none", "compiled", "first-compile.cpu"):

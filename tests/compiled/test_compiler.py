@@ -1410,6 +1410,40 @@ def test_a_role_s_new_restriction_passes_unjudged_elsewhere_until_every_namespac
     assert (judging[0] > last_params) is settles
 
 
+def test_other_namespaces_index_it_once_the_policy_holding_its_cluster_part_is_loaded() -> None:
+    """When what grew is granted cluster-wide (carol's ClusterRoleBinding reaches secrets), the
+    cluster part grows too: a namespace indexing secrets before the API server judges by that
+    policy would refuse carol ("do not list this user yet"). So only the namespace the change
+    touched is written at once, the others ``POLICY_LOADED`` seconds after the policy."""
+    client, clock = Client(), [0.0]
+    params = writer(client, clock, discover=lambda _: SERVED, timed=True, lease_seconds=1.5)
+    everything = role("everything", "", [rule("*", "*")])
+    carol = binding("carol", "everything", "User:carol")
+    state = live(*OBJECTS, everything, carol)
+    params.step(state.snapshot)
+    params.settle(10)
+    assert policy_unjudged(client) == ["secrets"]
+    before, written = len(client.writes), len(client.params_written())
+    change = ("Role", None, compiled(role("secrets-a", "t1", SECRETS, TEAM_A)))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    params.step(state.snapshot)
+    params.settle(10)
+    assert client.params_written()[written:] == ["t1"]
+    (policy,) = [w for w in client.writes[before:] if w[1] == f"{POLICIES}/{POLICY}"]
+    assert "carol" in json.dumps(policy[2])  # the cluster part now grants her secrets
+    assert policy_unjudged(client) == ["secrets"]  # still let pass in t2
+    clock[0] = POLICY_LOADED - 1
+    params.step(state.snapshot)
+    params.settle(10)
+    assert client.params_written()[written:] == ["t1"]
+    clock[0] = POLICY_LOADED + 1
+    params.step(state.snapshot)
+    params.settle(10)
+    assert client.params_written()[written:] == ["t1", "t2"]
+    assert policy_unjudged(client) == []
+
+
 def test_a_new_leader_lets_pass_what_its_predecessor_s_policy_let_pass_until_it_caught_up() -> None:
     """A leader that took over in the middle of such a pass keeps the policy it found letting
     the resource pass while it writes every (marked) namespace again."""

@@ -320,7 +320,7 @@ def test_the_fence(request_: Any, registration: Registration | None, refused: bo
     assert (decision is not None) is refused
     if decision is not None:
         assert decision.reason == "RegistrationPending" and decision.code == 403
-        assert "is not yet sent to label-rbac by the API server" in decision.message
+        assert "is not yet judged by label-rbac everywhere" in decision.message
         assert "retry in a moment" in decision.message
         # The whole pipeline refuses it too (the fence is one of its checks).
         assert not evaluate(request_, ctx).allowed
@@ -334,8 +334,8 @@ def test_the_fence_names_the_resource_role_and_advice() -> None:
     assert binding_refusal is not None
     assert binding_refusal.message == (
         'RoleBinding "b" cannot be written yet: resource "widgets.example.com" restricted by '
-        "role t1/widgets is not yet sent to label-rbac by the API server (its webhook "
-        "registration is being updated); retry in a moment"
+        "role t1/widgets is not yet judged by label-rbac everywhere (its webhook registration, "
+        "or the policy it compiles, is being updated); retry in a moment"
     )
     role_refusal = check_coverage(rbac_review("CREATE", WIDGET_ROLE), ctx)
     assert role_refusal is not None

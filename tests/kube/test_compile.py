@@ -497,7 +497,10 @@ def test_a_tenant_s_new_restriction_leaves_other_namespaces_writes_of_it_alone(
         assert "secrets" not in cp.request(ADMIN, "GET", params_path("zz"))[1]["spec"]["indexed"]
         # Let go: zz is written, then the policy judges secrets everywhere.
         assert cp.request(ADMIN, "DELETE", f"{BINDINGS}/{HOLD}")[0] == 200
-        wait_for(lambda: "secrets" not in policy_lets_pass(cp), "the policy to judge secrets")
+        # zz's write is retried after a backoff of up to 30 s.
+        wait_for(
+            lambda: "secrets" not in policy_lets_pass(cp), "the policy to judge secrets", timeout=90
+        )
         assert "secrets" in cp.request(ADMIN, "GET", params_path("zz"))[1]["spec"]["indexed"]
         assert create_secret(cp, "bob", "zz", "b") == ""
         assert create_secret(cp, "alice", "a", "b") != ""

@@ -297,7 +297,7 @@ def test_a_new_restriction_is_covered_before_it_can_be_handed_out(
     for _ in range(3):
         done = kube.kubectl(ADMIN, "create", "-f", "-", input=yaml.safe_dump(bind))
         assert done.returncode != 0
-        assert f'resource "{GADGETS}" restricted by role {NS}/gadgets-a is not yet sent' in (
+        assert f'resource "{GADGETS}" restricted by role {NS}/gadgets-a is not yet judged' in (
             done.stderr
         )
         assert "retry in a moment" in done.stderr

@@ -111,7 +111,7 @@ def test_widening_writes_wait_for_the_registration(
         assert answer["status"]["code"] == 403
         message = answer["status"]["message"]
         assert f'resource "{WIDGETS}" restricted by role t1/' in message
-        assert "is not yet sent to label-rbac by the API server" in message
+        assert "is not yet judged by label-rbac everywhere" in message
         assert advice in message
 
 
