@@ -780,12 +780,7 @@ class ParamsWriter:
         # Before the writes too: a new restriction's coverage must not wait for a render of
         # every namespace.
         self._check_soon(snapshot)
-        if self._keep_cluster(snapshot, target) and self._settling_grew():
-            # The cluster part now holds what grew: until the API server judges by it, a
-            # namespace indexing it would refuse the cluster's subjects ("do not list this user
-            # yet"). Those a change touched are written at once (the change restricts there).
-            with self._lock:
-                self._rest_from = self._clock() + POLICY_LOADED
+        self._keep_cluster_settling(snapshot, target)
         done = self._write_pending(snapshot, target)
         if self._settled():  # the policies judge them now: every namespace indexes them
             self._keep_cluster(snapshot, target)
@@ -809,11 +804,23 @@ class ParamsWriter:
                 self._to_mark = set()
         return written
 
-    def _settling_grew(self) -> bool:
-        """Whether ``_settling`` grew since the last step asked."""
+    def _keep_cluster_settling(self, snapshot: Snapshot, target: Target) -> None:
+        """``_keep_cluster``; when ``_settling`` grew and the policies were written, the cluster
+        part holds what grew: until the API server judges by it, a namespace indexing it would
+        refuse the cluster's subjects ("do not list this user yet"), so the namespaces no change
+        touched wait ``POLICY_LOADED`` seconds (those touched are written at once: the change
+        restricts there)."""
         with self._lock:
             grew, self._grew = self._grew, False
-        return grew
+        try:
+            written = self._keep_cluster(snapshot, target)
+        except KubeError:
+            with self._lock:
+                self._grew = self._grew or grew  # asked again at the next step
+            raise
+        if written and grew:
+            with self._lock:
+                self._rest_from = self._clock() + POLICY_LOADED
 
     def _settled(self) -> bool:
         """Whether ``_settling`` just emptied: every namespace the policies judge (marked) has

@@ -1410,11 +1410,15 @@ def test_a_role_s_new_restriction_passes_unjudged_elsewhere_until_every_namespac
     assert (judging[0] > last_params) is settles
 
 
-def test_other_namespaces_index_it_once_the_policy_holding_its_cluster_part_is_loaded() -> None:
+@pytest.mark.parametrize("refused_once", [False, True], ids=["written", "refused-once"])
+def test_other_namespaces_index_it_once_the_policy_holding_its_cluster_part_is_loaded(
+    refused_once: bool,
+) -> None:
     """When what grew is granted cluster-wide (carol's ClusterRoleBinding reaches secrets), the
     cluster part grows too: a namespace indexing secrets before the API server judges by that
     policy would refuse carol ("do not list this user yet"). So only the namespace the change
-    touched is written at once, the others ``POLICY_LOADED`` seconds after the policy."""
+    touched is written at once, the others ``POLICY_LOADED`` seconds after the policy (after
+    the write that went through, when the first was refused)."""
     client, clock = Client(), [0.0]
     params = writer(client, clock, discover=lambda _: SERVED, timed=True, lease_seconds=1.5)
     everything = role("everything", "", [rule("*", "*")])
@@ -1427,6 +1431,12 @@ def test_other_namespaces_index_it_once_the_policy_holding_its_cluster_part_is_l
     change = ("Role", None, compiled(role("secrets-a", "t1", SECRETS, TEAM_A)))
     state = state.apply([change])
     params.applied(state, [change], "2")
+    if refused_once:
+        client.missing.add(f"{POLICIES}/{POLICY}")
+        with pytest.raises(ApiError):
+            params.step(state.snapshot)
+        client.missing.clear()
+        before = len(client.writes)
     params.step(state.snapshot)
     params.settle(10)
     assert client.params_written()[written:] == ["t1"]
