@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from app.compiled.admission_policy import UNJUDGED
+from app.compiled.admission_policy import unjudged_of
 from app.compiled.compiler import POLICY_LOADED
 from app.engine.kinds import snapshot_from_objects
 from app.engine.params import API_VERSION, NAME, PLURAL, render, render_cluster, spec_text
@@ -534,9 +534,10 @@ def lets_pass(admin: Client) -> set[str]:
     status, policy = admin.send("GET", f"{POLICIES}/{RULE_POLICIES[0]}")
     if status != 200:
         raise RuntimeError(f"the enforcing policy could not be read: {status}")
-    variables = (policy.get("spec") or {}).get("variables") or ()
-    literal = next(v["expression"] for v in variables if v.get("name") == UNJUDGED)
-    return set(json.loads(literal))
+    found = unjudged_of(policy)
+    if found is None:
+        raise RuntimeError("the enforcing policy holds no unjudged constant")
+    return set(found)
 
 
 def indexes(admin: Client, namespace: str, key: str) -> bool:

@@ -50,6 +50,7 @@ annotation it keeps there (``app.compiled.registration``). ``python -m app.compi
 from __future__ import annotations
 
 import copy
+import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -1046,6 +1047,25 @@ def cluster_variables(chunks: Sequence[str], unjudged: str) -> list[dict[str, st
         {"name": CHUNKS, "expression": listed if names else "dyn([])"},
         {"name": UNJUDGED, "expression": unjudged},
     ]
+
+
+def unjudged_of(stored: Mapping[str, Any]) -> frozenset[str] | None:
+    """What the policy ``stored`` (an object as the API server returns it) lets pass unjudged:
+    its ``UNJUDGED`` constant read back (``unjudged_literal`` writes a CEL map of strings to
+    true, which is JSON). None where it holds no such constant (a release before 0.3.4's);
+    ValueError where the constant is not such a map."""
+    variables = (stored.get("spec") or {}).get("variables") or ()
+    entry = next((v for v in variables if v.get("name") == UNJUDGED), None)
+    if entry is None:
+        return None
+    literal = entry.get("expression")
+    try:
+        found = json.loads(literal) if isinstance(literal, str) else None
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or not all(isinstance(k, str) for k in found):
+        raise ValueError(f"the policy's {UNJUDGED} constant is not a map of resources")
+    return frozenset(found)
 
 
 def policy(name: str, part: ClusterPart | None = None) -> dict[str, Any]:

@@ -47,9 +47,9 @@ from app.compiled.admission_policy import (
     PROBE_LABEL,
     PROBE_MESSAGE,
     SHIPPED,
-    UNJUDGED,
     Install,
     policy,
+    unjudged_of,
 )
 from app.compiled.health import CompilerHealth
 from app.compiled.proof import (
@@ -441,12 +441,9 @@ class PolicyWriter:
         try:
             live = self._client.get(f"{POLICIES}/{self._install.name}")
             annotations = (live.get("metadata") or {}).get("annotations") or {}
-            variables = (live.get("spec") or {}).get("variables") or ()
-            literal = next(
-                (v.get("expression") for v in variables if v.get("name") == UNJUDGED), None
-            )
-            # A map of strings to true, as written; else the earlier lists.
-            found = frozenset(json.loads(literal)) if isinstance(literal, str) else earlier
+            found = unjudged_of(live)
+            if found is None:  # no constant: the earlier lists
+                found = earlier
             earlier_in_force = annotations.get(LAYOUT_ANNOTATION) != LAYOUT or any(
                 map(self._earlier, others)
             )
@@ -689,9 +686,10 @@ class ParamsWriter:
         self._settling: frozenset[Resource] = frozenset()
         self._settled_part: tuple[ClusterPart, frozenset[str], ClusterPart] | None = None
         self._adopting = False
-        # The marked namespaces not written since they last grew (``_settled``), and how many
-        # times they grew; whether they grew at the last step, and until when the namespaces no
-        # change touched wait for the policies holding the cluster part for them (``step``).
+        # The marked namespaces not written since they last grew (``_settled``; one no longer
+        # marked, or gone, leaves it: ``_record``, ``gone``), and how many times they grew;
+        # whether they grew at the last step, and until when the namespaces no change touched
+        # wait for the policies holding the cluster part for them (``step``).
         self._unsettled: set[str] = set()
         self._generation = 0
         self._grew = False
@@ -828,11 +826,7 @@ class ParamsWriter:
         for its parameters, which index it), so a namespace that cannot be marked holds
         nothing back."""
         with self._lock:
-            if not self._settling:
-                return False
-            marked = {n for n, written in self._written.items() if written.marked}
-            self._unsettled &= marked
-            if self._unsettled:
+            if not self._settling or self._unsettled:
                 return False
             self._settling = frozenset()
         return True
@@ -1122,7 +1116,7 @@ class ParamsWriter:
             if flight.deleted:
                 return False
             self._written[flight.namespace] = result
-            if flight.generation == self._generation:
+            if flight.generation == self._generation or not result.marked:
                 self._unsettled.discard(flight.namespace)
             return True
 
@@ -1217,6 +1211,7 @@ class ParamsWriter:
         ends (``_record``), so no stale memory skips the next write."""
         with self._lock:
             self._written.pop(namespace, None)
+            self._unsettled.discard(namespace)
             self._unseen.discard(namespace)
             self._to_mark.discard(namespace)  # pending again: written, then queued again
             for flight in self._running.values():

@@ -35,6 +35,7 @@ from app.compiled.admission_policy import (
     render_yaml,
     shipped_webhook,
     subresource_policy,
+    unjudged_of,
     webhook_patch,
 )
 from app.engine.model import ENFORCE
@@ -49,6 +50,7 @@ from app.engine.params import (
     WEBHOOK_RESOURCES,
     ClusterPart,
     cel_literal,
+    unjudged_literal,
 )
 from tests.support import ROOT
 
@@ -164,6 +166,45 @@ def test_a_write_the_policy_allows_ends_at_its_match_condition(name: str) -> Non
     assert condition["expression"].count("].map(granting, ") == 2
     assert f"!({fast_allowed()}) && " in condition["expression"]
     assert "system:nodes" not in condition["expression"]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        pytest.param((), id="none"),
+        pytest.param(("secrets",), id="one"),
+        pytest.param(("secrets", "widgets.example.com", 'odd"name\\'), id="escaped"),
+    ],
+)
+def test_what_a_policy_lets_pass_is_read_back_as_written(keys: tuple[str, ...]) -> None:
+    """``unjudged_of`` reads the constant ``policy`` writes from ``unjudged_literal``."""
+    part = ClusterPart((), 0, False, unjudged=keys)
+    assert unjudged_of(policy(POLICY, part)) == frozenset(keys)
+    variable = {"name": "unjudged", "expression": unjudged_literal(keys)}
+    assert unjudged_of({"spec": {"variables": [variable]}}) == frozenset(keys)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param('["secrets"]', id="a-list"),
+        pytest.param("{1: true}", id="not-json"),
+        pytest.param('{"secrets": true', id="cut-short"),
+        pytest.param("7", id="a-number"),
+        pytest.param(None, id="no-expression"),
+    ],
+)
+def test_a_constant_not_written_as_a_map_of_resources_is_refused(expression: str | None) -> None:
+    """Read back, anything but a map of resources raises, rather than letting pass what it
+    happens to hold."""
+    with pytest.raises(ValueError, match="not a map"):
+        unjudged_of({"spec": {"variables": [{"name": "unjudged", "expression": expression}]}})
+
+
+def test_a_policy_without_the_constant_lets_nothing_known_pass() -> None:
+    """A policy of a release before 0.3.4 holds no constant: None, not an empty set."""
+    assert unjudged_of({"spec": {"variables": [{"name": "other", "expression": "{}"}]}}) is None
+    assert unjudged_of({}) is None
 
 
 @pytest.mark.parametrize(

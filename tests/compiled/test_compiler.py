@@ -27,6 +27,7 @@ from app.compiled.admission_policy import (
     UNJUDGED,
     Install,
     policy,
+    unjudged_of,
 )
 from app.compiled.compiler import (
     APPLY,
@@ -1257,9 +1258,9 @@ def policy_unjudged(client: Client) -> list[str]:
     """What the enforcing policy, as last written, lets pass unjudged (its constant)."""
     for _, path, body, _ in reversed(client.writes):
         if path == f"{POLICIES}/{POLICY}":
-            variables = body["spec"]["variables"]
-            (found,) = [v["expression"] for v in variables if v["name"] == UNJUDGED]
-            return list(json.loads(found))  # a CEL map literal of strings to true is JSON
+            found = unjudged_of(body)
+            assert found is not None
+            return sorted(found)
     raise AssertionError("the policy was not written")
 
 
@@ -1408,6 +1409,35 @@ def test_a_role_s_new_restriction_passes_unjudged_elsewhere_until_every_namespac
     judging = [i for i, w in enumerate(writes) if w[1] == f"{POLICIES}/{POLICY}"]
     assert len(judging) == 1  # one write of the policy either way
     assert (judging[0] > last_params) is settles
+
+
+def test_a_namespace_deleted_in_the_middle_of_the_pass_holds_nothing_back() -> None:
+    """Namespace t2 is deleted, and its parameters with it, while its write of the pass is in
+    flight: that write is forgotten, and the policy judges secrets once every namespace left
+    indexes them, not never."""
+    client, clock = Client(), [0.0]
+    params = writer(client, clock, discover=lambda _: SERVED, timed=True, lease_seconds=1.5)
+    state = live(*OBJECTS)
+    params.step(state.snapshot)
+    params.settle(10)
+    written = len(client.params_written())
+    change = ("Role", None, compiled(role("secrets-a", "t1", SECRETS, TEAM_A)))
+    state = state.apply([change])
+    params.applied(state, [change], "2")
+    client.hold["t2"] = threading.Event()
+    params.step(state.snapshot)
+    assert client.params_written()[written:] == ["t1", "t2"]
+    deleted = ("Namespace", ("t2", {}), None)
+    state = state.apply([deleted])
+    params.applied(state, [deleted], "3")
+    params.gone("t2")
+    client.hold["t2"].set()
+    params.settle(10)
+    assert policy_unjudged(client) == ["secrets"]
+    params.step(state.snapshot)
+    params.settle(10)
+    assert policy_unjudged(client) == []
+    assert client.params_written()[written:] == ["t1", "t2"]  # t2 not written again
 
 
 @pytest.mark.parametrize("refused_once", [False, True], ids=["written", "refused-once"])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.compiled.admission_policy import ACTIONS, COMPILER, policy
+from app.compiled.admission_policy import ACTIONS, COMPILER, policy, unjudged_of
 from app.compiled.admission_policy import POLICY as ENFORCING
 from app.compiled.admission_policy import binding as policy_binding
 from app.compiled.compiler import FIELD_MANAGER
@@ -435,9 +435,9 @@ def create_secret(cp: ControlPlane, user: str, namespace: str, team: str) -> str
 
 def policy_lets_pass(cp: ControlPlane) -> set[str]:
     """The resources the enforcing policy, as stored, lets pass unjudged."""
-    variables = cp.request(ADMIN, "GET", POLICY)[1]["spec"]["variables"]
-    (found,) = [v["expression"] for v in variables if v["name"] == "unjudged"]
-    return set(json.loads(found))
+    found = unjudged_of(cp.request(ADMIN, "GET", POLICY)[1])
+    assert found is not None
+    return set(found)
 
 
 def params_path(namespace: str) -> str:
