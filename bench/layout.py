@@ -50,8 +50,9 @@ registration held dormant, there for the compiler's coverage conditions) and the
   namespace written last were refused meanwhile (none should be: no role restricts it there);
 - with ``--profiles DIR``, the API server's heap profiles with no compiled path and after the
   first compile (``go tool pprof -sample_index=inuse_space -top -diff_base A B``), and its CPU
-  profile over the first ``--profile-seconds`` of the first compile (``go tool pprof -top``;
-  profiling costs the API server a few percent meanwhile: compare runs made alike).
+  profiles over the first ``--profile-seconds`` of the first compile and of the cluster edits
+  (``go tool pprof -top``; profiling costs the API server a few percent meanwhile: compare
+  runs made alike).
 
 Beside them, the same figures for the previous layout (every namespace's parameters holding a
 copy of the cluster part) at ``--baseline-namespaces``, with the previous release's compiler and
@@ -656,7 +657,8 @@ def install(cp: ControlPlane, root: Path, name: str) -> None:
 @dataclass(frozen=True)
 class Profiles:
     """Where the API server's profiles go (``--profiles``): its heap with no compiled path and
-    after the first compile, and its CPU over the first ``seconds`` of the first compile."""
+    after the first compile, and its CPU over the first ``seconds`` of the first compile and of
+    the cluster edits."""
 
     into: Path
     seconds: int
@@ -664,8 +666,8 @@ class Profiles:
     def heap(self, layout: Layout, at: str) -> Path:
         return self.into / f"{layout.name}-{at}.pprof"
 
-    def cpu(self, layout: Layout) -> Path:
-        return self.into / f"{layout.name}-first-compile.cpu.pprof"
+    def cpu(self, layout: Layout, phase: str = "first-compile") -> Path:
+        return self.into / f"{layout.name}-{phase}.cpu.pprof"
 
 
 def measure(layout: Layout, workdir: Path, clients: int, quiet: float, upgrade: Path | None,
@@ -737,7 +739,10 @@ def measure(layout: Layout, workdir: Path, clients: int, quiet: float, upgrade: 
               f"({out['stored_vs_information']}x the information); API server "
               f"{out['apiserver_rss_none_mb']:.0f} MB before, "
               f"{out['apiserver_rss_compiled_mb']:.0f} MB after", flush=True)  # fmt: skip
+        cpu = profiling(cp, profiles.seconds, profiles.cpu(layout, "edits")) if profiles else None
         edits = cluster_edits(cp, admin, layout.edits, middle, quiet)
+        if cpu is not None and profiles is not None:
+            cpu.wait(timeout=profiles.seconds + 60)
         out["edits"] = {kind: {**summary(rows), "rows": rows} for kind, rows in edits.items()}
         rows = namespaced_edits(admin, layout.edits, layout.namespaces)
         out["edits"]["rolebinding"] = {**summary(rows), "rows": rows}
@@ -875,10 +880,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the logs (printed: where)")
     parser.add_argument("--profiles", type=Path,
                         help="a directory: the API server's heap profiles, with no compiled path "
-                        "and after the first compile, and its CPU profile of the first compile, "
-                        "per layout")  # fmt: skip
+                        "and after the first compile, and its CPU profiles of the first compile "
+                        "and of the cluster edits, per layout")  # fmt: skip
     parser.add_argument("--profile-seconds", type=int, default=30,
-                        help="the first compile's seconds the CPU profile covers")  # fmt: skip
+                        help="the seconds each CPU profile covers from the start of its "
+                        "phase")  # fmt: skip
     parser.add_argument("--settle", type=float, default=60.0,
                         help="seconds from a forced garbage collection to reading the API "
                         "server's settled RSS (with no compiled path, and at the end)")  # fmt: skip

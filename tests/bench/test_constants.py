@@ -24,6 +24,14 @@ def test_a_tiny_constants_run_creates_each_encoding(tmp_path: Path) -> None:
     result = run_bench("constants", "--cluster-grants", "3", "--rounds", "1", "--json", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(out.read_text())
-    assert [r["encoding"] for r in rows] == ["shipped", "empty lists", "one string"]
+    assert [r["encoding"] for r in rows] == [
+        "shipped",
+        "empty lists",
+        "one string",
+        "policy",
+        "policy, no part",
+    ]
     assert all(len(r["seconds"]) == 1 and r["median_s"] > 0 for r in rows)
     assert rows[0]["code_points"] < rows[1]["code_points"]
+    # The whole policy holds its constant (twice: a match condition copies it) and more.
+    assert rows[4]["code_points"] + 2 * rows[0]["code_points"] <= rows[3]["code_points"]
