@@ -26,8 +26,8 @@ RUN /opt/label-rbac/bin/python -m compileall -q /opt/label-rbac
 
 FROM gcr.io/distroless/python3-debian12:nonroot@sha256:498e3cb48826d99bad1301994da60caa126b25c0ce03dc4e6a47a7c10fe02493
 # OCI annotations (https://github.com/opencontainers/image-spec/blob/main/annotations.md); set
-# version and revision at build time: --build-arg VERSION=0.3.7 --build-arg REVISION=$(git rev-parse HEAD).
-ARG VERSION=0.3.7
+# version and revision at build time: --build-arg VERSION=0.3.8 --build-arg REVISION=$(git rev-parse HEAD).
+ARG VERSION=0.3.8
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="label-rbac" \
       org.opencontainers.image.description="Label-based permissions for Kubernetes: admission webhook and policy compiler" \

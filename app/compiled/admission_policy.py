@@ -282,13 +282,17 @@ def _indexed(key: str) -> str:
     return f"{key} in params.spec.?indexed.orValue([])"
 
 
+def _role_entry(key: str, holder: str = "c") -> str:
+    """CEL: the entry of role ``r`` of ``holder`` (the namespace's parameters, or a constant of
+    the cluster part) for the resource ``key``: operation → grant id (its DEFAULT entry covers
+    the indexed resources it does not name)."""
+    return f"{holder}.roles[r][?{key}].orValue({holder}.roles[r][?'{DEFAULT}'].orValue({{}}))"
+
+
 def _entries(key: str) -> str:
     """Per role bound to the user: operation → grant id for the requested resource (a role's
     DEFAULT entry covers the indexed resources it does not name)."""
-    return (
-        f"({_role_ids()}).map(r, params.spec.roles[r][?{key}]"
-        f".orValue(params.spec.roles[r][?'{DEFAULT}'].orValue({{}})))"
-    )
+    return f"({_role_ids()}).map(r, {_role_entry(key, 'params.spec')})"
 
 
 # The cluster part's constants (``app.engine.params.cluster_chunks``), as one list.
@@ -303,9 +307,8 @@ def _cluster_found(op: str, key: str) -> str:
     the resource is indexed."""
 
     def found(subjects: str) -> str:
-        entry = f"c.roles[r][?{key}].orValue(c.roles[r][?'{DEFAULT}'].orValue({{}}))"
         per_chunk = (
-            f"c.{subjects}.orValue([]).map(r, {entry})"
+            f"c.{subjects}.orValue([]).map(r, {_role_entry(key)})"
             f".filter(m, {op} in m).map(m, {_cluster_grant('c', f'm[{op}]')})"
         )
         return f"variables.{CHUNKS}.map(c, {per_chunk}).flatten()"
@@ -352,27 +355,46 @@ def _found(op: str, key: str, cluster: bool) -> str:
     return f"({own} + {_cluster_found(op, key)})" if cluster else own
 
 
-def _granting(found: str, updates: str, op: str, requested: str) -> str:
-    """The grants that grant the request (``found``: for its operation; ``updates``: for
-    UPDATE). A rule with resourceNames grants a create only to a user who may also update or
-    patch that name (a PUT or an apply creating it): model.authorizations."""
+def _cluster_updatable(key: str, requested: str) -> str:
+    """CEL: whether a grant of the ClusterRoleBindings' roles for UPDATE of ``key`` covers the
+    object ``requested``: names no object, or names it. Only the grants' names are read, not
+    the grants built whole (``_cluster_found``): the API server checks every expression of a
+    policy on each write of it and again before judging by it, and that text is most of what
+    it checks. A grant id the constant does not hold covers nothing."""
+    covers = f"x in c.grants && (!(x in c.names) || {requested} in c.names[x])"
+    per_role = f"[{_role_entry(key)}].exists(m, 'UPDATE' in m && [m['UPDATE']].exists(x, {covers}))"
+    return f"variables.{CHUNKS}.exists(c, ({_role_ids('c')}).exists(r, {per_role}))"
+
+
+def _granting(found: str, updatable: str | None, op: str, requested: str) -> str:
+    """The grants that grant the request (``found``: for its operation; ``updatable``: whether
+    a grant for UPDATE covers the object, None where ``op`` is never a create). A rule with
+    resourceNames grants a create only to a user who may also update or patch that name (a PUT
+    or an apply creating it): model.authorizations."""
+    named = f"{found}.filter(g, !has(g.names) || {requested} in g.names)"
+    if updatable is None:
+        return named
     return (
-        f"{op} != 'CREATE' ? "
-        f"{found}.filter(g, !has(g.names) || {requested} in g.names) : "
+        f"{op} != 'CREATE' ? {named} : "
         f"{found}.filter(g, !has(g.names)) + "
-        f"({found}.exists(g, has(g.names) && {requested} in g.names) && "
-        f"({updates}).exists(g, !has(g.names) || {requested} in g.names) ? "
+        f"({found}.exists(g, has(g.names) && {requested} in g.names) && ({updatable}) ? "
         f"{found}.filter(g, has(g.names) && {requested} in g.names) : [])"
     )
 
 
 def _bound_granting(op: str = _op("requested"), cluster: bool = True) -> str:
     """``granting`` in one program: the request's parts bound, not read from variables. ``op``:
-    the operation judged (the request's, or the DELETE a write stands for: ``deleteGranting``);
-    without ``cluster``, the namespace's grants only (a match condition, which cannot read the
+    the operation judged (the request's, or the DELETE a write stands for: ``deleteGranting``,
+    which is never a create, so it is spelled without the create's case); without
+    ``cluster``, the namespace's grants only (a match condition, which cannot read the
     policy's constants)."""
-    updates = _found(repr("UPDATE"), "key", cluster)
-    granting = _granting("found", updates, "op", "requested")
+    updatable = None
+    if op != repr("DELETE"):
+        own = _grants("entries", repr("UPDATE"))
+        updatable = f"{own}.exists(g, !has(g.names) || requested in g.names)"
+        if cluster:
+            updatable += f" || {_cluster_updatable('key', 'requested')}"
+    granting = _granting("found", updatable, "op", "requested")
     found = _bind("found", _found("op", "key", cluster), granting)
     indexed = f"!({_indexed('key')}) ? [] : " + _bind("entries", _entries("key"), found)
     return _bind("requested", _REQUESTED, _bind("op", op, _bind("key", _KEY, indexed)))

@@ -83,6 +83,10 @@ USERS = (
     User("zed"),  # bound after the parameters were rendered
     User("nora"),  # writes configmaps without limits, deletes only team-a's
     User("olga"),  # team-a: writes any configmap, deletes only "fixed"; and team-b
+    # Creates team-b's, and may create "fixed" as team p (cluster-wide: rita) or c (here: sam)
+    # by a rule naming it, which grants no create without an update of that name too.
+    User("rita"),
+    User("sam"),
     BUILDER,  # team-b through a ServiceAccount subject
     COMPILER_USER,
 )
@@ -152,6 +156,17 @@ RBAC = [
     ),
     binding("olga-mixed", "mixed-a", "User:olga", namespace=NS),
     binding("olga-b", "team-b", "User:olga", namespace=NS),
+    _team("creator-b", ["b"], verbs="create"),
+    binding("creators-b", "creator-b", "User:rita", "User:sam", namespace=NS),
+    role(
+        "creates-fixed-p",
+        "",
+        [rule("create", "configmaps", names="fixed")],
+        {"configmaps": {"team": ["p"]}},
+    ),
+    binding("rita", "creates-fixed-p", "User:rita"),
+    _team("creates-fixed-c", ["c"], verbs="create", names="fixed"),
+    binding("sam-c", "creates-fixed-c", "User:sam", namespace=NS),
 ]
 COMPILER_RBAC = [
     role("compiler", "", [rule("get list create update patch", "labelrbacparams", "labelrbac.io")]),
