@@ -86,9 +86,10 @@ def shapes(grants: int) -> dict[str, tuple[dict[str, Any], int]]:
     """Each policy created, by name, with its code points: the constant's encodings (each a
     policy of its own, ``policy``), then the enforcing policy whole, with and without the
     cluster part."""
+    whole_part = cluster_part(grants)
     found = {name: (policy(expression), len(expression))
-             for name, expression in encodings(constant(grants)).items()}  # fmt: skip
-    for name, part in (("policy", cluster_part(grants)), ("policy, no part", None)):
+             for name, expression in encodings(whole_part.chunks[0]).items()}  # fmt: skip
+    for name, part in (("policy", whole_part), ("policy, no part", None)):
         whole = enforcing_policy(ENFORCING, part)
         found[name] = (whole, len("".join(expressions(whole["spec"]))))
     return found

@@ -473,6 +473,14 @@ def cluster_edits(cp: ControlPlane, admin: Client, edits: int, namespace: str,
 
 CRD_GROUP = "bench.example.com"
 CRD_USER = "crd-user"
+# The CRD's create, granted to its user (and restricted by ``role_restricts``), and one object of
+# it, created by dry run in a namespace (``bolt_path``).
+BOLT_RULES = [{"apiGroups": [CRD_GROUP], "resources": ["bolts"], "verbs": ["create"]}]
+BOLT = {"apiVersion": f"{CRD_GROUP}/v1", "kind": "Bolt", "metadata": {"generateName": "b-"}}
+
+
+def bolt_path(namespace: str) -> str:
+    return f"/apis/{CRD_GROUP}/v1/namespaces/{namespace}/bolts?dryRun=All"
 
 
 def crd_created(cp: ControlPlane, admin: Client, namespace: str, quiet: float) -> dict[str, Any]:
@@ -480,9 +488,8 @@ def crd_created(cp: ControlPlane, admin: Client, namespace: str, quiet: float) -
     plain ClusterRole bound cluster-wide: seconds until that user's dry-run create in
     ``namespace`` (labeled compiled) is admitted, the parameters rewritten and the policy
     writes."""
-    rules = [{"apiGroups": [CRD_GROUP], "resources": ["bolts"], "verbs": ["create"]}]
     grant = {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": {"name": "bolts"},
-             "rules": rules}  # fmt: skip
+             "rules": BOLT_RULES}  # fmt: skip
     bound = {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding",
              "metadata": {"name": "bolts"},
              "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "bolts"},
@@ -503,12 +510,11 @@ def crd_created(cp: ControlPlane, admin: Client, namespace: str, quiet: float) -
     writes = CompilerWrites(cp.audit_log)
     sent, wall = time.monotonic(), time.time()
     send(admin, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-    path = f"/apis/{CRD_GROUP}/v1/namespaces/{namespace}/bolts?dryRun=All"
-    body = {"apiVersion": f"{CRD_GROUP}/v1", "kind": "Bolt", "metadata": {"generateName": "b-"}}
+    path = bolt_path(namespace)
 
     def admitted() -> bool:
         try:
-            return admin.send("POST", path, body, {"Impersonate-User": CRD_USER})[0] < 300
+            return admin.send("POST", path, BOLT, {"Impersonate-User": CRD_USER})[0] < 300
         except ValueError:  # not served yet: the API server's plain-text 404
             return False
 
@@ -560,13 +566,11 @@ def role_restricts(
     them) and until the last namespace does, the parameters rewritten and the policy writes."""
     own = f"{TENANT}{namespaces // 2}"
     last = max(f"{TENANT}{i}" for i in range(namespaces))
-    rules = [{"apiGroups": [CRD_GROUP], "resources": ["bolts"], "verbs": ["create"]}]
     annotations = {ANNOTATION: json.dumps({"bolts": {"team": ["a"]}})}
     restricting = {"apiVersion": f"{RBAC}/v1", "kind": "Role",
                    "metadata": {"name": "bolts-a", "namespace": own, "annotations": annotations},
-                   "rules": rules}  # fmt: skip
-    path = f"/apis/{CRD_GROUP}/v1/namespaces/{last}/bolts?dryRun=All"
-    body = {"apiVersion": f"{CRD_GROUP}/v1", "kind": "Bolt", "metadata": {"generateName": "b-"}}
+                   "rules": BOLT_RULES}  # fmt: skip
+    path = bolt_path(last)
     before = versions(admin)
     writes = CompilerWrites(cp.audit_log)
     sent, wall = time.monotonic(), time.time()
@@ -579,7 +583,7 @@ def role_restricts(
         if waited > WAIT:
             raise RuntimeError("the policy never judged the Role's new restriction")
         probes += 1
-        status, found = admin.send("POST", path, body, {"Impersonate-User": CRD_USER})
+        status, found = admin.send("POST", path, BOLT, {"Impersonate-User": CRD_USER})
         if status >= 300:
             refused += 1
             first = first or str((found or {}).get("message", status))
